@@ -1,0 +1,3 @@
+from pinchpoint.cli.main import entry
+
+entry()

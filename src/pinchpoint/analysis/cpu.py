@@ -1,0 +1,64 @@
+"""How the program used the machine's cores during the steady steps, from the system samples."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pinchpoint.trace.run import Run, SystemSample
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CpuUsage:
+    window_s: float
+    usable_cores: int
+    process_cores: float
+    """Cores' worth of CPU the whole process tree used (user + sys) on average."""
+    main_cores: float
+    """The same for the main (training) process alone."""
+    machine_busy_cores: float
+    """Cores busy machine-wide (any process), from per-core utilisation."""
+    max_threads: int
+    """Most threads the process tree had at once."""
+    max_processes: int
+    invol_switches_per_s: float
+    """Involuntary context switches per second across the tree: threads preempted by others."""
+
+
+def _bracket(samples: tuple[SystemSample, ...], start_ns: int, end_ns: int) -> list[SystemSample]:
+    inside = [s for s in samples if start_ns <= s.t_ns <= end_ns]
+    if len(inside) >= 2:
+        return inside
+    return list(samples)
+
+
+def cpu_usage(run: Run, start_ns: int, end_ns: int, main_pid: int | None) -> CpuUsage | None:
+    samples = _bracket(run.system, start_ns, end_ns)
+    if len(samples) < 2:
+        return None
+    first, last = samples[0], samples[-1]
+    window_s = (last.t_ns - first.t_ns) / 1e9
+    if window_s <= 0:
+        return None
+    before = {p.pid: p for p in first.procs}
+    cpu_s = 0.0
+    main_s = 0.0
+    invol = 0
+    for p in last.procs:
+        b = before.get(p.pid)
+        used = p.user_s + p.sys_s - ((b.user_s + b.sys_s) if b else 0.0)
+        cpu_s += max(0.0, used)
+        if p.pid == main_pid:
+            main_s = max(0.0, used)
+        if p.ctx_invol is not None:
+            invol += max(0, p.ctx_invol - ((b.ctx_invol or 0) if b else 0))
+    busy = [sum(s.cpu_percent_per_core) / 100.0 for s in samples[1:] if s.cpu_percent_per_core]
+    return CpuUsage(
+        window_s=window_s,
+        usable_cores=run.environment.cpu.usable_cores,
+        process_cores=cpu_s / window_s,
+        main_cores=main_s / window_s,
+        machine_busy_cores=sum(busy) / len(busy) if busy else 0.0,
+        max_threads=max(sum(p.threads for p in s.procs) for s in samples),
+        max_processes=max(len(s.procs) for s in samples),
+        invol_switches_per_s=invol / window_s,
+    )

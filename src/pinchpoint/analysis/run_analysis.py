@@ -1,0 +1,60 @@
+"""Every analysis of a run, per rank: the one input the diagnosis rules read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pinchpoint.analysis.cpu import CpuUsage, cpu_usage
+from pinchpoint.analysis.loader import LoaderActivity, loader_activity
+from pinchpoint.analysis.memory import MemoryTrend, memory_trend
+from pinchpoint.analysis.ops import OpStats, op_stats
+from pinchpoint.analysis.steps import StepStats, step_stats, steady_steps
+from pinchpoint.trace.run import Environment, ProcessInfo, Probes, RankData, Run
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankAnalysis:
+    rank: int
+    steps: StepStats | None
+    loader: LoaderActivity | None
+    cpu: CpuUsage | None
+    ops: OpStats | None
+    memory: MemoryTrend | None
+    main: ProcessInfo | None
+    workers: tuple[ProcessInfo, ...] = ()
+    probes: Probes = field(default_factory=Probes)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunAnalysis:
+    run: Run
+    ranks: tuple[RankAnalysis, ...]
+
+    @property
+    def environment(self) -> Environment:
+        return self.run.environment
+
+
+def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
+    stats = step_stats(rank)
+    main = rank.main
+    loader = cpu = None
+    if stats is not None:
+        loader = loader_activity(rank, stats.start_ns, stats.end_ns)
+        cpu = cpu_usage(run, stats.start_ns, stats.end_ns, main.pid if main else None)
+    ops = op_stats(rank.opwindow, rank.probes, rank.steps) if rank.opwindow is not None else None
+    return RankAnalysis(
+        rank=rank.rank,
+        steps=stats,
+        loader=loader,
+        cpu=cpu,
+        ops=ops,
+        memory=memory_trend(steady_steps(rank.steps)),
+        main=main,
+        workers=tuple(p for p in rank.processes if p is not main),
+        probes=rank.probes,
+    )
+
+
+def analyze_run(run: Run) -> RunAnalysis:
+    return RunAnalysis(run=run, ranks=tuple(analyze_rank(run, r) for r in run.ranks))

@@ -1,0 +1,115 @@
+"""Step statistics and the exposed-time breakdown of a rank's steps.
+
+Measured phases may nest (a `torch.save` inside a top-level module call) or overlap; each instant of
+a step goes to the highest-priority phase covering it (`PHASE_PRIORITY`, as XProf and the TensorBoard
+plugin attribute exposed time), and what no phase covers is `host_other`. So the breakdown sums to 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pinchpoint.trace.run import HOST_OTHER, PHASE_PRIORITY, Phase, RankData, Step, StepKind
+
+WARMUP_STEPS = 2
+"""Leading steps left out of statistics: first-call allocation, kernel selection, lazy init."""
+
+_PRIORITY = {p: i for i, p in enumerate(PHASE_PRIORITY)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepStats:
+    kind: StepKind
+    total_steps: int
+    count: int
+    """Steps used for statistics (after warm-up, outside the op window)."""
+    median_ns: int
+    p90_ns: int
+    mean_ns: float
+    breakdown: Mapping[str, float] = field(default_factory=dict)
+    """Exposed fraction of step time per phase name plus `host_other`; sums to 1."""
+    phase_ns: Mapping[str, float] = field(default_factory=dict)
+    """Mean exposed nanoseconds per step per phase name plus `host_other`."""
+    start_ns: int = 0
+    end_ns: int = 0
+    """Span of the steps used, for matching system samples."""
+    main_cpu_fraction: float | None = None
+    """Main thread's on-CPU time / step time."""
+    main_runq_fraction: float | None = None
+    """Main thread's time waiting for a CPU / step time."""
+
+    def share(self, phase: str) -> float:
+        return float(self.breakdown.get(phase, 0.0))
+
+
+def exposed_by_phase(step: Step) -> dict[str, int]:
+    """Exposed nanoseconds per phase name (and host_other) within one step."""
+    cuts = {step.start_ns, step.end_ns}
+    clipped = []
+    for iv in step.intervals:
+        s, e = max(iv.start_ns, step.start_ns), min(iv.end_ns, step.end_ns)
+        if e > s:
+            clipped.append((s, e, iv.phase))
+            cuts.update((s, e))
+    points = sorted(cuts)
+    out: dict[str, int] = {}
+    covered = 0
+    for a, b in zip(points, points[1:], strict=False):
+        best: Phase | None = None
+        for s, e, ph in clipped:
+            if s <= a and e >= b and (best is None or _PRIORITY[ph] < _PRIORITY[best]):
+                best = ph
+        if best is not None:
+            out[best.value] = out.get(best.value, 0) + (b - a)
+            covered += b - a
+    out[HOST_OTHER] = step.dur_ns - covered
+    return out
+
+
+def steady_steps(steps: Sequence[Step]) -> list[Step]:
+    """Steps for statistics: after warm-up, outside the op window, of the run's dominant kind."""
+    whole = [s for s in steps if not s.partial and s.dur_ns > 0]
+    usable = [s for s in whole[WARMUP_STEPS:] if not s.profiled]
+    if not usable:
+        usable = [s for s in whole if not s.profiled] or whole or [s for s in steps if s.dur_ns > 0]
+    if not usable:
+        return []
+    kinds: dict[StepKind, int] = {}
+    for s in usable:
+        kinds[s.kind] = kinds.get(s.kind, 0) + 1
+    kind = max(kinds, key=lambda k: kinds[k])
+    return [s for s in usable if s.kind is kind]
+
+
+def _percentile(sorted_values: Sequence[int], q: float) -> int:
+    idx = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[idx]
+
+
+def step_stats(rank: RankData) -> StepStats | None:
+    steps = steady_steps(rank.steps)
+    if not steps:
+        return None
+    durs = sorted(s.dur_ns for s in steps)
+    total = sum(durs)
+    sums: dict[str, int] = {}
+    for s in steps:
+        for name, ns in exposed_by_phase(s).items():
+            sums[name] = sums.get(name, 0) + ns
+    cpu = [s.cpu_ns for s in steps if s.cpu_ns is not None]
+    runq = [s.runq_ns for s in steps if s.runq_ns is not None]
+    return StepStats(
+        kind=steps[0].kind,
+        total_steps=len(rank.steps),
+        count=len(steps),
+        median_ns=_percentile(durs, 0.5),
+        p90_ns=_percentile(durs, 0.9),
+        mean_ns=total / len(steps),
+        breakdown={k: v / total for k, v in sums.items()} if total else {},
+        phase_ns={k: v / len(steps) for k, v in sums.items()},
+        start_ns=min(s.start_ns for s in steps),
+        end_ns=max(s.end_ns for s in steps),
+        main_cpu_fraction=sum(cpu) / total if len(cpu) == len(steps) and total else None,
+        main_runq_fraction=sum(runq) / total if len(runq) == len(steps) and total else None,
+    )

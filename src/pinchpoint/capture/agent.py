@@ -1,0 +1,472 @@
+"""The in-process agent: finds steps and times their phases inside an unmodified PyTorch program.
+
+Installed by the bootstrap `sitecustomize` (for `pinchpoint run`) or by `pinchpoint.profile()`. It
+waits for `torch` to be imported, then wraps a handful of framework entry points:
+
+  DataLoader iterator `__next__`    -> data_wait       dataset fetcher `fetch`  -> fetch-{pid}.jsonl
+  top-level `nn.Module.__call__`    -> forward         `torch.autograd.backward/grad` -> backward
+  optimizer step (global hooks)     -> optimizer       `torch.save`             -> checkpoint_io
+
+Steps end at optimizer steps (training), at top-level model calls under no_grad (inference) or at an
+explicit `step()`. One line per step is written to `steps.jsonl` and flushed, so a killed program
+keeps every finished step. Costs per step: a few clock reads and one `os.write`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from pinchpoint.capture import opwindow
+from pinchpoint.capture.writer import JsonlWriter, write_json_atomic
+
+RUN_DIR_ENV = "PINCHPOINT_RUN_DIR"
+OPWINDOW_ENV = "PINCHPOINT_OPWINDOW"  # "START:STEPS", or "off"
+DEFAULT_OPWINDOW = (5, 3)
+INFERENCE_AFTER_CALLS = 3
+"""Top-level calls of one module with grad enabled and no backward in between: then it is inference."""
+
+_now = time.monotonic_ns
+_thread_cpu = time.thread_time_ns
+
+
+def _read_schedstat() -> tuple[int, int] | None:
+    """(on-CPU ns, run-queue wait ns) of the calling thread, or None where Linux doesn't say."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            parts = f.read().split()
+        return int(parts[0]), int(parts[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class Agent:
+    """Per-process capture state. One instance per process (`AGENT`); forked children reset it."""
+
+    def __init__(self, run_dir: Path, rank: int, window: tuple[int, int] | None) -> None:
+        self.run_dir = run_dir
+        self.rank = rank
+        self.rank_dir = run_dir / "ranks" / f"rank{rank}"
+        self.role = "main"
+        self.torch: Any = None
+        self.tid = threading.get_ident()
+        self.mode = "unknown"  # unknown | train | inference | explicit
+        self.step_index = 0
+        self.step_start_ns: int | None = None
+        self.step_cpu_start = _thread_cpu()
+        self.step_sched_start = _read_schedstat()
+        self.intervals: list[list[Any]] = []
+        self.in_module = False
+        self.calls_without_backward: dict[int, int] = {}
+        self.lead_optimizer: int | None = None
+        self.opt_start_ns = 0
+        self.autocast_dtype: str | None = None
+        self.steps = JsonlWriter(self.rank_dir / "steps.jsonl")
+        self.loaders = JsonlWriter(self.rank_dir / "loaders.jsonl")
+        self.fetches = JsonlWriter(self.rank_dir / "fetch-{}.jsonl".format(os.getpid()))
+        self.window = opwindow.OpWindow(self.rank_dir, window)
+        self.taint_next = False
+        self.closed = False
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    def attach(self, torch: Any) -> None:
+        """Called once `torch` is importable: wrap its entry points and write process-{pid}.json."""
+        self.torch = torch
+        _install_hooks(self, torch)
+        self.write_process_info()
+        os.register_at_fork(after_in_child=self._after_fork)
+        atexit.register(self.close)
+
+    def _after_fork(self) -> None:
+        # A forked child (usually a DataLoader worker) keeps the hooks but records only its fetches.
+        self.role = "worker"
+        self.tid = threading.get_ident()
+        for w in (self.steps, self.loaders, self.fetches):
+            w.forget()
+        self.fetches = JsonlWriter(self.rank_dir / f"fetch-{os.getpid()}.jsonl")
+        self.window.disable()
+        self.closed = False
+
+    def write_process_info(self) -> None:
+        from pinchpoint.capture import environment
+
+        torch = self.torch
+        info: dict[str, Any] = {
+            "pid": os.getpid(),
+            "ppid": os.getppid(),
+            "rank": self.rank,
+            "role": self.role,
+            "started_ns": _now(),
+            "torch": environment.torch_info(torch) if torch is not None else None,
+            "threads": environment.thread_info(torch) if torch is not None else None,
+            "autocast": {"cpu": self.autocast_dtype},
+        }
+        write_json_atomic(self.rank_dir / f"process-{os.getpid()}.json", info)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.step_start_ns is not None and self.intervals and self.role == "main" and self.mode != "unknown":
+            # The unfinished last step is still evidence (a crash mid-step): keep it, marked partial.
+            with contextlib.suppress(Exception):
+                self.partial_step()
+        with contextlib.suppress(Exception):
+            self.window.stop(self.torch)
+        if self.role == "main":
+            with contextlib.suppress(Exception):
+                self.write_process_info()
+        for w in (self.steps, self.loaders, self.fetches):
+            with contextlib.suppress(OSError):
+                w.close()
+
+    # ---- intervals and steps ---------------------------------------------------------------------
+
+    def interval(self, phase: str, start_ns: int, end_ns: int) -> None:
+        if self.step_start_ns is None:
+            self.step_start_ns = start_ns
+        self.intervals.append([phase, start_ns, end_ns])
+
+    def end_step(self, kind: str, end_ns: int | None = None, partial: bool = False) -> None:
+        end = _now() if end_ns is None else end_ns
+        start = self.step_start_ns if self.step_start_ns is not None else end
+        cpu = _thread_cpu()
+        sched = _read_schedstat()
+        s0 = self.step_sched_start
+        runq = sched[1] - s0[1] if (sched is not None and s0 is not None) else None
+        profiled = self.window.active or self.taint_next
+        self.taint_next = False
+        self.steps.add(
+            {
+                "step": self.step_index,
+                "kind": kind,
+                "start_ns": start,
+                "end_ns": end,
+                "profiled": profiled,
+                "partial": partial,
+                "intervals": self.intervals,
+                "cpu_ns": cpu - self.step_cpu_start,
+                "runq_ns": runq,
+                "rss_bytes": _rss_bytes(),
+            }
+        )
+        self.steps.flush()
+        self.intervals = []
+        self.step_index += 1
+        if self.window.on_step_end(self.torch, self.step_index):
+            # The op window just closed and ran its probes: that time belongs to no step.
+            self.taint_next = True
+            end = _now()
+        self.step_start_ns = end
+        self.step_cpu_start = _thread_cpu()
+        self.step_sched_start = _read_schedstat()
+        if self.autocast_dtype is None:
+            self._note_autocast()
+
+    def partial_step(self) -> None:
+        """Write the step in progress (at exit); analysis treats it like the others."""
+        self.window.disable()
+        self.end_step({"train": "train", "inference": "inference"}.get(self.mode, "explicit"), partial=True)
+
+    def explicit_step(self) -> None:
+        self.mode = "explicit"
+        self.end_step("explicit")
+
+    def _note_autocast(self) -> None:
+        torch = self.torch
+        with contextlib.suppress(Exception):
+            if torch.is_autocast_enabled("cpu"):
+                self.autocast_dtype = str(torch.get_autocast_dtype("cpu")).replace("torch.", "")
+
+
+def parse_window(spec: str | None) -> tuple[int, int] | None:
+    if spec is None or spec == "":
+        return DEFAULT_OPWINDOW
+    if spec == "off":
+        return None
+    try:
+        start, steps = spec.split(":")
+        return int(start), max(1, int(steps))
+    except ValueError:
+        return DEFAULT_OPWINDOW
+
+
+def _timed(agent: Agent, phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if agent.role != "main" or threading.get_ident() != agent.tid:
+            return fn(*args, **kwargs)
+        t0 = _now()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            agent.interval(phase, t0, _now())
+
+    wrapper.__pinchpoint_wrapped__ = fn  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _install_hooks(agent: Agent, torch: Any) -> None:
+    from torch.utils.data import dataloader as dl_mod
+    from torch.utils.data._utils import fetch as fetch_mod
+
+    # DataLoader: time blocked in __next__, record the settings of every iterator.
+    it_cls = dl_mod._BaseDataLoaderIter
+    orig_next = it_cls.__next__
+
+    def next_wrapper(self: Any) -> Any:
+        if agent.role != "main" or threading.get_ident() != agent.tid:
+            return orig_next(self)
+        t0 = _now()
+        try:
+            return orig_next(self)
+        finally:
+            agent.interval("data_wait", t0, _now())
+            if not getattr(self, "_pinchpoint_seen", False):
+                self._pinchpoint_seen = True
+                _record_loader(agent, self)
+
+    it_cls.__next__ = next_wrapper
+
+    # Dataset fetchers: wall, on-CPU and run-queue time of each batch, in whichever process loads.
+    for name in ("_MapDatasetFetcher", "_IterableDatasetFetcher"):
+        cls = getattr(fetch_mod, name, None)
+        if cls is not None:
+            cls.fetch = _fetch_wrapper(agent, cls.fetch)
+
+    # Top-level module calls: forward, and inference step ends.
+    module_cls = torch.nn.Module
+    orig_call = module_cls.__call__
+
+    def call_wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if agent.in_module or agent.role != "main" or threading.get_ident() != agent.tid:
+            return orig_call(self, *args, **kwargs)
+        agent.in_module = True
+        t0 = _now()
+        try:
+            return orig_call(self, *args, **kwargs)
+        finally:
+            agent.in_module = False
+            t1 = _now()
+            agent.interval("forward", t0, t1)
+            _after_top_level_call(agent, torch, self, t1)
+
+    module_cls.__call__ = call_wrapper
+
+    torch.autograd.backward = _backward_wrapper(agent, torch.autograd.backward)
+    torch.autograd.grad = _backward_wrapper(agent, torch.autograd.grad)
+    torch.save = _timed(agent, "checkpoint_io", torch.save)
+
+    from torch.optim import optimizer as opt_mod
+
+    def pre_hook(opt: Any, args: Any, kwargs: Any) -> None:
+        if agent.role == "main" and threading.get_ident() == agent.tid:
+            agent.opt_start_ns = _now()
+
+    def post_hook(opt: Any, args: Any, kwargs: Any) -> None:
+        if agent.role != "main" or threading.get_ident() != agent.tid:
+            return
+        t1 = _now()
+        agent.interval("optimizer", agent.opt_start_ns or t1, t1)
+        if agent.lead_optimizer is None:
+            agent.lead_optimizer = id(opt)
+        if agent.mode in ("unknown", "inference"):
+            agent.mode = "train"
+        if agent.mode == "train" and id(opt) == agent.lead_optimizer:
+            agent.end_step("train", t1)
+
+    opt_mod.register_optimizer_step_pre_hook(pre_hook)
+    opt_mod.register_optimizer_step_post_hook(post_hook)
+
+    from pinchpoint.capture import cuda_hooks
+
+    cuda_hooks.install(agent, torch)
+
+
+def _after_top_level_call(agent: Agent, torch: Any, module: Any, t1: int) -> None:
+    if agent.mode == "inference":
+        agent.end_step("inference", t1)
+        return
+    if agent.mode != "unknown":
+        return
+    if not torch.is_grad_enabled():
+        agent.mode = "inference"
+        agent.end_step("inference", t1)
+        return
+    key = id(module)
+    n = agent.calls_without_backward.get(key, 0) + 1
+    agent.calls_without_backward[key] = n
+    if n >= INFERENCE_AFTER_CALLS:
+        agent.mode = "inference"
+        agent.end_step("inference", t1)
+
+
+def _backward_wrapper(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if agent.role != "main" or threading.get_ident() != agent.tid:
+            return fn(*args, **kwargs)
+        agent.calls_without_backward.clear()
+        if agent.mode in ("unknown", "inference"):
+            agent.mode = "train"
+        t0 = _now()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            agent.interval("backward", t0, _now())
+
+    return wrapper
+
+
+def _fetch_wrapper(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(self: Any, possibly_batched_index: Any) -> Any:
+        s0 = _read_schedstat()
+        c0 = _thread_cpu()
+        t0 = _now()
+        try:
+            return fn(self, possibly_batched_index)
+        finally:
+            t1 = _now()
+            c1 = _thread_cpu()
+            s1 = _read_schedstat()
+            runq = s1[1] - s0[1] if (s0 is not None and s1 is not None) else None
+            agent.fetches.add(
+                {
+                    "start_ns": t0,
+                    "end_ns": t1,
+                    "cpu_ns": c1 - c0,
+                    "runq_ns": runq,
+                    "worker_id": _worker_id(agent),
+                }
+            )
+            # Workers flush per batch (they can be killed at any time); the main process per step.
+            if agent.role == "worker":
+                agent.fetches.flush()
+
+    return wrapper
+
+
+def _worker_id(agent: Agent) -> int | None:
+    with contextlib.suppress(Exception):
+        info = agent.torch.utils.data.get_worker_info()
+        if info is not None:
+            return int(info.id)
+    return None
+
+
+def _record_loader(agent: Agent, it: Any) -> None:
+    with contextlib.suppress(Exception):
+        sampler = getattr(it, "_index_sampler", None)
+        workers = getattr(it, "_workers", None) or []
+        agent.loaders.add(
+            {
+                "t_ns": _now(),
+                "num_workers": int(getattr(it, "_num_workers", 0)),
+                "pin_memory": bool(getattr(it, "_pin_memory", False)),
+                "prefetch_factor": getattr(it, "_prefetch_factor", None),
+                "persistent_workers": bool(getattr(it, "_persistent_workers", False)),
+                "batch_size": getattr(sampler, "batch_size", None),
+                "dataset": type(getattr(it, "_dataset", None)).__name__,
+                "worker_pids": [int(w.pid) for w in workers if getattr(w, "pid", None)],
+            }
+        )
+        agent.loaders.flush()
+
+
+# ---- installation ---------------------------------------------------------------------------------
+
+AGENT: Agent | None = None
+
+
+def current() -> Agent | None:
+    return AGENT
+
+
+def start(run_dir: Path, rank: int | None = None, window: str | None = None) -> Agent:
+    """Create this process's agent and attach it to torch now or when torch is first imported.
+
+    `window` is the op window as "START:STEPS" or "off" (default: $PINCHPOINT_OPWINDOW, else 5:3).
+    """
+    global AGENT
+    if AGENT is not None:
+        return AGENT
+    if rank is None:
+        rank = int(os.environ.get("RANK", "0") or 0)
+    AGENT = Agent(run_dir, rank, parse_window(window if window is not None else os.environ.get(OPWINDOW_ENV)))
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "nn"):
+        AGENT.attach(torch)
+    else:
+        sys.meta_path.insert(0, _TorchImportHook(AGENT))
+    return AGENT
+
+
+class _TorchImportHook(importlib.abc.MetaPathFinder):
+    """Finds `torch` through the other finders and attaches the agent once its module has executed."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.done = False
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "torch" or self.done:
+            return None
+        self.done = True
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        orig_exec = loader.exec_module  # type: ignore[union-attr]
+        agent = self.agent
+
+        def exec_module(module: ModuleType) -> None:
+            orig_exec(module)
+            try:
+                agent.attach(module)
+            except Exception as exc:  # never break the user's program
+                _log(agent.run_dir, f"pinchpoint agent could not attach: {exc!r}")
+
+        loader.exec_module = exec_module  # type: ignore[union-attr]
+        return spec
+
+
+def _log(run_dir: Path, message: str) -> None:
+    with contextlib.suppress(OSError), open(run_dir / "agent.log", "a") as f:
+        f.write(f"[pid {os.getpid()}] {message}\n")
+
+
+def iter_wrapped() -> Iterator[str]:
+    """Names of the entry points the agent wraps (for `pinchpoint run --help` and tests)."""
+    yield from (
+        "DataLoader iterator __next__",
+        "dataset fetcher fetch",
+        "nn.Module.__call__ (top level)",
+        "torch.autograd.backward / grad",
+        "optimizer step hooks",
+        "torch.save",
+    )

@@ -1,0 +1,91 @@
+"""`pinchpoint.profile()`: the same capture and report from inside a program.
+
+    with pinchpoint.profile(out="runs/exp1") as prof:
+        for x, y in loader:
+            ...
+            prof.step()
+
+Inside `pinchpoint run` it joins the launcher's capture (prof.step() marks steps) instead of starting
+a second one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from pinchpoint.capture import agent as agent_mod
+
+
+class Profile:
+    def __init__(
+        self,
+        out: str | os.PathLike[str] | None = None,
+        *,
+        opwindow: str = "5:3",
+        sample_interval_s: float = 0.1,
+        print_report: bool = True,
+    ) -> None:
+        self.out = Path(out) if out is not None else None
+        self.opwindow = opwindow
+        self.sample_interval_s = sample_interval_s
+        self.print_report = print_report
+        self.report: dict[str, Any] | None = None
+        self.run_dir: Path | None = None
+        self._agent: agent_mod.Agent | None = None
+        self._meta: dict[str, Any] | None = None
+        self._sampler: Any = None
+        self._joined = False
+
+    def __enter__(self) -> Profile:
+        existing = agent_mod.current()
+        if existing is not None and os.environ.get(agent_mod.RUN_DIR_ENV):
+            self._agent, self._joined, self.run_dir = existing, True, existing.run_dir
+            return self
+        from pinchpoint.capture.launcher import start_run_dir
+        from pinchpoint.capture.sampler import spawn_sampler
+
+        self.run_dir = self.out or _default_dir()
+        self._meta = start_run_dir(self.run_dir, [sys.executable, *sys.argv], "api")
+        self._agent = agent_mod.start(self.run_dir, window=self.opwindow)
+        self._sampler = spawn_sampler(self.run_dir, os.getpid(), self.sample_interval_s)
+        return self
+
+    def step(self) -> None:
+        """Mark the end of a step (then steps are exactly the code between calls)."""
+        if self._agent is not None:
+            self._agent.explicit_step()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._joined or self._agent is None or self.run_dir is None or self._meta is None:
+            return
+        from pinchpoint.capture.launcher import finish_run_dir
+        from pinchpoint.capture.sampler import stop_sampler
+        from pinchpoint.pipeline import report_run_dir
+
+        self._agent.close()
+        self._agent.role = "off"  # the hooks stay installed but record nothing more
+        agent_mod.AGENT = None
+        stop_sampler(self._sampler)
+        finish_run_dir(self.run_dir, self._meta, 0 if exc_type is None else 1, None)
+        try:
+            self.report = report_run_dir(self.run_dir)
+        except Exception as error:  # never mask the user's own exception or result
+            print(f"pinchpoint: no report: {error}", file=sys.stderr)
+            return
+        if self.print_report:
+            from pinchpoint.report.terminal import render
+
+            render(self.report, sys.stderr)
+
+
+def _default_dir() -> Path:
+    import datetime as dt
+
+    stem = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else "api"
+    return Path("pinchpoint-runs") / f"{stem or 'api'}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"

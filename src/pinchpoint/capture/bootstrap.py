@@ -1,0 +1,34 @@
+"""Decides, in each Python process of a profiled program, whether and how the agent starts."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+# Processes that launch or serve the program rather than run its steps.
+LAUNCHER_MARKERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+SPAWNED_WORKER_MARKERS = ("multiprocessing.spawn", "multiprocessing.forkserver", "--multiprocessing-fork")
+
+
+def _cmdline() -> list[str]:
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return list(sys.argv)
+
+
+def start_from_environment(run_dir: str) -> None:
+    argv = _cmdline()
+    joined = " ".join(argv)
+    if any(os.path.basename(a) == "torchrun" for a in argv[:2]) or any(
+        m in joined for m in LAUNCHER_MARKERS[1:]
+    ):
+        return  # torchrun's elastic agent: its children (the ranks) start their own agents
+    from pinchpoint.capture import agent
+
+    a = agent.start(Path(run_dir))
+    if any(m in joined for m in SPAWNED_WORKER_MARKERS):
+        a.role = "worker"
+        a.window.disable()

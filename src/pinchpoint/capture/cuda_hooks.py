@@ -1,0 +1,62 @@
+"""CUDA phases: host-to-device copies (`h2d_copy`) and host waits on the device (`sync_wait`).
+
+Installed only when CUDA is available, so a CPU run pays nothing for them. Wrapped:
+  `torch.cuda.synchronize`, `Stream.synchronize`, `Event.synchronize`            -> sync_wait
+  `Tensor.item`, `Tensor.tolist`, `Tensor.cpu` on a CUDA tensor (implicit syncs) -> sync_wait
+  `Tensor.to` / `Tensor.cuda` of a CPU tensor to a CUDA device                  -> h2d_copy
+A non_blocking copy from pinned memory returns at once, so its interval is short: the exposed cost
+of a pageable or blocking copy is what shows. Not yet exercised on a GPU in CI (no GPU there).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import time
+
+_now = time.monotonic_ns
+
+
+def install(agent: Any, torch: Any) -> bool:
+    try:
+        if not torch.cuda.is_available():
+            return False
+    except Exception:
+        return False
+
+    def timed(phase: str, fn: Callable[..., Any], when: Callable[..., bool] | None = None) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if agent.role != "main" or threading.get_ident() != agent.tid:
+                return fn(*args, **kwargs)
+            if when is not None and not when(*args, **kwargs):
+                return fn(*args, **kwargs)
+            t0 = _now()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                agent.interval(phase, t0, _now())
+
+        return wrapper
+
+    def on_cuda(t: Any, *args: Any, **kwargs: Any) -> bool:
+        return bool(getattr(t, "is_cuda", False))
+
+    def cpu_to_cuda(t: Any, *args: Any, **kwargs: Any) -> bool:
+        if getattr(t, "is_cuda", True):
+            return False
+        target = kwargs.get("device", args[0] if args else None)
+        return "cuda" in str(target)
+
+    torch.cuda.synchronize = timed("sync_wait", torch.cuda.synchronize)
+    torch.cuda.Stream.synchronize = timed("sync_wait", torch.cuda.Stream.synchronize)
+    torch.cuda.Event.synchronize = timed("sync_wait", torch.cuda.Event.synchronize)
+    tensor = torch.Tensor
+    for name in ("item", "tolist", "cpu"):
+        setattr(tensor, name, timed("sync_wait", getattr(tensor, name), on_cuda))
+    tensor.to = timed("h2d_copy", tensor.to, cpu_to_cuda)
+    tensor.cuda = timed("h2d_copy", tensor.cuda, lambda t, *a, **k: not getattr(t, "is_cuda", True))
+    return True

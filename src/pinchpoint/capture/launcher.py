@@ -1,0 +1,138 @@
+"""Runs an unmodified program under capture: run directory, bootstrap, sampler, exit status.
+
+The program inherits stdin, stdout and stderr and its exit code is passed through. Ctrl-C reaches
+the program as usual (it shares the terminal's process group); the launcher waits it out, so the run
+directory is finished however the program ends: normally, by exception, by signal or by OOM kill.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pinchpoint
+from pinchpoint.capture import environment
+from pinchpoint.capture.agent import OPWINDOW_ENV, RUN_DIR_ENV
+from pinchpoint.capture.sampler import spawn_sampler, stop_sampler
+from pinchpoint.capture.writer import write_json_atomic
+
+BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
+PKG_PARENT = Path(pinchpoint.__file__).resolve().parent.parent
+SCHEMA = "pinchpoint.run/1"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaunchResult:
+    exit_code: int
+    signal: str | None
+    started: bool
+    """False when the command could not be started at all (not found, not executable)."""
+    error: str | None = None
+
+
+def _iso_now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def start_run_dir(run_dir: Path, command: list[str], mode: str) -> dict[str, Any]:
+    """Create the run directory with meta.json and environment.json; return the meta dict."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    meta: dict[str, Any] = {
+        "schema": SCHEMA,
+        "pinchpoint_version": pinchpoint.__version__,
+        "command": command,
+        "cwd": os.getcwd(),
+        "started_at": _iso_now(),
+        "clock": {"wall_time_ns": time.time_ns(), "monotonic_ns": time.monotonic_ns()},
+        "ended_at": None,
+        "exit_code": None,
+        "signal": None,
+        "world_size": _world_size(command),
+        "launcher_pid": os.getpid(),
+        "child_pid": None,
+        "mode": mode,
+    }
+    write_json_atomic(run_dir / "meta.json", meta)
+    write_json_atomic(run_dir / "environment.json", environment.collect_environment())
+    return meta
+
+
+def finish_run_dir(run_dir: Path, meta: dict[str, Any], exit_code: int, sig: str | None) -> None:
+    meta.update(ended_at=_iso_now(), exit_code=exit_code, signal=sig)
+    write_json_atomic(run_dir / "meta.json", meta)
+
+
+def _world_size(command: list[str]) -> int:
+    """World size from torchrun's --nproc_per_node/--nproc-per-node (times --nnodes), else 1."""
+    nproc, nnodes = 1, 1
+    for i, arg in enumerate(command):
+        for flag in ("--nproc_per_node", "--nproc-per-node", "--nnodes"):
+            value = None
+            if arg == flag and i + 1 < len(command):
+                value = command[i + 1]
+            elif arg.startswith(flag + "="):
+                value = arg.split("=", 1)[1]
+            if value is not None and value.isdigit():
+                if flag == "--nnodes":
+                    nnodes = int(value)
+                else:
+                    nproc = int(value)
+    return nproc * nnodes
+
+
+def child_environment(run_dir: Path, opwindow: str | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env[RUN_DIR_ENV] = str(run_dir.resolve())
+    env["PINCHPOINT_PKG_PARENT"] = str(PKG_PARENT)
+    if opwindow is not None:
+        env[OPWINDOW_ENV] = opwindow
+    existing = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(BOOTSTRAP_DIR) + (os.pathsep + existing if existing else "")
+    return env
+
+
+def launch(
+    command: list[str], run_dir: Path, *, opwindow: str | None = None, sample_interval_s: float = 0.1
+) -> LaunchResult:
+    """Run `command` to completion under capture, writing `run_dir`. Never raises for the child's sake."""
+    meta = start_run_dir(run_dir, command, "run")
+    env = child_environment(run_dir, opwindow)
+    try:
+        proc = subprocess.Popen(command, env=env)
+    except OSError as exc:
+        finish_run_dir(run_dir, meta, 127, None)
+        return LaunchResult(exit_code=127, signal=None, started=False, error=f"{exc.strerror}: {command[0]}")
+    meta["child_pid"] = proc.pid
+    write_json_atomic(run_dir / "meta.json", meta)
+    sampler = spawn_sampler(run_dir, proc.pid, sample_interval_s)
+
+    def forward(signum: int, frame: Any) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    # Ctrl-C already reaches the child through the process group; the launcher just keeps waiting.
+    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    old_term = signal.signal(signal.SIGTERM, forward)
+    try:
+        rc = proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+        stop_sampler(sampler)
+    sig_name = None
+    if rc < 0:
+        sig_name = signal.Signals(-rc).name
+        rc = 128 - rc
+    finish_run_dir(run_dir, meta, rc, sig_name)
+    return LaunchResult(exit_code=rc, signal=sig_name, started=True)
+
+
+def python_command(script: str, args: list[str]) -> list[str]:
+    return [sys.executable, script, *args]

@@ -1,0 +1,173 @@
+"""A short `torch.profiler` window over a few steps, then micro-benchmarks of this machine.
+
+The window records CPU ops with shapes and FLOPs for `steps` steps starting at step `start` and
+exports them as a Chrome trace (`opwindow.json`). Right after, in the same process and with the
+program's own thread settings, it measures what one framework op costs to dispatch and what the
+window's heaviest matmul costs in fp32 vs bf16 (`probes.json`). Steps inside the window are marked
+`profiled` and left out of timing statistics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pinchpoint.capture.writer import write_json_atomic
+
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+DISPATCH_PROBE_OPS = 2000
+MATMUL_PROBE_BUDGET_NS = 200_000_000
+"""Upper bound on the time the matmul probe may take (it shrinks the shape to fit)."""
+
+
+class OpWindow:
+    def __init__(self, rank_dir: Path, spec: tuple[int, int] | None) -> None:
+        self.rank_dir = rank_dir
+        self.spec = spec
+        self.prof: Any = None
+        self.active = False
+        self.done = spec is None
+
+    def disable(self) -> None:
+        self.done = True
+        self.active = False
+        self.prof = None
+
+    def on_step_end(self, torch: Any, next_step: int) -> bool:
+        """Start or stop the window at a step boundary. True when it just stopped (probes ran)."""
+        if self.done or self.spec is None or torch is None:
+            return False
+        start, steps = self.spec
+        if not self.active and next_step == start:
+            self._start(torch)
+            return False
+        if self.active and next_step >= start + steps:
+            self.stop(torch)
+            return True
+        return False
+
+    def _start(self, torch: Any) -> None:
+        try:
+            from torch.profiler import ProfilerActivity, profile
+
+            self.prof = profile(
+                activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True
+            )
+            with _quiet_stderr():
+                self.prof.__enter__()
+            self.active = True
+        except Exception:
+            self.disable()
+
+    def stop(self, torch: Any) -> None:
+        if not self.active or self.prof is None:
+            return
+        prof, self.prof = self.prof, None
+        self.active = False
+        self.done = True
+        with contextlib.suppress(Exception):
+            with _quiet_stderr():
+                prof.__exit__(None, None, None)
+            self.rank_dir.mkdir(parents=True, exist_ok=True)
+            prof.export_chrome_trace(str(self.rank_dir / "opwindow.json"))
+            shape = _heaviest_matmul(prof)
+            probes = run_probes(torch, shape)
+            probes["window_steps"] = self.spec[1] if self.spec else None
+            # Kineto stamps events in wall-clock time (baseTimeNanoseconds + ts); this pair maps
+            # them onto the monotonic clock of the step records.
+            probes["clock"] = {"wall_time_ns": time.time_ns(), "monotonic_ns": time.monotonic_ns()}
+            write_json_atomic(self.rank_dir / "probes.json", probes)
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Kineto prints `profiler_start`/`profiler_stop` lines to fd 2; the program's stderr must not change."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _heaviest_matmul(prof: Any) -> tuple[int, int, int] | None:
+    """(M, K, N) of the matmul op with the most total CPU time in the window."""
+    best: tuple[float, tuple[int, int, int]] | None = None
+    totals: dict[tuple[int, int, int], float] = {}
+    for ev in prof.events():
+        if ev.name not in MATMUL_OPS:
+            continue
+        shapes = [s for s in (ev.input_shapes or []) if s]
+        mats = [s for s in shapes if len(s) >= 2]
+        if len(mats) < 2:
+            continue
+        a, b = mats[-2], mats[-1]
+        mkn = (int(a[-2]), int(a[-1]), int(b[-1]))
+        totals[mkn] = totals.get(mkn, 0.0) + float(ev.cpu_time_total)
+    for mkn, total in totals.items():
+        if best is None or total > best[0]:
+            best = (total, mkn)
+    return best[1] if best else None
+
+
+def run_probes(torch: Any, shape: tuple[int, int, int] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"dispatch_ns_per_op": None, "matmul": []}
+    with contextlib.suppress(Exception):
+        out["dispatch_ns_per_op"] = _probe_dispatch(torch)
+    if shape is not None:
+        with contextlib.suppress(Exception):
+            out["matmul"] = _probe_matmul(torch, shape)
+    return out
+
+
+def _probe_dispatch(torch: Any) -> int:
+    """Median cost of one tiny eager op (a 1-element add) through Python and the dispatcher."""
+    a = torch.ones(1)
+    with torch.no_grad():
+        for _ in range(200):
+            torch.add(a, a)
+        samples = []
+        for _ in range(5):
+            t0 = time.perf_counter_ns()
+            for _ in range(DISPATCH_PROBE_OPS // 5):
+                torch.add(a, a)
+            samples.append((time.perf_counter_ns() - t0) // (DISPATCH_PROBE_OPS // 5))
+    samples.sort()
+    return int(samples[len(samples) // 2])
+
+
+def _probe_matmul(torch: Any, shape: tuple[int, int, int]) -> list[dict[str, Any]]:
+    m, k, n = shape
+    results = []
+    with torch.no_grad():
+        a = torch.randn(m, k)
+        b = torch.randn(k, n)
+        t0 = time.perf_counter_ns()
+        torch.mm(a, b)
+        once = max(1, time.perf_counter_ns() - t0)
+        reps = max(1, min(10, MATMUL_PROBE_BUDGET_NS // (2 * once)))
+        for dtype_name in ("float32", "bfloat16"):
+            dtype = getattr(torch, dtype_name)
+            x, y = a.to(dtype), b.to(dtype)
+            torch.mm(x, y)  # warm-up: first call picks and may JIT the kernel
+            times = []
+            for _ in range(int(reps)):
+                t0 = time.perf_counter_ns()
+                torch.mm(x, y)
+                times.append(time.perf_counter_ns() - t0)
+            times.sort()
+            results.append({"shape": [m, k, n], "dtype": dtype_name, "ns": int(times[len(times) // 2])})
+    return results

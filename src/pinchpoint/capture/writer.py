@@ -1,0 +1,53 @@
+"""Append-only writers for the run directory (see docs/run-directory.md).
+
+Lines are buffered in memory and written with one `os.write` per flush, so a SIGKILL loses at most the
+lines since the last flush and never leaves a half-written line from an interrupted Python buffer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+class JsonlWriter:
+    """Appends JSON objects as lines; `flush()` writes what is buffered."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lines: list[str] = []
+        self._fd: int | None = None
+
+    def add(self, obj: Any) -> None:
+        self._lines.append(json.dumps(obj, separators=(",", ":")))
+
+    def flush(self) -> None:
+        if not self._lines:
+            return
+        data = ("\n".join(self._lines) + "\n").encode()
+        self._lines.clear()
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.write(self._fd, data)
+
+    def close(self) -> None:
+        self.flush()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def forget(self) -> None:
+        """Drop the buffer and handle without writing (a forked child must not write the parent's lines)."""
+        self._lines.clear()
+        self._fd = None
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write `obj` as JSON via a temporary file and rename, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)

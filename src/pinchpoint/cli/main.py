@@ -1,0 +1,66 @@
+"""`pinchpoint` command line: one module per subcommand, registered here."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Protocol
+
+import pinchpoint
+from pinchpoint.cli import report_cmd, run_cmd
+from pinchpoint.errors import PinchpointError
+
+
+class Command(Protocol):
+    NAME: str
+    HELP: str
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def execute(self, args: argparse.Namespace) -> int: ...
+
+
+COMMANDS: tuple[Command, ...] = (run_cmd.RunCommand(), report_cmd.ReportCommand())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pinchpoint",
+        description="Find what limits a PyTorch program's speed, with evidence and the fix.",
+    )
+    parser.add_argument("--version", action="version", version=f"pinchpoint {pinchpoint.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for cmd in COMMANDS:
+        p = sub.add_parser(cmd.NAME, help=cmd.HELP, description=cmd.HELP)
+        cmd.add_arguments(p)
+        p.set_defaults(_command=cmd)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        ns = run_cmd.parse_run_args(parser, args) if args[:1] == ["run"] else parser.parse_args(args)
+    except SystemExit as exc:  # argparse: --help, --version or a usage error
+        return int(exc.code) if isinstance(exc.code, int) else 2
+    cmd = getattr(ns, "_command", None)
+    if cmd is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(cmd.execute(ns))
+    except PinchpointError as exc:
+        print(f"pinchpoint: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("pinchpoint: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # the last line of defence: one line, never a traceback
+        print(f"pinchpoint: internal error: {exc.__class__.__name__}: {exc} (please report this)", file=sys.stderr)
+        return 70
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""pinchpoint report RUN_DIR: (re)build the report of a run directory, e.g. after a crash."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+class ReportCommand:
+    NAME = "report"
+    HELP = "rebuild and print the report of a run directory"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("run_dir", help="the directory `pinchpoint run` wrote")
+        parser.add_argument("--json", help="also write report.json to this path")
+        parser.add_argument("--no-color", action="store_true", help="plain text report")
+
+    def execute(self, args: argparse.Namespace) -> int:
+        from pinchpoint.pipeline import report_run_dir
+        from pinchpoint.report.terminal import render
+
+        report = report_run_dir(Path(args.run_dir), json_path=Path(args.json) if args.json else None)
+        render(report, sys.stdout, color=False if args.no_color else None)
+        return 0

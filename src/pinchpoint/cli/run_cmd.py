@@ -1,0 +1,133 @@
+"""pinchpoint run [OPTIONS] SCRIPT [ARGS...] | -m MODULE [ARGS...] | -- COMMAND...
+
+Runs the program unmodified, captures its steps, and prints the diagnosis when it ends. The
+program's own stdin, stdout, stderr and exit code are unchanged; the report goes to stderr after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pinchpoint.errors import PinchpointError, UsageError
+
+VALUE_OPTIONS = {"-o", "--out", "--json", "--opwindow", "--interval"}
+FLAG_OPTIONS = {"--force", "--quiet", "-q", "--no-color", "-h", "--help"}
+
+
+class RunCommand:
+    NAME = "run"
+    HELP = "run a program under pinchpoint and print what limits its speed"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.usage = "pinchpoint run [OPTIONS] SCRIPT [ARGS...] | -m MODULE [ARGS...] | -- COMMAND..."
+        parser.add_argument("-o", "--out", help="run directory to write (default: pinchpoint-runs/NAME-TIME)")
+        parser.add_argument("--json", help="also write report.json to this path")
+        parser.add_argument("--force", action="store_true", help="overwrite an existing run directory")
+        parser.add_argument(
+            "--opwindow",
+            default=None,
+            help="op window as START:STEPS (default 5:3) or 'off'; it records ops, shapes and dtypes",
+        )
+        parser.add_argument("--interval", type=float, default=0.1, help="system sampling interval, seconds")
+        parser.add_argument("-q", "--quiet", action="store_true", help="don't print the report")
+        parser.add_argument("--no-color", action="store_true", help="plain text report")
+
+    def execute(self, args: argparse.Namespace) -> int:
+        from pinchpoint.capture.launcher import launch
+        from pinchpoint.pipeline import report_run_dir
+        from pinchpoint.report.terminal import render
+
+        command: list[str] = args.target
+        run_dir = _run_dir(args.out, command, args.force)
+        result = launch(command, run_dir, opwindow=args.opwindow, sample_interval_s=args.interval)
+        if not result.started:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise UsageError(f"could not start the program: {result.error}")
+        try:
+            report = report_run_dir(run_dir, json_path=Path(args.json) if args.json else None)
+        except PinchpointError as exc:
+            print(f"pinchpoint: no report: {exc}; the run directory is kept at {run_dir}", file=sys.stderr)
+            return result.exit_code or exc.exit_code
+        if not args.quiet:
+            print(file=sys.stderr)
+            render(report, sys.stderr, color=False if args.no_color else None)
+        print(f"pinchpoint: run directory {run_dir}  (report: {run_dir / 'report.json'})", file=sys.stderr)
+        return result.exit_code
+
+
+def _run_dir(out: str | None, command: list[str], force: bool) -> Path:
+    if out:
+        path = Path(out)
+        if path.exists() and any(path.iterdir()) if path.is_dir() else path.exists():
+            if not force:
+                raise UsageError(f"{path} already exists; pass --force to overwrite it or choose another -o")
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        return path
+    name = "run"
+    for part in command[1:] if len(command) > 1 else command:
+        if not part.startswith("-"):
+            name = Path(part).stem or name
+            break
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = Path("pinchpoint-runs") / f"{name}-{stamp}"
+    n = 1
+    while path.exists():
+        n += 1
+        path = Path("pinchpoint-runs") / f"{name}-{stamp}-{n}"
+    return path
+
+
+def split_run_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split `run`'s own options from the program's command line."""
+    ours: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            return ours, _python_if_script(list(args[i + 1 :]))
+        if a in ("-m", "--module"):
+            if i + 1 >= len(args):
+                raise UsageError("-m needs a module name, e.g. pinchpoint run -m pkg.train")
+            return ours, [sys.executable, "-m", *args[i + 1 :]]
+        if a in VALUE_OPTIONS:
+            ours.extend(args[i : i + 2])
+            i += 2
+            continue
+        if a in FLAG_OPTIONS or (a.startswith("--") and a.split("=", 1)[0] in VALUE_OPTIONS):
+            ours.append(a)
+            i += 1
+            continue
+        if a.startswith("-"):
+            ours.append(a)  # unknown: let argparse report it
+            i += 1
+            continue
+        script = a
+        if not Path(script).is_file():
+            raise UsageError(
+                f"no such script: {script} (to run a command, put it after --: pinchpoint run -- {script} ...)"
+            )
+        return ours, [sys.executable, script, *args[i + 1 :]]
+    return ours, []
+
+
+def _python_if_script(command: list[str]) -> list[str]:
+    if command and command[0].endswith(".py") and not os.access(command[0], os.X_OK):
+        return [sys.executable, *command]
+    return command
+
+
+def parse_run_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    ours, target = split_run_args(list(argv[1:]))
+    ns = parser.parse_args(["run", *ours])
+    if not target and not getattr(ns, "help", False):
+        raise UsageError("nothing to run: pinchpoint run train.py [ARGS...] or pinchpoint run -- COMMAND ...")
+    if target and shutil.which(target[0]) is None and not Path(target[0]).exists():
+        raise UsageError(f"command not found: {target[0]}")
+    ns.target = target
+    return ns

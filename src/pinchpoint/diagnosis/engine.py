@@ -1,0 +1,62 @@
+"""Runs every rule on every rank and merges what they find into one ranked list."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from pinchpoint.analysis.run_analysis import RankAnalysis, RunAnalysis
+from pinchpoint.diagnosis.finding import Finding
+from pinchpoint.diagnosis.registry import RULES
+from pinchpoint.diagnosis.rules.base import Rule
+
+MISSING_DATA = {
+    "steps": "no steps were recorded (no optimizer step, model call or prof.step() was seen)",
+    "ops": "needs an op window (the run had too few steps, or it was turned off)",
+    "loader": "the DataLoader's fetch activity was not recorded",
+    "cpu": "needs system samples over the steps (run too short?)",
+    "memory": "needs RSS at five or more steps",
+    "main": "the training process's torch settings were not recorded",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Diagnosis:
+    findings: tuple[Finding, ...]
+    notes: tuple[str, ...]
+    """Rules that could not judge, and why (honest gaps, not findings)."""
+
+
+def _missing(rule: Rule, rank: RankAnalysis) -> list[str]:
+    return [name for name in sorted(rule.requires) if getattr(rank, name) is None]
+
+
+def sort_key(f: Finding) -> tuple[float, int, float]:
+    # Biggest predicted gain first; among equal gains, problems before the "compute-bound" summary
+    # (which has no fix to gain from), then by share.
+    informational = f.estimated_speedup <= 1.0 and f.share > 0 and f.id.value == "compute.math"
+    return (-round(f.estimated_speedup, 3), 1 if informational else 0, -f.share)
+
+
+def diagnose(analysis: RunAnalysis, rules: Sequence[Rule] = RULES) -> Diagnosis:
+    by_id: dict[str, Finding] = {}
+    notes: list[str] = []
+    for rank in analysis.ranks:
+        for rule in rules:
+            missing = _missing(rule, rank)
+            if missing:
+                reason = MISSING_DATA.get(missing[0], f"missing {missing[0]}")
+                note = f"{rule.id.value}: not judged on rank {rank.rank}: {reason}"
+                if rank.rank == 0 or len(analysis.ranks) == 1:
+                    notes.append(note)
+                continue
+            for f in rule.check(analysis.environment, rank):
+                prev = by_id.get(f.id.value)
+                if prev is None:
+                    by_id[f.id.value] = f
+                else:
+                    best = f if f.estimated_speedup > prev.estimated_speedup else prev
+                    ranks = tuple(sorted(set(prev.ranks) | set(f.ranks)))
+                    by_id[f.id.value] = replace(best, ranks=ranks)
+    findings = tuple(sorted(by_id.values(), key=sort_key))
+    return Diagnosis(findings=findings, notes=tuple(dict.fromkeys(notes)))

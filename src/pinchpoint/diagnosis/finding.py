@@ -1,0 +1,46 @@
+"""What a diagnosis produces: findings in the categories of the report contract."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Category(str, Enum):
+    INPUT_FETCH = "input.fetch"
+    INPUT_PREPROCESS = "input.preprocess"
+    HOST_PYTHON = "host.python"
+    HOST_DISPATCH = "host.dispatch"
+    HOST_SYNC = "host.sync"
+    TRANSFER_H2D = "transfer.h2d"
+    COMPUTE_MATH = "compute.math"
+    COMPUTE_MEMORY = "compute.memory"
+    COMM_EXPOSED = "comm.exposed"
+    IMBALANCE_STRAGGLER = "imbalance.straggler"
+    MEMORY_LEAK = "memory.leak"
+    MEMORY_PRESSURE = "memory.pressure"
+    CPU_OVERSUBSCRIPTION = "cpu.oversubscription"
+    CPU_UNDERUSE = "cpu.underuse"
+    IO_CHECKPOINT = "io.checkpoint"
+
+
+class Confidence(str, Enum):
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finding:
+    id: Category
+    title: str
+    share: float
+    """Fraction of step time this finding accounts for."""
+    estimated_speedup: float
+    """Predicted step-time ratio before/after if the fix were applied (>= 1.0)."""
+    confidence: Confidence
+    evidence: tuple[str, ...]
+    fix: str
+    ranks: tuple[int, ...] = (0,)
+    snippet: str | None = None
+    """Code showing the fix, where one helps."""

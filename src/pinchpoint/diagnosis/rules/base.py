@@ -1,0 +1,38 @@
+"""The shape of a rule, and the small helpers rules share for stating numbers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar, Protocol
+
+from pinchpoint.analysis.run_analysis import RankAnalysis
+from pinchpoint.diagnosis.finding import Category, Finding
+from pinchpoint.trace.run import Environment
+
+
+class Rule(Protocol):
+    """A rule reads one rank's analyses and yields findings.
+
+    `requires` names the `RankAnalysis` fields it needs; when one is missing the engine skips the
+    rule and says which data was missing instead of guessing.
+    """
+
+    id: ClassVar[Category]
+    title: ClassVar[str]
+    requires: ClassVar[frozenset[str]]
+
+    def check(self, env: Environment, rank: RankAnalysis) -> Iterable[Finding]: ...
+
+
+def ms(ns: float) -> str:
+    v = ns / 1e6
+    return f"{v:.1f} ms" if v >= 10 else f"{v:.2f} ms"
+
+
+def pct(frac: float) -> str:
+    return f"{100 * frac:.0f}%"
+
+
+def speedup_removing(share: float) -> float:
+    """Step-time ratio if a fraction `share` of the step disappeared (Amdahl)."""
+    return 1.0 / max(1e-6, 1.0 - min(share, 0.95))

@@ -1,0 +1,119 @@
+"""Thread settings read against the cores this process may use."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar
+
+from pinchpoint.analysis.run_analysis import RankAnalysis
+from pinchpoint.diagnosis.finding import Category, Confidence, Finding
+from pinchpoint.diagnosis.rules.base import pct
+from pinchpoint.trace.run import Environment, Phase
+
+RUNQ_SHARE_MIN = 0.05
+"""Main thread waiting for a CPU more than 5% of the step: measurable contention."""
+UNDERUSE_COMPUTE_MIN = 0.30
+"""Compute phases above 30% of the step before idle cores are worth reporting."""
+IDLE_CORE_MIN = 0.6
+"""At least this many cores' worth of CPU idle machine-wide during the steps."""
+PARALLEL_EFFICIENCY = 0.85
+"""Fraction of ideal scaling an extra intra-op thread gives on matmul-heavy CPU work (assumed)."""
+
+
+def _compute_share(rank: RankAnalysis) -> float:
+    if rank.steps is None:
+        return 0.0
+    return sum(rank.steps.share(p.value) for p in (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER))
+
+
+class CpuOversubscription:
+    """Pattern: more threads want to run than there are cores (intra-op threads × processes > cores).
+    Why it's slow: threads preempt each other; OpenMP barriers wait for descheduled threads.
+    Fix: torch.set_num_threads(cores // processes), OMP_NUM_THREADS; one thread per DataLoader worker.
+    Reference: rules-catalog §5a (tuning guide: OMP_NUM_THREADS, affinity).
+    """
+
+    id: ClassVar[Category] = Category.CPU_OVERSUBSCRIPTION
+    title: ClassVar[str] = "More busy threads than cores"
+    requires: ClassVar[frozenset[str]] = frozenset({"steps", "main"})
+
+    def check(self, env: Environment, rank: RankAnalysis) -> Iterable[Finding]:
+        steps, main = rank.steps, rank.main
+        if steps is None or main is None or main.threads.intra_op is None:
+            return
+        cores = max(1, env.cpu.usable_cores)
+        intra = main.threads.intra_op
+        worker_threads = sum((w.threads.intra_op or 1) for w in rank.workers)
+        demand = intra + worker_threads
+        runq = steps.main_runq_fraction or 0.0
+        if demand <= cores or (intra <= cores and runq < RUNQ_SHARE_MIN):
+            return
+        evidence = [
+            f"The training process runs {intra} intra-op threads on {cores} usable core(s)"
+            + (f", beside {len(rank.workers)} worker process(es)" if rank.workers else ""),
+            f"Its main thread waited for a CPU {pct(runq)} of the step",
+        ]
+        if rank.cpu is not None:
+            evidence.append(
+                f"{rank.cpu.invol_switches_per_s:.0f} involuntary context switches per second across the "
+                f"program's {rank.cpu.max_threads} threads"
+            )
+        env_vars = dict(main.threads.env)
+        if env_vars:
+            evidence.append("Thread variables set: " + ", ".join(f"{k}={v}" for k, v in env_vars.items()))
+        share = max(runq, 0.0)
+        target = max(1, cores // max(1, 1 + len(rank.workers) if intra > cores else 1))
+        yield Finding(
+            id=self.id,
+            title=self.title,
+            share=share,
+            estimated_speedup=1.0 / max(0.05, 1.0 - share),
+            confidence=Confidence.HIGH if runq >= RUNQ_SHARE_MIN else Confidence.MEDIUM,
+            evidence=tuple(evidence),
+            fix=f"Use at most one busy thread per core: torch.set_num_threads({min(intra, cores)}) "
+            f"(or OMP_NUM_THREADS={min(intra, cores)}); keep DataLoader workers at 1 thread each.",
+            snippet=f"torch.set_num_threads({target if intra > cores else cores})",
+            ranks=(rank.rank,),
+        )
+
+
+class CpuUnderuse:
+    """Pattern: compute-bound steps use fewer threads than the cores they may use, and cores sit idle.
+    Why it's slow: intra-op parallelism would split matmuls and convolutions across the idle cores.
+    Fix: torch.set_num_threads(len(os.sched_getaffinity(0))) or unset a too-low OMP_NUM_THREADS.
+    Reference: rules-catalog §5a (tuning guide: intra-op threads).
+    """
+
+    id: ClassVar[Category] = Category.CPU_UNDERUSE
+    title: ClassVar[str] = "Compute uses fewer cores than it could"
+    requires: ClassVar[frozenset[str]] = frozenset({"steps", "main", "cpu"})
+
+    def check(self, env: Environment, rank: RankAnalysis) -> Iterable[Finding]:
+        steps, main, cpu = rank.steps, rank.main, rank.cpu
+        if steps is None or main is None or cpu is None or main.threads.intra_op is None:
+            return
+        cores = max(1, env.cpu.usable_cores)
+        intra = main.threads.intra_op
+        compute = _compute_share(rank)
+        idle = cores - cpu.machine_busy_cores
+        if intra >= cores or compute < UNDERUSE_COMPUTE_MIN or idle < IDLE_CORE_MIN:
+            return
+        scale = 1.0 + (cores / intra - 1.0) * PARALLEL_EFFICIENCY
+        saved = compute * (1.0 - 1.0 / scale)
+        yield Finding(
+            id=self.id,
+            title=self.title,
+            share=saved,
+            estimated_speedup=1.0 / (1.0 - saved),
+            confidence=Confidence.MEDIUM,
+            evidence=(
+                f"Compute is {pct(compute)} of the step but runs on {intra} intra-op thread(s); "
+                f"{cores} core(s) are usable",
+                f"Machine-wide, {idle:.1f} core(s) sat idle during the steps "
+                f"(the program used {cpu.process_cores:.1f})",
+            ),
+            fix=f"Let intra-op parallelism use the idle cores: torch.set_num_threads({cores}) "
+            "(remove the lower setting or OMP_NUM_THREADS).",
+            snippet="torch.set_num_threads(len(os.sched_getaffinity(0)))",
+            ranks=(rank.rank,),
+        )

@@ -1,0 +1,194 @@
+"""Input-bound steps, told apart by what the loading processes did while the step waited.
+
+`input.fetch`: the loaders mostly slept (storage, network, latency) — more workers overlap it and cost
+little CPU. `input.preprocess`: the loaders were on a CPU or waiting for one (decode, augment,
+tokenize) — more workers only help if the cores have room, so the estimate models CPU capacity.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import ClassVar
+
+from pinchpoint.analysis.loader import LoaderActivity
+from pinchpoint.analysis.run_analysis import RankAnalysis
+from pinchpoint.diagnosis.finding import Category, Confidence, Finding
+from pinchpoint.diagnosis.rules.base import ms, pct, speedup_removing
+from pinchpoint.trace.run import Environment, Phase
+
+INPUT_SHARE_MIN = 0.05
+"""Data wait above 5% of the step: Kineto TensorBoard plugin's DataLoader rule (rules-catalog §5e);
+TF/XProf grade 5–20% moderate, ≥ 20% high (§1b)."""
+INPUT_SHARE_HIGH = 0.20
+SLEEP_FRACTION_IO = 0.5
+"""Loaders asleep for more than half their fetch time: I/O- or latency-bound (cf. XProf's host-input
+split, rules-catalog §1e, which uses ≥ 50% for the dominant side)."""
+MAX_IO_WORKERS = 8
+"""Most workers suggested for sleeping (I/O-bound) loaders: each is a process with its own memory."""
+
+
+def _data_wait(rank: RankAnalysis) -> tuple[float, float, float] | None:
+    """(share, wait ns per step, step ns) when the wait is big enough to report."""
+    steps = rank.steps
+    if steps is None:
+        return None
+    share = steps.share(Phase.DATA_WAIT.value)
+    if share < INPUT_SHARE_MIN:
+        return None
+    return share, steps.phase_ns.get(Phase.DATA_WAIT.value, 0.0), steps.mean_ns
+
+
+def _is_io_bound(loader: LoaderActivity | None) -> bool | None:
+    if loader is None or loader.wall_ns == 0:
+        return None
+    return loader.sleep_fraction >= SLEEP_FRACTION_IO
+
+
+def _loader_evidence(loader: LoaderActivity) -> str:
+    where = "the training process itself (num_workers=0)" if loader.in_main_process else (
+        f"{loader.processes} worker process(es)"
+    )
+    return (
+        f"Loading a batch takes {ms(loader.per_batch_ns)} in {where}: {pct(loader.cpu_fraction)} on a CPU, "
+        f"{pct(loader.runq_fraction)} waiting for a CPU, {pct(loader.sleep_fraction)} asleep (I/O, latency)"
+    )
+
+
+def _settings(loader: LoaderActivity | None) -> str | None:
+    if loader is None or loader.config is None:
+        return None
+    c = loader.config
+    return (
+        f"DataLoader settings in use: num_workers={c.num_workers}, batch_size={c.batch_size}, "
+        f"pin_memory={c.pin_memory}, persistent_workers={c.persistent_workers}, "
+        f"prefetch_factor={c.prefetch_factor}"
+    )
+
+
+class InputFetch:
+    """Pattern: steps block in the DataLoader while the loaders sleep (storage, network, latency).
+    Why it's slow: the step cannot start until a batch arrives; loading is serialized with compute.
+    Fix: more DataLoader workers (or threads) to overlap the latency; prefetch; local cache.
+    Reference: rules-catalog §5e (Kineto DataLoader > 5%), §10 (DS-Analyzer fetch stalls).
+    """
+
+    id: ClassVar[Category] = Category.INPUT_FETCH
+    title: ClassVar[str] = "Steps wait for data; the loader is waiting on I/O, not computing"
+    requires: ClassVar[frozenset[str]] = frozenset({"steps"})
+
+    def check(self, env: Environment, rank: RankAnalysis) -> Iterable[Finding]:
+        dw = _data_wait(rank)
+        if dw is None:
+            return
+        io_bound = _is_io_bound(rank.loader)
+        if io_bound is False:
+            return
+        share, wait_ns, step_ns = dw
+        compute_ns = max(1.0, step_ns - wait_ns)
+        evidence = [f"DataLoader wait is {pct(share)} of the step ({ms(wait_ns)} of {ms(step_ns)})"]
+        loader = rank.loader
+        current = loader.config.num_workers if loader and loader.config else 0
+        if loader is not None:
+            evidence.append(_loader_evidence(loader))
+            per_batch = loader.per_batch_ns
+            workers = min(MAX_IO_WORKERS, max(current + 2, math.ceil(per_batch / compute_ns) + 1))
+            predicted = max(compute_ns, per_batch / workers)
+            speedup = max(1.0, step_ns / predicted)
+            confidence = Confidence.HIGH if share >= INPUT_SHARE_HIGH else Confidence.MEDIUM
+        else:
+            evidence.append("The loader's own activity was not recorded (not a torch DataLoader?)")
+            workers = max(current + 2, 4)
+            speedup = speedup_removing(share)
+            confidence = Confidence.LOW
+        settings = _settings(loader)
+        if settings:
+            evidence.append(settings)
+        yield Finding(
+            id=self.id,
+            title=self.title,
+            share=share,
+            estimated_speedup=speedup,
+            confidence=confidence,
+            evidence=tuple(evidence),
+            fix=(
+                f"Overlap loading with compute: num_workers={workers} (sleeping workers cost little CPU, "
+                f"even on {env.cpu.usable_cores} cores), persistent_workers=True; or cache the data locally."
+            ),
+            snippet=(
+                f"DataLoader(dataset, batch_size=..., num_workers={workers}, persistent_workers=True, "
+                "prefetch_factor=4)"
+            ),
+            ranks=(rank.rank,),
+        )
+
+
+class InputPreprocess:
+    """Pattern: steps block in the DataLoader while the loaders are busy on a CPU (or queued for one).
+    Why it's slow: decoding/augmenting/tokenizing costs more CPU per batch than the step has time for.
+    Fix: cheaper or cached preprocessing; more workers only if cores are free (they compete with compute).
+    Reference: rules-catalog §1e (XProf host preprocessing ≥ 50% of input), §10 (DS-Analyzer prep stalls).
+    """
+
+    id: ClassVar[Category] = Category.INPUT_PREPROCESS
+    title: ClassVar[str] = "Steps wait for data; the loader is CPU-bound preprocessing"
+    requires: ClassVar[frozenset[str]] = frozenset({"steps", "loader"})
+
+    def check(self, env: Environment, rank: RankAnalysis) -> Iterable[Finding]:
+        dw = _data_wait(rank)
+        loader = rank.loader
+        if dw is None or loader is None or _is_io_bound(loader) is not False:
+            return
+        share, wait_ns, step_ns = dw
+        cores = max(1, env.cpu.usable_cores)
+        compute_ns = max(1.0, step_ns - wait_ns)
+        prep_cpu = loader.cpu_ns / loader.batches if loader.batches else 0.0
+        # CPU demand of everything else per step: the tree's CPU use minus the loading work.
+        tree_cpu = rank.cpu.process_cores * step_ns if rank.cpu is not None else compute_ns
+        other_cpu = max(compute_ns, tree_cpu - prep_cpu)
+        current = loader.config.num_workers if loader.config else 0
+        workers = max(current + 1, min(cores, math.ceil(prep_cpu / compute_ns)))
+        with_workers = max(compute_ns, prep_cpu / workers, (other_cpu + prep_cpu) / cores)
+        speedup_workers = step_ns / with_workers
+        speedup_cheaper = speedup_removing(share)
+        evidence = [
+            f"DataLoader wait is {pct(share)} of the step ({ms(wait_ns)} of {ms(step_ns)})",
+            _loader_evidence(loader),
+            f"Preprocessing needs {ms(prep_cpu)} of CPU per batch; the rest of the step uses "
+            f"{ms(other_cpu)} of CPU; the machine has {cores} usable core(s)",
+            f"More workers: predicted ×{speedup_workers:.2f} (workers share the {cores} cores with compute); "
+            f"cheaper or cached preprocessing: up to ×{speedup_cheaper:.2f}",
+        ]
+        settings = _settings(loader)
+        if settings:
+            evidence.append(settings)
+        use_workers = speedup_workers >= 1.15 and workers > current
+        if use_workers:
+            fix = (
+                f"Move preprocessing off the critical path: num_workers={workers} "
+                f"(fits {cores} cores), or make it cheaper (cache decoded samples, vectorise augmentation)."
+            )
+            speedup = speedup_workers
+        else:
+            fix = (
+                f"Make preprocessing cheaper: the {cores} core(s) are already busy, so more workers would compete "
+                "with compute. Cache or precompute the transformed samples, vectorise augmentation over the "
+                "batch, or move it to the accelerator."
+            )
+            speedup = speedup_cheaper
+        yield Finding(
+            id=self.id,
+            title=self.title,
+            share=share,
+            estimated_speedup=max(1.0, speedup),
+            confidence=Confidence.HIGH if share >= INPUT_SHARE_HIGH else Confidence.MEDIUM,
+            evidence=tuple(evidence),
+            fix=fix,
+            snippet=(
+                f"DataLoader(dataset, num_workers={workers}, persistent_workers=True)"
+                if use_workers
+                else "cache = [transform(x) for x in raw]  # once, before training\n"
+                "dataset = TensorDataset(torch.stack(cache), labels)"
+            ),
+            ranks=(rank.rank,),
+        )

@@ -1,0 +1,81 @@
+"""Reads the op window (`opwindow.json`, a torch.profiler Chrome trace of CPU ops) into an `OpWindow`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pinchpoint.trace.run import OpEvent, OpWindow
+
+MATMUL_FLOP_OPS = {"aten::mm": 0, "aten::addmm": 1, "aten::bmm": 0, "aten::baddbmm": 1}
+"""Matmul ops whose FLOPs we compute from input dims: value = index of the first matrix operand."""
+
+
+def _us_to_ns(v: Any) -> int:
+    # Chrome traces carry microseconds with (at most) nanosecond decimals: round to the nanosecond,
+    # never to the microsecond.
+    return int(round(float(v) * 1000.0))
+
+
+def matmul_flops(name: str, dims: Sequence[Sequence[int]]) -> int | None:
+    first = MATMUL_FLOP_OPS.get(name)
+    if first is None or len(dims) < first + 2:
+        return None
+    a, b = dims[first], dims[first + 1]
+    if len(a) < 2 or len(b) < 2:
+        return None
+    batch = 1
+    for d in a[:-2]:
+        batch *= d
+    return 2 * batch * a[-2] * a[-1] * b[-1]
+
+
+def read_opwindow(path: Path, window_steps: int | None, wall_minus_mono_ns: int = 0) -> OpWindow:
+    """`wall_minus_mono_ns` maps Kineto's wall-clock stamps onto CLOCK_MONOTONIC (0: keep them)."""
+    doc = json.loads(path.read_text())
+    events = doc.get("traceEvents") if isinstance(doc, dict) else None
+    if not isinstance(events, list):
+        raise ValueError("no traceEvents list")
+    base_ns = doc.get("baseTimeNanoseconds")
+    offset = (int(base_ns) - wall_minus_mono_ns) if isinstance(base_ns, int) and wall_minus_mono_ns else 0
+    raw = []
+    for e in events:
+        if not isinstance(e, dict) or e.get("ph") != "X" or e.get("cat") not in ("cpu_op", "Operator"):
+            continue
+        try:
+            start, dur = _us_to_ns(e["ts"]) + offset, _us_to_ns(e.get("dur", 0))
+        except (KeyError, TypeError, ValueError):
+            continue
+        args = e.get("args") or {}
+        dims = tuple(tuple(int(x) for x in d) if isinstance(d, list) else () for d in args.get("Input Dims") or ())
+        types = tuple(str(t) for t in args.get("Input type") or ())
+        name = str(e.get("name", "?"))
+        raw.append((int(e.get("tid", 0) or 0), start, dur, name, types, dims))
+    raw.sort(key=lambda r: (r[0], r[1], -r[2]))
+    ops: list[OpEvent] = []
+    stack: list[int] = []  # end times of enclosing ops on the current thread
+    current_tid = None
+    for tid, start, dur, name, types, dims in raw:
+        if tid != current_tid:
+            stack, current_tid = [], tid
+        while stack and stack[-1] <= start:
+            stack.pop()
+        ops.append(
+            OpEvent(
+                name=name,
+                start_ns=start,
+                dur_ns=dur,
+                tid=tid,
+                depth=len(stack),
+                input_types=types,
+                input_dims=dims,
+                flops=matmul_flops(name, dims),
+            )
+        )
+        stack.append(start + dur)
+    n_steps = max(1, window_steps or 1)
+    start_ns = min((o.start_ns for o in ops), default=0)
+    end_ns = max((o.start_ns + o.dur_ns for o in ops), default=0)
+    return OpWindow(steps=n_steps, start_ns=start_ns, end_ns=end_ns, ops=tuple(ops))

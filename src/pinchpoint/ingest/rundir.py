@@ -1,0 +1,346 @@
+"""Reads a run directory (docs/run-directory.md) into a `Run`.
+
+Tolerant by design: a program killed mid-write leaves a truncated last line or a missing file; those
+become `Run.warnings`, not errors. Only a directory with no meta.json at all is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pinchpoint.errors import RunDirError
+from pinchpoint.ingest import opwindow as opwindow_reader
+from pinchpoint.trace.run import (
+    CpuInfo,
+    CudaDevice,
+    Environment,
+    Fetch,
+    GpuSample,
+    Interval,
+    LoaderConfig,
+    MatmulProbe,
+    Phase,
+    ProcessInfo,
+    Probes,
+    ProcSample,
+    RankData,
+    Role,
+    Run,
+    RunMeta,
+    Step,
+    StepKind,
+    SystemSample,
+    ThreadSettings,
+    TorchBuild,
+)
+
+
+def read_run_dir(path: Path) -> Run:
+    if not path.is_dir():
+        raise RunDirError(f"no run directory at {path}: pass the folder `pinchpoint run` wrote (-o)")
+    meta_path = path / "meta.json"
+    if not meta_path.is_file():
+        raise RunDirError(f"{path} has no meta.json, so it is not a pinchpoint run directory")
+    warnings: list[str] = []
+    meta_obj = _load_json(meta_path, warnings)
+    if not isinstance(meta_obj, dict):
+        raise RunDirError(f"{meta_path} is not a JSON object; the run directory is damaged")
+    meta = _meta(meta_obj)
+    env_obj = _load_json(path / "environment.json", warnings)
+    environment = _environment(env_obj if isinstance(env_obj, dict) else {})
+    ranks = tuple(
+        _rank(d, warnings)
+        for d in sorted((path / "ranks").glob("rank*"), key=_rank_number)
+        if d.is_dir() and _rank_number(d) >= 0
+    )
+    system = tuple(_system_sample(o) for o in _jsonl(path / "system.jsonl", warnings))
+    return Run(meta=meta, environment=environment, ranks=ranks, system=system, warnings=tuple(warnings))
+
+
+def _rank_number(d: Path) -> int:
+    m = re.fullmatch(r"rank(\d+)", d.name)
+    return int(m.group(1)) if m else -1
+
+
+def _load_json(path: Path, warnings: list[str]) -> Any:
+    if not path.is_file():
+        warnings.append(f"{path.name} is missing")
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        warnings.append(f"{path.name} could not be read ({exc.__class__.__name__})")
+        return None
+
+
+def _jsonl(path: Path, warnings: list[str]) -> Iterator[dict[str, Any]]:
+    if not path.is_file():
+        return
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        warnings.append(f"{path.name} could not be read ({exc.strerror})")
+        return
+    bad = 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if isinstance(obj, dict):
+            yield obj
+        else:
+            bad += 1
+    if bad:
+        warnings.append(f"{path.parent.name}/{path.name}: skipped {bad} unreadable line(s) (truncated write?)")
+
+
+def _int(v: Any, default: int | None = None) -> int | None:
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v == v:
+        return int(v)
+    return default
+
+
+def _meta(o: dict[str, Any]) -> RunMeta:
+    clock = o.get("clock") or {}
+    return RunMeta(
+        command=tuple(str(c) for c in o.get("command") or ()),
+        started_at=str(o.get("started_at") or ""),
+        cwd=str(o.get("cwd") or ""),
+        wall_time_ns=_int(clock.get("wall_time_ns"), 0) or 0,
+        monotonic_ns=_int(clock.get("monotonic_ns"), 0) or 0,
+        ended_at=o.get("ended_at"),
+        exit_code=_int(o.get("exit_code")),
+        signal=o.get("signal"),
+        world_size=_int(o.get("world_size"), 1) or 1,
+        mode=str(o.get("mode") or "run"),
+    )
+
+
+def _environment(o: dict[str, Any]) -> Environment:
+    cpu = o.get("cpu") or {}
+    logical = _int(cpu.get("logical_cores"), 1) or 1
+    return Environment(
+        cpu=CpuInfo(
+            model=str(cpu.get("model") or "unknown CPU"),
+            logical_cores=logical,
+            physical_cores=_int(cpu.get("physical_cores")),
+            usable_cores=_int(cpu.get("usable_cores"), logical) or logical,
+            flags=tuple(str(f) for f in cpu.get("flags") or ()),
+            matrix_units=tuple(str(f) for f in cpu.get("matrix_units") or ()),
+        ),
+        memory_bytes=_int(o.get("memory_bytes")),
+        os=str(o.get("os") or ""),
+        python=str(o.get("python") or ""),
+        hostname=str(o.get("hostname") or ""),
+    )
+
+
+def _rank(d: Path, warnings: list[str]) -> RankData:
+    rank = _rank_number(d)
+    steps = []
+    for o in _jsonl(d / "steps.jsonl", warnings):
+        step = _step(o)
+        if step is not None:
+            steps.append(step)
+    processes = []
+    for p in sorted(d.glob("process-*.json")):
+        obj = _load_json(p, warnings)
+        if isinstance(obj, dict):
+            processes.append(_process(obj, rank))
+    loaders = tuple(_loader(o) for o in _jsonl(d / "loaders.jsonl", warnings))
+    fetches: list[Fetch] = []
+    for f in sorted(d.glob("fetch-*.jsonl")):
+        pid = _int(f.stem.split("-", 1)[1] if f.stem.split("-", 1)[1].isdigit() else None, 0) or 0
+        for o in _jsonl(f, warnings):
+            fetch = _fetch(o, pid)
+            if fetch is not None:
+                fetches.append(fetch)
+    probes_obj = _load_json(d / "probes.json", warnings) if (d / "probes.json").is_file() else None
+    window = None
+    if (d / "opwindow.json").is_file():
+        p = probes_obj if isinstance(probes_obj, dict) else {}
+        clock = p.get("clock") if isinstance(p.get("clock"), dict) else {}
+        offset = (_int(clock.get("wall_time_ns"), 0) or 0) - (_int(clock.get("monotonic_ns"), 0) or 0)
+        try:
+            window = opwindow_reader.read_opwindow(d / "opwindow.json", _int(p.get("window_steps")), offset)
+        except (OSError, ValueError) as exc:
+            warnings.append(f"rank{rank}/opwindow.json could not be read ({exc})")
+    return RankData(
+        rank=rank,
+        steps=tuple(steps),
+        processes=tuple(processes),
+        loaders=loaders,
+        fetches=tuple(sorted(fetches, key=lambda f: f.start_ns)),
+        opwindow=window,
+        probes=_probes(probes_obj) if isinstance(probes_obj, dict) else Probes(),
+    )
+
+
+def _step(o: dict[str, Any]) -> Step | None:
+    start, end = _int(o.get("start_ns")), _int(o.get("end_ns"))
+    if start is None or end is None or end < start:
+        return None
+    intervals = []
+    for item in o.get("intervals") or ():
+        if not (isinstance(item, list) and len(item) == 3):
+            continue
+        try:
+            phase = Phase(item[0])
+        except ValueError:
+            continue
+        s, e = _int(item[1]), _int(item[2])
+        if s is not None and e is not None and e >= s:
+            intervals.append(Interval(phase=phase, start_ns=s, end_ns=e))
+    try:
+        kind = StepKind(o.get("kind"))
+    except ValueError:
+        kind = StepKind.EXPLICIT
+    return Step(
+        index=_int(o.get("step"), 0) or 0,
+        kind=kind,
+        start_ns=start,
+        end_ns=end,
+        intervals=tuple(intervals),
+        profiled=bool(o.get("profiled")),
+        partial=bool(o.get("partial")),
+        cpu_ns=_int(o.get("cpu_ns")),
+        runq_ns=_int(o.get("runq_ns")),
+        rss_bytes=_int(o.get("rss_bytes")),
+    )
+
+
+def _process(o: dict[str, Any], rank: int) -> ProcessInfo:
+    t = o.get("torch")
+    torch = None
+    devices: tuple[CudaDevice, ...] = ()
+    if isinstance(t, dict):
+        torch = TorchBuild(
+            version=str(t.get("version") or "?"),
+            cuda=t.get("cuda"),
+            hip=t.get("hip"),
+            mkl=t.get("mkl"),
+            mkldnn=t.get("mkldnn"),
+            openmp=t.get("openmp"),
+            config_flags=tuple(str(f) for f in t.get("config_flags") or ()),
+        )
+        devices = tuple(
+            CudaDevice(
+                name=str(dev.get("name") or "?"),
+                capability=dev.get("capability"),
+                total_memory_bytes=_int(dev.get("total_memory_bytes")),
+                multiprocessor_count=_int(dev.get("multiprocessor_count")),
+            )
+            for dev in t.get("cuda_devices") or ()
+            if isinstance(dev, dict)
+        )
+    th = o.get("threads") or {}
+    env = th.get("env") or {}
+    threads = ThreadSettings(
+        intra_op=_int(th.get("intra_op")),
+        inter_op=_int(th.get("inter_op")),
+        env=tuple(sorted((str(k), str(v)) for k, v in env.items() if v is not None)),
+    )
+    autocast = (o.get("autocast") or {}).get("cpu") or (o.get("autocast") or {}).get("cuda")
+    try:
+        role = Role(o.get("role"))
+    except ValueError:
+        role = Role.MAIN
+    return ProcessInfo(
+        pid=_int(o.get("pid"), 0) or 0,
+        ppid=_int(o.get("ppid")),
+        rank=rank,
+        role=role,
+        torch=torch,
+        threads=threads,
+        autocast_dtype=autocast,
+        cuda_devices=devices,
+    )
+
+
+def _loader(o: dict[str, Any]) -> LoaderConfig:
+    return LoaderConfig(
+        t_ns=_int(o.get("t_ns"), 0) or 0,
+        num_workers=_int(o.get("num_workers"), 0) or 0,
+        pin_memory=bool(o.get("pin_memory")),
+        prefetch_factor=_int(o.get("prefetch_factor")),
+        persistent_workers=bool(o.get("persistent_workers")),
+        batch_size=_int(o.get("batch_size")),
+        dataset=str(o.get("dataset") or "?"),
+        worker_pids=tuple(p for p in (_int(x) for x in o.get("worker_pids") or ()) if p is not None),
+    )
+
+
+def _fetch(o: dict[str, Any], pid: int) -> Fetch | None:
+    start, end, cpu = _int(o.get("start_ns")), _int(o.get("end_ns")), _int(o.get("cpu_ns"))
+    if start is None or end is None or cpu is None or end < start:
+        return None
+    return Fetch(
+        pid=pid,
+        start_ns=start,
+        end_ns=end,
+        cpu_ns=max(0, cpu),
+        runq_ns=_int(o.get("runq_ns")),
+        worker_id=_int(o.get("worker_id")),
+    )
+
+
+def _probes(o: dict[str, Any]) -> Probes:
+    mm = []
+    for m in o.get("matmul") or ():
+        if isinstance(m, dict) and isinstance(m.get("shape"), list) and len(m["shape"]) == 3:
+            ns = _int(m.get("ns"))
+            if ns is not None:
+                s = m["shape"]
+                mm.append(MatmulProbe(shape=(int(s[0]), int(s[1]), int(s[2])), dtype=str(m.get("dtype")), ns=ns))
+    return Probes(dispatch_ns_per_op=_int(o.get("dispatch_ns_per_op")), matmul=tuple(mm))
+
+
+def _system_sample(o: dict[str, Any]) -> SystemSample:
+    procs = []
+    for p in o.get("procs") or ():
+        if not isinstance(p, dict):
+            continue
+        procs.append(
+            ProcSample(
+                pid=_int(p.get("pid"), 0) or 0,
+                ppid=_int(p.get("ppid")),
+                name=str(p.get("name") or ""),
+                user_s=float(p.get("user_s") or 0.0),
+                sys_s=float(p.get("sys_s") or 0.0),
+                rss_bytes=_int(p.get("rss_bytes"), 0) or 0,
+                threads=_int(p.get("threads"), 0) or 0,
+                ctx_vol=_int(p.get("ctx_vol")),
+                ctx_invol=_int(p.get("ctx_invol")),
+                read_bytes=_int(p.get("read_bytes")),
+                write_bytes=_int(p.get("write_bytes")),
+            )
+        )
+    gpus = tuple(
+        GpuSample(
+            index=_int(g.get("index"), 0) or 0,
+            util_percent=g.get("util_percent"),
+            mem_used_bytes=_int(g.get("mem_used_bytes")),
+            mem_total_bytes=_int(g.get("mem_total_bytes")),
+            power_w=g.get("power_w"),
+        )
+        for g in o.get("gpus") or ()
+        if isinstance(g, dict)
+    )
+    return SystemSample(
+        t_ns=_int(o.get("t_ns"), 0) or 0,
+        cpu_percent_per_core=tuple(float(c) for c in o.get("cpu_percent_per_core") or ()),
+        procs=tuple(procs),
+        gpus=gpus,
+    )

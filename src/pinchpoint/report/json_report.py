@@ -1,0 +1,160 @@
+"""report.json (schema `pinchpoint.report/1`, see DESIGN.md): the machine-readable report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pinchpoint.analysis.run_analysis import RankAnalysis, RunAnalysis
+from pinchpoint.analysis.steps import StepStats
+from pinchpoint.diagnosis.engine import Diagnosis
+from pinchpoint.diagnosis.finding import Finding
+from pinchpoint.trace.run import HOST_OTHER, Phase, ProcessInfo, Run
+
+SCHEMA = "pinchpoint.report/1"
+BREAKDOWN_KEYS = (*(p.value for p in Phase), HOST_OTHER)
+
+
+def _r(x: float, nd: int = 4) -> float:
+    return round(float(x), nd)
+
+
+def _steps(stats: StepStats | None) -> dict[str, Any]:
+    if stats is None:
+        return {"kind": None, "count": 0, "median_ms": None, "p90_ms": None}
+    return {
+        "kind": stats.kind.value,
+        "count": stats.count,
+        "total": stats.total_steps,
+        "median_ms": _r(stats.median_ns / 1e6, 3),
+        "p90_ms": _r(stats.p90_ns / 1e6, 3),
+    }
+
+
+def _breakdown(stats: StepStats | None) -> dict[str, float]:
+    if stats is None:
+        return {}
+    return {k: _r(stats.breakdown.get(k, 0.0)) for k in BREAKDOWN_KEYS}
+
+
+def _finding(f: Finding) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": f.id.value,
+        "title": f.title,
+        "share": _r(f.share),
+        "estimated_speedup": _r(f.estimated_speedup, 3),
+        "confidence": f.confidence.value,
+        "evidence": list(f.evidence),
+        "fix": f.fix,
+        "ranks": list(f.ranks),
+    }
+    if f.snippet:
+        out["snippet"] = f.snippet
+    return out
+
+
+def _main_process(analysis: RunAnalysis) -> ProcessInfo | None:
+    for r in analysis.ranks:
+        if r.main is not None:
+            return r.main
+    return None
+
+
+def _environment(run: Run, main: ProcessInfo | None) -> dict[str, Any]:
+    cpu = run.environment.cpu
+    env: dict[str, Any] = {
+        "cpu": {
+            "model": cpu.model,
+            "logical_cores": cpu.logical_cores,
+            "physical_cores": cpu.physical_cores,
+            "usable_cores": cpu.usable_cores,
+            "flags": list(cpu.flags),
+            "matrix_units": list(cpu.matrix_units),
+        },
+        "memory_bytes": run.environment.memory_bytes,
+        "gpus": [],
+        "torch": None,
+        "threads": None,
+        "autocast": None,
+        "python": run.environment.python,
+        "os": run.environment.os,
+    }
+    if main is not None:
+        if main.torch is not None:
+            t = main.torch
+            env["torch"] = {
+                "version": t.version,
+                "cuda": t.cuda,
+                "hip": t.hip,
+                "mkl": t.mkl,
+                "mkldnn": t.mkldnn,
+                "openmp": t.openmp,
+                "config": list(t.config_flags),
+            }
+        env["threads"] = {
+            "intra_op": main.threads.intra_op,
+            "inter_op": main.threads.inter_op,
+            "env": dict(main.threads.env),
+        }
+        env["autocast"] = main.autocast_dtype
+        env["gpus"] = [
+            {
+                "name": d.name,
+                "capability": d.capability,
+                "memory_bytes": d.total_memory_bytes,
+                "sm_count": d.multiprocessor_count,
+            }
+            for d in main.cuda_devices
+        ]
+    return env
+
+
+def _loader(rank: RankAnalysis) -> dict[str, Any] | None:
+    if rank.loader is None or rank.loader.config is None:
+        return None
+    c = rank.loader.config
+    return {
+        "num_workers": c.num_workers,
+        "pin_memory": c.pin_memory,
+        "prefetch_factor": c.prefetch_factor,
+        "persistent_workers": c.persistent_workers,
+        "batch_size": c.batch_size,
+    }
+
+
+def build_report(analysis: RunAnalysis, diagnosis: Diagnosis) -> dict[str, Any]:
+    run = analysis.run
+    first = analysis.ranks[0] if analysis.ranks else None
+    main = _main_process(analysis)
+    env = _environment(run, main)
+    if first is not None:
+        env["dataloader"] = _loader(first)
+    return {
+        "schema": SCHEMA,
+        "run": {
+            "command": list(run.meta.command),
+            "exit_code": run.meta.exit_code,
+            "signal": run.meta.signal,
+            "started_at": run.meta.started_at,
+            "ended_at": run.meta.ended_at,
+            "world_size": run.meta.world_size,
+            "complete": run.meta.ended_at is not None and run.meta.exit_code == 0,
+        },
+        "environment": env,
+        "steps": _steps(first.steps if first else None),
+        "breakdown": _breakdown(first.steps if first else None),
+        "ranks": [
+            {"rank": r.rank, "steps": _steps(r.steps), "breakdown": _breakdown(r.steps)} for r in analysis.ranks
+        ],
+        "findings": [_finding(f) for f in diagnosis.findings],
+        "notes": list(diagnosis.notes),
+        "warnings": list(run.warnings),
+    }
+
+
+def write_report(report: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    tmp.replace(path)

@@ -1,0 +1,136 @@
+"""The terminal report: what an engineer reads in ten seconds. Renders a report.json dict; no analysis."""
+
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+from rich.console import Console, Group
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+PHASE_LABELS = {
+    "data_wait": "data wait",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer",
+    "checkpoint_io": "checkpoint",
+    "h2d_copy": "host→device",
+    "sync_wait": "device sync",
+    "host_other": "other host",
+}
+PHASE_COLORS = {
+    "data_wait": "red",
+    "forward": "green",
+    "backward": "green",
+    "optimizer": "green",
+    "checkpoint_io": "magenta",
+    "h2d_copy": "yellow",
+    "sync_wait": "yellow",
+    "host_other": "cyan",
+}
+CONFIDENCE_STYLE = {"high": "bold", "medium": "", "low": "dim"}
+BAR_WIDTH = 30
+
+
+def _bar(frac: float, color: str) -> Text:
+    n = round(max(0.0, min(1.0, frac)) * BAR_WIDTH)
+    return Text("█" * n, style=color) + Text("░" * (BAR_WIDTH - n), style="grey30")
+
+
+def _header(report: dict[str, Any]) -> Text:
+    run, steps, env = report["run"], report["steps"], report["environment"]
+    cmd = " ".join(run.get("command") or [])
+    t = Text()
+    t.append("pinchpoint", style="bold")
+    t.append(f"  {cmd}\n")
+    status = run.get("exit_code")
+    if run.get("signal"):
+        t.append(f"program killed by {run['signal']} (exit {status}): partial report\n", style="bold red")
+    elif status not in (0, None):
+        t.append(f"program exited with {status}: partial report\n", style="bold yellow")
+    elif status is None:
+        t.append("program did not finish: partial report\n", style="bold yellow")
+    if steps.get("count"):
+        t.append(
+            f"{steps.get('total', steps['count'])} {steps['kind']} steps · median {steps['median_ms']:.1f} ms "
+            f"· p90 {steps['p90_ms']:.1f} ms ({steps['count']} steady steps measured)\n"
+        )
+    cpu = env.get("cpu") or {}
+    parts = [f"{cpu.get('model', '?')}, {cpu.get('usable_cores', '?')} usable cores"]
+    if cpu.get("matrix_units"):
+        parts.append("matrix units: " + ", ".join(cpu["matrix_units"]))
+    torch = env.get("torch")
+    if torch:
+        parts.append(f"torch {torch['version']}")
+    threads = env.get("threads")
+    if threads and threads.get("intra_op") is not None:
+        parts.append(f"{threads['intra_op']} intra-op threads")
+    parts.append(f"autocast {env.get('autocast') or 'off'}")
+    dl = env.get("dataloader")
+    if dl:
+        parts.append(f"DataLoader num_workers={dl['num_workers']}")
+    t.append(" · ".join(parts), style="dim")
+    return t
+
+
+def _breakdown(report: dict[str, Any]) -> Table | Text:
+    bd = report.get("breakdown") or {}
+    median = report["steps"].get("median_ms") or 0.0
+    if not bd:
+        return Text("No steps were recorded, so there is no step breakdown.", style="yellow")
+    table = Table.grid(padding=(0, 2))
+    for key, frac in sorted(bd.items(), key=lambda kv: -kv[1]):
+        if frac < 0.005 and key not in ("forward", "backward", "data_wait"):
+            continue
+        table.add_row(
+            PHASE_LABELS.get(key, key),
+            _bar(frac, PHASE_COLORS.get(key, "white")),
+            f"{100 * frac:4.0f}%",
+            Text(f"~{frac * median:.1f} ms", style="dim"),
+        )
+    return table
+
+
+def _findings(report: dict[str, Any]) -> Group | Text:
+    findings = report.get("findings") or []
+    if not findings:
+        return Text("No bottleneck found above the reporting thresholds.", style="green")
+    blocks: list[Any] = []
+    for i, f in enumerate(findings, 1):
+        head = Text()
+        head.append(f"{i}. ", style="bold")
+        head.append(f"{f['title']}", style="bold " + CONFIDENCE_STYLE.get(f["confidence"], ""))
+        head.append(f"  [{f['id']}]", style="dim")
+        stats = Text()
+        stats.append(f"   {100 * f['share']:.0f}% of the step", style="bold")
+        if f["estimated_speedup"] > 1.005:
+            stats.append(f" · fix → est. ×{f['estimated_speedup']:.2f} faster", style="bold green")
+        stats.append(f" · confidence {f['confidence']}", style="dim")
+        if len(report.get("ranks") or []) > 1:
+            stats.append(f" · ranks {f['ranks']}", style="dim")
+        lines: list[Any] = [head, stats]
+        for e in f["evidence"]:
+            lines.append(Text(f"   • {e}"))
+        lines.append(Text.assemble(("   Fix: ", "bold"), f["fix"]))
+        if f.get("snippet"):
+            lines.append(Padding(Text(f["snippet"], style="cyan"), (0, 0, 0, 8)))
+        blocks.append(Group(*lines, Text("")))
+    return Group(*blocks)
+
+
+def render(report: dict[str, Any], out: TextIO, *, color: bool | None = None, width: int | None = None) -> None:
+    console = Console(
+        file=out, force_terminal=color, no_color=color is False, width=width, highlight=False, soft_wrap=False
+    )
+    console.print(_header(report))
+    console.print()
+    console.print(Text("Where a step's time goes", style="bold underline"))
+    console.print(_breakdown(report))
+    console.print()
+    console.print(Text("What holds it back (biggest predicted gain first)", style="bold underline"))
+    console.print(_findings(report))
+    for note in report.get("notes") or []:
+        console.print(Text(f"note: {note}", style="dim"))
+    for warning in report.get("warnings") or []:
+        console.print(Text(f"warning: {warning}", style="yellow"))

@@ -1,0 +1,276 @@
+"""The model of one profiled run: what `capture/` recorded, as typed, immutable records.
+
+Every time is an integer number of nanoseconds on CLOCK_MONOTONIC (`*_ns`), shared by all processes
+of the machine. `ingest/rundir.py` builds a `Run` from a run directory; analyses read only this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Phase(str, Enum):
+    """A measured phase of a step. Values are the names used in the run directory and report."""
+
+    DATA_WAIT = "data_wait"
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    OPTIMIZER = "optimizer"
+    CHECKPOINT_IO = "checkpoint_io"
+    H2D_COPY = "h2d_copy"
+    SYNC_WAIT = "sync_wait"
+
+
+# When measured phases overlap, the instant goes to the first phase in this order (exposed time, as
+# XProf and the TensorBoard plugin attribute it). Blocking waits beat the work they interrupt.
+PHASE_PRIORITY: tuple[Phase, ...] = (
+    Phase.SYNC_WAIT,
+    Phase.H2D_COPY,
+    Phase.CHECKPOINT_IO,
+    Phase.DATA_WAIT,
+    Phase.OPTIMIZER,
+    Phase.BACKWARD,
+    Phase.FORWARD,
+)
+
+HOST_OTHER = "host_other"
+"""Breakdown key for step time covered by no measured phase (Python in the loop, logging, ...)."""
+
+
+class StepKind(str, Enum):
+    TRAIN = "train"
+    INFERENCE = "inference"
+    EXPLICIT = "explicit"
+
+
+class Role(str, Enum):
+    MAIN = "main"
+    WORKER = "worker"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Interval:
+    phase: Phase
+    start_ns: int
+    end_ns: int
+
+    @property
+    def dur_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Step:
+    index: int
+    kind: StepKind
+    start_ns: int
+    end_ns: int
+    intervals: tuple[Interval, ...] = ()
+    profiled: bool = False
+    partial: bool = False
+    """The step in progress when the program ended (crash, kill, or the tail after the last step)."""
+    cpu_ns: int | None = None
+    """On-CPU time of the main thread during the step."""
+    runq_ns: int | None = None
+    """Time the main thread was runnable but waiting for a CPU during the step (CPU contention)."""
+    rss_bytes: int | None = None
+
+    @property
+    def dur_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TorchBuild:
+    version: str
+    cuda: str | None = None
+    hip: str | None = None
+    mkl: bool | None = None
+    mkldnn: bool | None = None
+    openmp: bool | None = None
+    config_flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThreadSettings:
+    intra_op: int | None = None
+    inter_op: int | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    """Thread-related environment variables that were set, as (name, value)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcessInfo:
+    pid: int
+    ppid: int | None
+    rank: int
+    role: Role
+    torch: TorchBuild | None = None
+    threads: ThreadSettings = field(default_factory=ThreadSettings)
+    autocast_dtype: str | None = None
+    """The low-precision dtype autocast was seen enabled with during a step (e.g. "bfloat16")."""
+    cuda_devices: tuple[CudaDevice, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CudaDevice:
+    name: str
+    capability: str | None = None
+    total_memory_bytes: int | None = None
+    multiprocessor_count: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoaderConfig:
+    t_ns: int
+    num_workers: int
+    pin_memory: bool
+    prefetch_factor: int | None
+    persistent_workers: bool
+    batch_size: int | None
+    dataset: str
+    worker_pids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fetch:
+    """One batch fetched by a loading process (dataset items plus collate)."""
+
+    pid: int
+    start_ns: int
+    end_ns: int
+    cpu_ns: int
+    runq_ns: int | None = None
+    worker_id: int | None = None
+
+    @property
+    def dur_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpEvent:
+    """One framework op from the op window (a CPU-side `torch.profiler` event)."""
+
+    name: str
+    start_ns: int
+    dur_ns: int
+    tid: int
+    depth: int
+    """Nesting depth among ops of the same thread: 0 for ops called from Python."""
+    input_types: tuple[str, ...] = ()
+    input_dims: tuple[tuple[int, ...], ...] = ()
+    flops: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpWindow:
+    steps: int
+    """How many steps the window covered."""
+    start_ns: int
+    end_ns: int
+    ops: tuple[OpEvent, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MatmulProbe:
+    shape: tuple[int, int, int]
+    dtype: str
+    ns: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Probes:
+    dispatch_ns_per_op: int | None = None
+    matmul: tuple[MatmulProbe, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankData:
+    rank: int
+    steps: tuple[Step, ...] = ()
+    processes: tuple[ProcessInfo, ...] = ()
+    loaders: tuple[LoaderConfig, ...] = ()
+    fetches: tuple[Fetch, ...] = ()
+    opwindow: OpWindow | None = None
+    probes: Probes = field(default_factory=Probes)
+
+    @property
+    def main(self) -> ProcessInfo | None:
+        return next((p for p in self.processes if p.role is Role.MAIN), None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcSample:
+    pid: int
+    ppid: int | None
+    name: str
+    user_s: float
+    sys_s: float
+    rss_bytes: int
+    threads: int
+    ctx_vol: int | None = None
+    ctx_invol: int | None = None
+    read_bytes: int | None = None
+    write_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuSample:
+    index: int
+    util_percent: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    power_w: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SystemSample:
+    t_ns: int
+    cpu_percent_per_core: tuple[float, ...] = ()
+    procs: tuple[ProcSample, ...] = ()
+    gpus: tuple[GpuSample, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CpuInfo:
+    model: str
+    logical_cores: int
+    physical_cores: int | None
+    usable_cores: int
+    flags: tuple[str, ...] = ()
+    matrix_units: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Environment:
+    cpu: CpuInfo
+    memory_bytes: int | None = None
+    os: str = ""
+    python: str = ""
+    hostname: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunMeta:
+    command: tuple[str, ...]
+    started_at: str
+    cwd: str = ""
+    wall_time_ns: int = 0
+    monotonic_ns: int = 0
+    ended_at: str | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    world_size: int = 1
+    mode: str = "run"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Run:
+    meta: RunMeta
+    environment: Environment
+    ranks: tuple[RankData, ...] = ()
+    system: tuple[SystemSample, ...] = ()
+    warnings: tuple[str, ...] = ()
+    """Problems met while reading the run directory (truncated files, missing parts)."""
