@@ -162,7 +162,8 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
     loaders = tuple(_loader(o) for o in _jsonl(d / "loaders.jsonl", warnings))
     fetches: list[Fetch] = []
     for f in sorted(d.glob("fetch-*.jsonl")):
-        pid = _int(f.stem.split("-", 1)[1] if f.stem.split("-", 1)[1].isdigit() else None, 0) or 0
+        suffix = f.stem.split("-", 1)[1]
+        pid = int(suffix) if suffix.isdigit() else 0
         for o in _jsonl(f, warnings):
             fetch = _fetch(o, pid)
             if fetch is not None:

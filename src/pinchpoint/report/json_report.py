@@ -28,6 +28,7 @@ def _steps(stats: StepStats | None) -> dict[str, Any]:
         "count": stats.count,
         "total": stats.total_steps,
         "median_ms": _r(stats.median_ns / 1e6, 3),
+        "mean_ms": _r(stats.mean_ns / 1e6, 3),
         "p90_ms": _r(stats.p90_ns / 1e6, 3),
     }
 

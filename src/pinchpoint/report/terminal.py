@@ -31,6 +31,7 @@ PHASE_COLORS = {
 }
 CONFIDENCE_STYLE = {"high": "bold", "medium": "", "low": "dim"}
 BAR_WIDTH = 30
+DEFAULT_WIDTH = 110
 
 
 def _bar(frac: float, color: str) -> Text:
@@ -76,7 +77,7 @@ def _header(report: dict[str, Any]) -> Text:
 
 def _breakdown(report: dict[str, Any]) -> Table | Text:
     bd = report.get("breakdown") or {}
-    median = report["steps"].get("median_ms") or 0.0
+    mean = report["steps"].get("mean_ms") or report["steps"].get("median_ms") or 0.0
     if not bd:
         return Text("No steps were recorded, so there is no step breakdown.", style="yellow")
     table = Table.grid(padding=(0, 2))
@@ -87,7 +88,7 @@ def _breakdown(report: dict[str, Any]) -> Table | Text:
             PHASE_LABELS.get(key, key),
             _bar(frac, PHASE_COLORS.get(key, "white")),
             f"{100 * frac:4.0f}%",
-            Text(f"~{frac * median:.1f} ms", style="dim"),
+            Text(f"{frac * mean:.1f} ms", style="dim"),
         )
     return table
 
@@ -123,9 +124,11 @@ def render(report: dict[str, Any], out: TextIO, *, color: bool | None = None, wi
     console = Console(
         file=out, force_terminal=color, no_color=color is False, width=width, highlight=False, soft_wrap=False
     )
+    if width is None and not console.is_terminal:
+        console.width = DEFAULT_WIDTH  # files and pipes: wide enough that evidence lines stay whole
     console.print(_header(report))
     console.print()
-    console.print(Text("Where a step's time goes", style="bold underline"))
+    console.print(Text("Where a step's time goes (mean over steady steps)", style="bold underline"))
     console.print(_breakdown(report))
     console.print()
     console.print(Text("What holds it back (biggest predicted gain first)", style="bold underline"))

@@ -10,6 +10,9 @@ from pinchpoint.diagnosis.finding import Category, Confidence, Finding
 from pinchpoint.diagnosis.rules.base import ms, pct
 from pinchpoint.trace.run import Environment, Phase
 
+MIN_PROBE_GAIN = 1.3
+"""The probe must show bf16 at least 1.3× faster than fp32 on the window's heaviest matmul shape;
+tiny matmuls are overhead-bound and gain nothing from the matrix unit."""
 FP32_MATMUL_SHARE_MIN = 0.10
 """fp32 matmul/conv above 10% of the step on a CPU with bf16 matrix units (cf. TorchTidy's TF32 rule,
 rules-catalog §5b, and XProf's lower-precision suggestion, §1e)."""
@@ -39,7 +42,7 @@ class ComputeMath:
         autocast = rank.main.autocast_dtype if rank.main is not None else None
         if ops is not None and units and autocast is None and ops.window_step_ns > 0:
             share = min(1.0, ops.fp32_matmul_ns_per_step / ops.window_step_ns)
-            if share >= FP32_MATMUL_SHARE_MIN:
+            if share >= FP32_MATMUL_SHARE_MIN and _probe_gain(rank) >= MIN_PROBE_GAIN:
                 yield self._precision(env, rank, share, units)
                 return
         compute = sum(steps.share(p.value) for p in (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER))
@@ -104,3 +107,11 @@ class ComputeMath:
             ranks=(rank.rank,),
         )
 
+
+
+def _probe_gain(rank: RankAnalysis) -> float:
+    """fp32/bf16 time ratio the matmul probe measured; assumed worthwhile (inf) when not probed."""
+    probe = {m.dtype: m.ns for m in rank.probes.matmul}
+    if probe.get("float32") and probe.get("bfloat16"):
+        return probe["float32"] / probe["bfloat16"]
+    return float("inf")
