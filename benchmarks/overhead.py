@@ -37,7 +37,9 @@ def main() -> int:
     args = ap.parse_args()
     py = sys.executable
     pinchpoint = str(Path(py).with_name("pinchpoint"))
-    print(f"{'example':28} {'bare ms':>9} {'profiled ms':>12} {'ratio':>7}  (median of {args.reps} paired runs)")
+    print(
+        f"{'example':28} {'bare ms':>9} {'profiled ms':>12} {'ratio':>7}  (median of {args.reps} paired runs)"
+    )
     worst = 0.0
     for ex in args.examples:
         bare, prof = [], []
@@ -48,7 +50,9 @@ def main() -> int:
         b, p = statistics.median(bare), statistics.median(prof)
         ratios = [pp / bb for pp, bb in zip(prof, bare, strict=True)]
         worst = max(worst, p / b)
-        print(f"{ex:28} {b:9.2f} {p:12.2f} {p / b:7.3f}  paired ratios: {', '.join(f'{r:.3f}' for r in ratios)}")
+        print(
+            f"{ex:28} {b:9.2f} {p:12.2f} {p / b:7.3f}  paired ratios: {', '.join(f'{r:.3f}' for r in ratios)}"
+        )
     print(f"worst median ratio: {worst:.3f} (target ≤ 1.02)")
     return 0
 

@@ -69,12 +69,14 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
         acc[0] += o.dur_ns
         acc[1] += 1
     top_ops = sorted(per_name.items(), key=lambda kv: -kv[1][0])[:8]
-    phases = sorted(
-        (iv.start_ns, iv.end_ns) for s in steps if s.profiled for iv in s.intervals
-    )
+    phases = sorted((iv.start_ns, iv.end_ns) for s in steps if s.profiled for iv in s.intervals)
     loose = sum(o.dur_ns for o in top if not _covered(phases, o.start_ns, o.start_ns + o.dur_ns))
-    inside = [s for s in steps if s.profiled and s.start_ns >= window.start_ns - 1 and s.end_ns <= window.end_ns + 1]
-    window_step_ns = (sum(s.dur_ns for s in inside) / len(inside)) if inside else (window.end_ns - window.start_ns) / n
+    inside = [
+        s for s in steps if s.profiled and s.start_ns >= window.start_ns - 1 and s.end_ns <= window.end_ns + 1
+    ]
+    window_step_ns = (
+        (sum(s.dur_ns for s in inside) / len(inside)) if inside else (window.end_ns - window.start_ns) / n
+    )
     return OpStats(
         window_steps=n,
         window_step_ns=window_step_ns,

@@ -8,8 +8,8 @@ from pinchpoint.analysis.cpu import CpuUsage, cpu_usage
 from pinchpoint.analysis.loader import LoaderActivity, loader_activity
 from pinchpoint.analysis.memory import MemoryTrend, memory_trend
 from pinchpoint.analysis.ops import OpStats, op_stats
-from pinchpoint.analysis.steps import StepStats, step_stats, steady_steps
-from pinchpoint.trace.run import Environment, ProcessInfo, Probes, RankData, Run
+from pinchpoint.analysis.steps import StepStats, steady_steps, step_stats
+from pinchpoint.trace.run import Environment, Probes, ProcessInfo, RankData, Run
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,6 +7,7 @@ plugin attribute exposed time), and what no phase covers is `host_other`. So the
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -55,7 +56,7 @@ def exposed_by_phase(step: Step) -> dict[str, int]:
     points = sorted(cuts)
     out: dict[str, int] = {}
     covered = 0
-    for a, b in zip(points, points[1:], strict=False):
+    for a, b in itertools.pairwise(points):
         best: Phase | None = None
         for s, e, ph in clipped:
             if s <= a and e >= b and (best is None or _PRIORITY[ph] < _PRIORITY[best]):

@@ -82,7 +82,7 @@ class Agent:
         self.autocast_dtype: str | None = None
         self.steps = JsonlWriter(self.rank_dir / "steps.jsonl")
         self.loaders = JsonlWriter(self.rank_dir / "loaders.jsonl")
-        self.fetches = JsonlWriter(self.rank_dir / "fetch-{}.jsonl".format(os.getpid()))
+        self.fetches = JsonlWriter(self.rank_dir / f"fetch-{os.getpid()}.jsonl")
         self.window = opwindow.OpWindow(self.rank_dir, window)
         self.taint_next = False
         self.closed = False
@@ -127,7 +127,12 @@ class Agent:
         if self.closed:
             return
         self.closed = True
-        if self.step_start_ns is not None and self.intervals and self.role == "main" and self.mode != "unknown":
+        if (
+            self.step_start_ns is not None
+            and self.intervals
+            and self.role == "main"
+            and self.mode != "unknown"
+        ):
             # The unfinished last step is still evidence (a crash mid-step): keep it, marked partial.
             with contextlib.suppress(Exception):
                 self.partial_step()
@@ -246,7 +251,7 @@ def _install_hooks(agent: Agent, torch: Any) -> None:
                 self._pinchpoint_seen = True
                 _record_loader(agent, self)
 
-    it_cls.__next__ = next_wrapper
+    setattr(it_cls, "__next__", next_wrapper)  # noqa: B010 (mypy: assigning to a method)
 
     # Dataset fetchers: wall, on-CPU and run-queue time of each batch, in whichever process loads.
     for name in ("_MapDatasetFetcher", "_IterableDatasetFetcher"):
@@ -441,7 +446,7 @@ class _TorchImportHook(importlib.abc.MetaPathFinder):
         if spec is None or spec.loader is None:
             return spec
         loader = spec.loader
-        orig_exec = loader.exec_module  # type: ignore[union-attr]
+        orig_exec = getattr(loader, "exec_module")  # noqa: B009
         agent = self.agent
 
         def exec_module(module: ModuleType) -> None:
@@ -451,7 +456,7 @@ class _TorchImportHook(importlib.abc.MetaPathFinder):
             except Exception as exc:  # never break the user's program
                 _log(agent.run_dir, f"pinchpoint agent could not attach: {exc!r}")
 
-        loader.exec_module = exec_module  # type: ignore[union-attr]
+        setattr(loader, "exec_module", exec_module)  # noqa: B010
         return spec
 
 

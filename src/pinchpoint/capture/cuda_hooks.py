@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
-
-import time
 
 _now = time.monotonic_ns
 
@@ -27,7 +26,9 @@ def install(agent: Any, torch: Any) -> bool:
     except Exception:
         return False
 
-    def timed(phase: str, fn: Callable[..., Any], when: Callable[..., bool] | None = None) -> Callable[..., Any]:
+    def timed(
+        phase: str, fn: Callable[..., Any], when: Callable[..., bool] | None = None
+    ) -> Callable[..., Any]:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if agent.role != "main" or threading.get_ident() != agent.tid:

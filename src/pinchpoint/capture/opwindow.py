@@ -55,9 +55,7 @@ class OpWindow:
         try:
             from torch.profiler import ProfilerActivity, profile
 
-            self.prof = profile(
-                activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True
-            )
+            self.prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True)
             with _quiet_stderr():
                 self.prof.__enter__()
             self.active = True

@@ -58,7 +58,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("pinchpoint: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # the last line of defence: one line, never a traceback
-        print(f"pinchpoint: internal error: {exc.__class__.__name__}: {exc} (please report this)", file=sys.stderr)
+        print(
+            f"pinchpoint: internal error: {exc.__class__.__name__}: {exc} (please report this)",
+            file=sys.stderr,
+        )
         return 70
 
 

@@ -16,7 +16,7 @@ MATMUL_FLOP_OPS = {"aten::mm": 0, "aten::addmm": 1, "aten::bmm": 0, "aten::baddb
 def _us_to_ns(v: Any) -> int:
     # Chrome traces carry microseconds with (at most) nanosecond decimals: round to the nanosecond,
     # never to the microsecond.
-    return int(round(float(v) * 1000.0))
+    return round(float(v) * 1000.0)
 
 
 def matmul_flops(name: str, dims: Sequence[Sequence[int]]) -> int | None:
@@ -49,7 +49,9 @@ def read_opwindow(path: Path, window_steps: int | None, wall_minus_mono_ns: int 
         except (KeyError, TypeError, ValueError):
             continue
         args = e.get("args") or {}
-        dims = tuple(tuple(int(x) for x in d) if isinstance(d, list) else () for d in args.get("Input Dims") or ())
+        dims = tuple(
+            tuple(int(x) for x in d) if isinstance(d, list) else () for d in args.get("Input Dims") or ()
+        )
         types = tuple(str(t) for t in args.get("Input type") or ())
         name = str(e.get("name", "?"))
         raw.append((int(e.get("tid", 0) or 0), start, dur, name, types, dims))

@@ -24,8 +24,8 @@ from pinchpoint.trace.run import (
     LoaderConfig,
     MatmulProbe,
     Phase,
-    ProcessInfo,
     Probes,
+    ProcessInfo,
     ProcSample,
     RankData,
     Role,
@@ -99,7 +99,9 @@ def _jsonl(path: Path, warnings: list[str]) -> Iterator[dict[str, Any]]:
         else:
             bad += 1
     if bad:
-        warnings.append(f"{path.parent.name}/{path.name}: skipped {bad} unreadable line(s) (truncated write?)")
+        warnings.append(
+            f"{path.parent.name}/{path.name}: skipped {bad} unreadable line(s) (truncated write?)"
+        )
 
 
 def _int(v: Any, default: int | None = None) -> int | None:
@@ -171,11 +173,12 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
     probes_obj = _load_json(d / "probes.json", warnings) if (d / "probes.json").is_file() else None
     window = None
     if (d / "opwindow.json").is_file():
-        p = probes_obj if isinstance(probes_obj, dict) else {}
-        clock = p.get("clock") if isinstance(p.get("clock"), dict) else {}
+        probe_meta: dict[str, Any] = probes_obj if isinstance(probes_obj, dict) else {}
+        clock_obj = probe_meta.get("clock")
+        clock: dict[str, Any] = clock_obj if isinstance(clock_obj, dict) else {}
         offset = (_int(clock.get("wall_time_ns"), 0) or 0) - (_int(clock.get("monotonic_ns"), 0) or 0)
         try:
-            window = opwindow_reader.read_opwindow(d / "opwindow.json", _int(p.get("window_steps")), offset)
+            window = opwindow_reader.read_opwindow(d / "opwindow.json", _int(probe_meta.get("window_steps")), offset)
         except (OSError, ValueError) as exc:
             warnings.append(f"rank{rank}/opwindow.json could not be read ({exc})")
     return RankData(
@@ -304,7 +307,9 @@ def _probes(o: dict[str, Any]) -> Probes:
             ns = _int(m.get("ns"))
             if ns is not None:
                 s = m["shape"]
-                mm.append(MatmulProbe(shape=(int(s[0]), int(s[1]), int(s[2])), dtype=str(m.get("dtype")), ns=ns))
+                mm.append(
+                    MatmulProbe(shape=(int(s[0]), int(s[1]), int(s[2])), dtype=str(m.get("dtype")), ns=ns)
+                )
     return Probes(dispatch_ns_per_op=_int(o.get("dispatch_ns_per_op")), matmul=tuple(mm))
 
 

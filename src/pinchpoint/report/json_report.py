@@ -146,7 +146,8 @@ def build_report(analysis: RunAnalysis, diagnosis: Diagnosis) -> dict[str, Any]:
         "steps": _steps(first.steps if first else None),
         "breakdown": _breakdown(first.steps if first else None),
         "ranks": [
-            {"rank": r.rank, "steps": _steps(r.steps), "breakdown": _breakdown(r.steps)} for r in analysis.ranks
+            {"rank": r.rank, "steps": _steps(r.steps), "breakdown": _breakdown(r.steps)}
+            for r in analysis.ranks
         ],
         "findings": [_finding(f) for f in diagnosis.findings],
         "notes": list(diagnosis.notes),

@@ -120,7 +120,9 @@ def _findings(report: dict[str, Any]) -> Group | Text:
     return Group(*blocks)
 
 
-def render(report: dict[str, Any], out: TextIO, *, color: bool | None = None, width: int | None = None) -> None:
+def render(
+    report: dict[str, Any], out: TextIO, *, color: bool | None = None, width: int | None = None
+) -> None:
     console = Console(
         file=out, force_terminal=color, no_color=color is False, width=width, highlight=False, soft_wrap=False
     )

@@ -31,6 +31,7 @@ def _pinchpoint_start() -> None:
 
 def _chain_next_sitecustomize() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
+    import contextlib
     import importlib.machinery
     import importlib.util
 
@@ -39,10 +40,9 @@ def _chain_next_sitecustomize() -> None:
     if spec is None or spec.loader is None or spec.origin == os.path.abspath(__file__):
         return
     module = importlib.util.module_from_spec(spec)
-    try:
+    # A broken user sitecustomize must not stop the program.
+    with contextlib.suppress(Exception):
         spec.loader.exec_module(module)
-    except Exception:
-        pass
 
 
 _pinchpoint_start()

@@ -49,12 +49,16 @@ class ComputeMath:
         if compute < COMPUTE_BOUND_SHARE:
             return
         dtype = autocast or "float32"
-        evidence = [f"Forward, backward and optimizer are {pct(compute)} of the step ({ms(compute * steps.mean_ns)})"]
+        evidence = [
+            f"Forward, backward and optimizer are {pct(compute)} of the step ({ms(compute * steps.mean_ns)})"
+        ]
         if autocast:
             evidence.append(f"Autocast runs matmuls in {autocast} already")
         if ops is not None and ops.matmul_flops_per_step and ops.window_step_ns:
             gflops = ops.matmul_flops_per_step / ops.window_step_ns
-            evidence.append(f"Matmuls do {ops.matmul_flops_per_step / 1e9:.2f} GFLOP per step (≥ {gflops:.0f} GFLOP/s)")
+            evidence.append(
+                f"Matmuls do {ops.matmul_flops_per_step / 1e9:.2f} GFLOP per step (≥ {gflops:.0f} GFLOP/s)"
+            )
         yield Finding(
             id=self.id,
             title=f"Compute-bound: the step is model math ({dtype})",
@@ -92,7 +96,8 @@ class ComputeMath:
         speedup = 1.0 / (1.0 - share + share * effective)
         return Finding(
             id=self.id,
-            title="fp32 matmuls on a CPU with bf16 matrix units (AMX)" if "amx_bf16" in units
+            title="fp32 matmuls on a CPU with bf16 matrix units (AMX)"
+            if "amx_bf16" in units
             else "fp32 matmuls on a CPU with bf16 matrix units",
             share=share,
             estimated_speedup=max(1.0, speedup),
@@ -106,7 +111,6 @@ class ComputeMath:
             ),
             ranks=(rank.rank,),
         )
-
 
 
 def _probe_gain(rank: RankAnalysis) -> float:

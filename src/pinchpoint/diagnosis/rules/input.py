@@ -46,8 +46,10 @@ def _is_io_bound(loader: LoaderActivity | None) -> bool | None:
 
 
 def _loader_evidence(loader: LoaderActivity) -> str:
-    where = "the training process itself (num_workers=0)" if loader.in_main_process else (
-        f"{loader.processes} worker process(es)"
+    where = (
+        "the training process itself (num_workers=0)"
+        if loader.in_main_process
+        else (f"{loader.processes} worker process(es)")
     )
     return (
         f"Loading a batch takes {ms(loader.per_batch_ns)} in {where}: {pct(loader.cpu_fraction)} on a CPU, "
