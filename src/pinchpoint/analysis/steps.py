@@ -102,7 +102,7 @@ def step_stats(rank: RankData) -> StepStats | None:
     runq = [s.runq_ns for s in steps if s.runq_ns is not None]
     return StepStats(
         kind=steps[0].kind,
-        total_steps=len(rank.steps),
+        total_steps=sum(1 for s in rank.steps if not s.partial and s.kind is steps[0].kind),
         count=len(steps),
         median_ns=_percentile(durs, 0.5),
         p90_ns=_percentile(durs, 0.9),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Protocol
@@ -39,18 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    """Run the command line; returns the exit code (never raises, never calls sys.exit)."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        ns = run_cmd.parse_run_args(parser, args) if args[:1] == ["run"] else parser.parse_args(args)
-    except SystemExit as exc:  # argparse: --help, --version or a usage error
-        return int(exc.code) if isinstance(exc.code, int) else 2
-    cmd = getattr(ns, "_command", None)
-    if cmd is None:
-        parser.print_help(sys.stderr)
-        return 2
-    try:
-        return int(cmd.execute(ns))
+        return _dispatch(args)
     except PinchpointError as exc:
         print(f"pinchpoint: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -58,11 +51,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("pinchpoint: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # the last line of defence: one line, never a traceback
-        print(
-            f"pinchpoint: internal error: {exc.__class__.__name__}: {exc} (please report this)",
-            file=sys.stderr,
-        )
+        if os.environ.get("PINCHPOINT_DEBUG"):
+            raise
+        print(f"pinchpoint: internal error: {exc.__class__.__name__}: {exc} (please report this)", file=sys.stderr)
         return 70
+
+
+def _dispatch(args: list[str]) -> int:
+    parser = build_parser()
+    try:
+        ns = run_cmd.parse_run_args(parser, args) if args[:1] == ["run"] else parser.parse_args(args)
+    except SystemExit as exc:  # argparse: --help, --version or a usage error (already printed)
+        return int(exc.code) if isinstance(exc.code, int) else 2
+    cmd = getattr(ns, "_command", None)
+    if cmd is None:
+        parser.print_help(sys.stderr)
+        return 2
+    return int(cmd.execute(ns))
 
 
 def entry() -> None:

@@ -19,6 +19,17 @@ def _us_to_ns(v: Any) -> int:
     return round(float(v) * 1000.0)
 
 
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def _dims(d: Any) -> tuple[int, ...]:
+    """A tensor's dims; () for scalars and for lists of tensors (aten::cat), whose dims nest."""
+    if isinstance(d, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in d):
+        return tuple(d)
+    return ()
+
+
 def matmul_flops(name: str, dims: Sequence[Sequence[int]]) -> int | None:
     first = MATMUL_FLOP_OPS.get(name)
     if first is None or len(dims) < first + 2:
@@ -48,11 +59,9 @@ def read_opwindow(path: Path, window_steps: int | None, wall_minus_mono_ns: int 
             start, dur = _us_to_ns(e["ts"]) + offset, _us_to_ns(e.get("dur", 0))
         except (KeyError, TypeError, ValueError):
             continue
-        args = e.get("args") or {}
-        dims = tuple(
-            tuple(int(x) for x in d) if isinstance(d, list) else () for d in args.get("Input Dims") or ()
-        )
-        types = tuple(str(t) for t in args.get("Input type") or ())
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        dims = tuple(_dims(d) for d in _list(args.get("Input Dims")))
+        types = tuple(str(t) for t in _list(args.get("Input type")))
         name = str(e.get("name", "?"))
         raw.append((int(e.get("tid", 0) or 0), start, dur, name, types, dims))
     raw.sort(key=lambda r: (r[0], r[1], -r[2]))

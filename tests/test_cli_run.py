@@ -1,0 +1,156 @@
+"""`pinchpoint run` end to end on tiny real programs: launch forms, exit codes, crashes, kills, output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+PINCHPOINT = [sys.executable, "-m", "pinchpoint"]
+
+TRAIN = """
+import os, signal, sys, time
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+def main(steps, mode):
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(steps * 8, 32), torch.randint(0, 4, (steps * 8,)))
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for i, (x, y) in enumerate(DataLoader(data, batch_size=8)):
+        if i == 12 and mode == "raise":
+            raise RuntimeError("planted failure")
+        if i == 12 and mode == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+    print("trained", steps, "steps")
+    sys.stdout.flush()
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "ok")
+"""
+
+
+def _run(args: list[str], cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("PINCHPOINT_RUN_DIR", None)
+    return subprocess.run(
+        [*PINCHPOINT, *args], cwd=cwd, capture_output=True, text=True, input=stdin, timeout=180, env=env
+    )
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text(TRAIN)
+    return path
+
+
+def test_script_runs_unchanged_and_report_is_written(script: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    res = _run(["run", "-o", str(out), "--json", str(tmp_path / "copy.json"), str(script), "20"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "trained 20 steps\n"  # the program's stdout, byte for byte
+    report = json.loads((out / "report.json").read_text())
+    assert json.loads((tmp_path / "copy.json").read_text()) == report
+    assert report["schema"] == "pinchpoint.report/1"
+    assert report["run"]["exit_code"] == 0
+    assert report["steps"]["kind"] == "train"
+    assert report["steps"]["total"] == 20
+    assert abs(sum(report["breakdown"].values()) - 1.0) < 0.01
+    assert report["environment"]["torch"]["version"].startswith("2.")
+    assert report["environment"]["dataloader"]["num_workers"] == 0
+    assert "Where a step's time goes" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_module_form_and_dash_dash_form(script: Path, tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "train.py").write_text(TRAIN)
+    res = _run(["run", "-q", "-o", str(tmp_path / "m"), "-m", "pkg.train", "10"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert json.loads((tmp_path / "m" / "report.json").read_text())["steps"]["total"] == 10
+    res = _run(["run", "-q", "-o", str(tmp_path / "d"), "--", sys.executable, str(script), "10"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert json.loads((tmp_path / "d" / "report.json").read_text())["steps"]["total"] == 10
+
+
+def test_missing_script_is_one_clear_line(tmp_path: Path) -> None:
+    res = _run(["run", "no_such_train.py"], tmp_path)
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0
+    assert "no such script: no_such_train.py" in res.stderr
+    assert not (tmp_path / "pinchpoint-runs").exists()
+
+
+def test_program_that_raises_keeps_exit_code_and_partial_report(script: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    res = _run(["run", "-o", str(out), str(script), "40", "raise"], tmp_path)
+    assert res.returncode == 1
+    assert "planted failure" in res.stderr  # the program's own traceback is the program's business
+    assert "pinchpoint" in res.stderr and "partial report" in res.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["run"]["exit_code"] == 1
+    assert report["steps"]["total"] >= 12
+
+
+def test_sigkill_leaves_partial_report_and_nonzero_exit(script: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    res = _run(["run", "-o", str(out), str(script), "40", "kill"], tmp_path)
+    assert res.returncode == 128 + 9
+    assert "SIGKILL" in res.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["run"]["signal"] == "SIGKILL"
+    assert report["steps"]["total"] == 12  # every finished step survived the kill
+    # and the report can be rebuilt from the directory alone
+    again = _run(["report", "--no-color", str(out)], tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "SIGKILL" in again.stdout
+
+
+def test_existing_run_dir_needs_force(script: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    res = _run(["run", "-o", str(out), str(script), "5"], tmp_path)
+    assert res.returncode == 2
+    assert "--force" in res.stderr
+    assert (out / "keep.txt").exists()
+
+
+def test_report_on_a_missing_dir_is_one_line(tmp_path: Path) -> None:
+    res = _run(["report", str(tmp_path / "nope")], tmp_path)
+    assert res.returncode == 3
+    assert res.stderr.startswith("pinchpoint: error: no run directory")
+    assert "Traceback" not in res.stderr
+
+
+def test_api_profile_writes_same_run_directory(tmp_path: Path) -> None:
+    code = """
+import torch, pinchpoint
+model = torch.nn.Linear(16, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+with pinchpoint.profile(out="api-run", print_report=False) as prof:
+    for _ in range(15):
+        opt.zero_grad()
+        model(torch.randn(8, 16)).sum().backward()
+        opt.step()
+        prof.step()
+print(prof.report["steps"]["kind"], prof.report["steps"]["total"])
+"""
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "explicit 15"
+    assert (tmp_path / "api-run" / "report.json").is_file()
