@@ -59,7 +59,8 @@ def read_opwindow(path: Path, window_steps: int | None, wall_minus_mono_ns: int 
             start, dur = _us_to_ns(e["ts"]) + offset, _us_to_ns(e.get("dur", 0))
         except (KeyError, TypeError, ValueError):
             continue
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        args_obj = e.get("args")
+        args: dict[str, Any] = args_obj if isinstance(args_obj, dict) else {}
         dims = tuple(_dims(d) for d in _list(args.get("Input Dims")))
         types = tuple(str(t) for t in _list(args.get("Input type")))
         name = str(e.get("name", "?"))
