@@ -176,6 +176,7 @@ class Agent:
             }
         )
         self.steps.flush()
+        self.fetches.flush()  # batches fetched in this process (num_workers=0)
         self.intervals = []
         self.step_index += 1
         if self.window.on_step_end(self.torch, self.step_index):
