@@ -154,3 +154,66 @@ print(prof.report["steps"]["kind"], prof.report["steps"]["total"])
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "explicit 15"
     assert (tmp_path / "api-run" / "report.json").is_file()
+
+
+DDP = """
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+dist.init_process_group("gloo")
+model = DDP(torch.nn.Linear(32, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+data = TensorDataset(torch.randn(12 * 8, 32), torch.randint(0, 4, (12 * 8,)))
+for x, y in DataLoader(data, batch_size=8, num_workers=1):
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+dist.destroy_process_group()
+"""
+
+
+def test_torchrun_captures_every_rank_and_its_loader_workers(tmp_path: Path) -> None:
+    (tmp_path / "ddp.py").write_text(DDP)
+    torchrun = Path(sys.executable).with_name("torchrun")
+    out = tmp_path / "run"
+    res = _run(["run", "-q", "-o", str(out), "--", str(torchrun), "--nproc_per_node=2", "ddp.py"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["run"]["world_size"] == 2
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    for rank in (0, 1):
+        rank_dir = out / "ranks" / f"rank{rank}"
+        assert report["ranks"][rank]["steps"]["total"] == 12
+        mains = list(rank_dir.glob("process-*.json"))
+        assert len(mains) == 1  # torchrun's own agent process is not mistaken for a rank
+        fetchers = list(rank_dir.glob("fetch-*.jsonl"))
+        assert len(fetchers) == 1
+        assert fetchers[0].name != f"fetch-{json.loads(mains[0].read_text())['pid']}.jsonl"  # fetched in the worker
+
+
+def test_ctrl_c_still_writes_a_report(script: Path, tmp_path: Path) -> None:
+    import signal
+    import time
+
+    slow = tmp_path / "slow.py"
+    slow.write_text(TRAIN.replace("opt.step()", "opt.step(); time.sleep(0.05)"))
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [*PINCHPOINT, "run", "-o", str(out), str(slow), "400"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, like a terminal's foreground job
+    )
+    steps = out / "ranks" / "rank0" / "steps.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not steps.exists() or steps.read_text().count("\n") < 8):
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group gets SIGINT
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "KeyboardInterrupt" in err
+    report = json.loads((out / "report.json").read_text())
+    assert report["steps"]["total"] >= 8
+    assert "Traceback" not in err.split("KeyboardInterrupt")[-1]  # nothing of ours after the program's
