@@ -150,7 +150,9 @@ with pinchpoint.profile(out="api-run", print_report=False) as prof:
         prof.step()
 print(prof.report["steps"]["kind"], prof.report["steps"]["total"])
 """
-    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "explicit 15"
     assert (tmp_path / "api-run" / "report.json").is_file()
@@ -188,7 +190,9 @@ def test_torchrun_captures_every_rank_and_its_loader_workers(tmp_path: Path) -> 
         assert len(mains) == 1  # torchrun's own agent process is not mistaken for a rank
         fetchers = list(rank_dir.glob("fetch-*.jsonl"))
         assert len(fetchers) == 1
-        assert fetchers[0].name != f"fetch-{json.loads(mains[0].read_text())['pid']}.jsonl"  # fetched in the worker
+        assert (
+            fetchers[0].name != f"fetch-{json.loads(mains[0].read_text())['pid']}.jsonl"
+        )  # fetched in the worker
 
 
 def test_ctrl_c_still_writes_a_report(script: Path, tmp_path: Path) -> None:

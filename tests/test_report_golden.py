@@ -188,12 +188,6 @@ def test_crashed_run_is_partial_but_reported(tmp_path: Path) -> None:
     assert "program exited with 1: partial report" in _text(report)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: ingest/rundir.py _jsonl names a root-level file in warnings as "
-    "'{path.parent.name}/{path.name}', i.e. with the run directory's own folder name, so the report depends "
-    "on where the run directory lives (use the path relative to the run directory)",
-)
 def test_report_does_not_depend_on_the_run_dir_location(tmp_path: Path) -> None:
     reports = []
     for where in ("a/crashed", "b/renamed"):

@@ -692,69 +692,38 @@ WRONG_TYPES = [
         "meta.json",
         {**meta_obj(), "clock": "monotonic"},
         id="meta-clock-string",
-        marks=pytest.mark.xfail(
-            strict=True,
-            raises=AttributeError,
-            reason="bug: ingest/rundir.py _meta calls .get on a non-dict clock",
-        ),
     ),
     pytest.param(
         "meta.json",
         {**meta_obj(), "command": 5},
         id="meta-command-int",
-        marks=pytest.mark.xfail(
-            strict=True, raises=TypeError, reason="bug: ingest/rundir.py _meta iterates a non-list command"
-        ),
     ),
     pytest.param("meta.json", {**meta_obj(), "exit_code": "1", "world_size": None}, id="meta-odd-scalars"),
     pytest.param(
         "environment.json",
         {"cpu": "x86"},
         id="env-cpu-string",
-        marks=pytest.mark.xfail(
-            strict=True,
-            raises=AttributeError,
-            reason="bug: ingest/rundir.py _environment calls .get on a non-dict cpu",
-        ),
     ),
     pytest.param("environment.json", [1, 2], id="env-not-object"),
     pytest.param(
         "ranks/rank0/process-100.json",
         {**process_obj(), "threads": [2]},
         id="process-threads-list",
-        marks=pytest.mark.xfail(
-            strict=True,
-            raises=AttributeError,
-            reason="bug: ingest/rundir.py _process calls .get on non-dict threads",
-        ),
     ),
     pytest.param(
         "ranks/rank0/process-100.json",
         {**process_obj(), "autocast": "bfloat16"},
         id="process-autocast-string",
-        marks=pytest.mark.xfail(
-            strict=True,
-            raises=AttributeError,
-            reason="bug: ingest/rundir.py _process calls .get on a non-dict autocast",
-        ),
     ),
     pytest.param(
         "ranks/rank0/process-100.json",
         {**process_obj(intra_op=0)},
         id="process-intra-op-zero",
-        marks=pytest.mark.xfail(
-            strict=True,
-            raises=ZeroDivisionError,
-            reason="bug: rules/cpu.py CpuUnderuse divides cores by intra_op=0",
-        ),
     ),
     pytest.param(
         "ranks/rank0/probes.json",
         {"matmul": [{"shape": ["a", 1, 1], "dtype": "float32", "ns": 1}]},
         id="probes-shape-strings",
-        marks=pytest.mark.xfail(
-            strict=True, raises=ValueError, reason="bug: ingest/rundir.py _probes int()s shape items"
-        ),
     ),
     pytest.param(
         "ranks/rank0/probes.json", {"matmul": "none", "dispatch_ns_per_op": "fast"}, id="probes-odd"
@@ -892,11 +861,6 @@ def test_random_bytes_give_a_report_or_a_pinchpoint_error(file: str, data: bytes
     _report_or_pinchpoint_error(file, data)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: ingest/rundir.py _step/_int: non-list intervals raise TypeError, "
-    "Infinity raises OverflowError",
-)
 @_FUZZ
 @example(rows=[{"start_ns": 0, "end_ns": 10, "intervals": 5}])
 @example(rows=[{"start_ns": 0, "end_ns": float("inf")}])
@@ -905,11 +869,6 @@ def test_random_steps_give_a_report_or_a_pinchpoint_error(rows: list[Any]) -> No
     _report_or_pinchpoint_error(FILES[0], _jsonl_text(rows).encode())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: ingest/rundir.py _system_sample: float()/iteration of non-numeric "
-    "user_s, cpu_percent_per_core, procs raise ValueError/TypeError",
-)
 @_FUZZ
 @example(rows=[{"t_ns": 0, "procs": [{"pid": 1, "user_s": "fast"}]}])
 @example(rows=[{"t_ns": 0, "cpu_percent_per_core": ["busy"]}])
@@ -919,12 +878,6 @@ def test_random_system_samples_give_a_report_or_a_pinchpoint_error(rows: list[An
     _report_or_pinchpoint_error(FILES[1], _jsonl_text(rows).encode())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: ingest/opwindow.py read_opwindow: an infinite ts/dur raises "
-    "OverflowError (the per-event try catches KeyError/TypeError/ValueError only) and a non-scalar "
-    "tid raises TypeError in int(); ingest/rundir.py _rank catches only OSError/ValueError",
-)
 @_FUZZ
 @example(doc={"traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": float("inf"), "dur": 1}]})
 @example(doc={"traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": 1, "dur": 1, "tid": [1]}]})
@@ -942,12 +895,6 @@ def test_fuzz_harness_accepts_the_valid_run_dir() -> None:
         shutil.rmtree(root)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: ingest/rundir.py _system_sample keeps NaN per-core percentages, analysis/cpu.py averages them "
-    "into machine_busy_cores=NaN, and rules/cpu.py CpuUnderuse fires because `NaN < IDLE_CORE_MIN` is False "
-    "('nan core(s) sat idle')",
-)
 def test_nan_system_samples_do_not_make_findings(tmp_path: Path) -> None:
     root = write_minimal_run_dir(tmp_path)
     write_json(root / "environment.json", environment_obj(cores=4))  # 2 intra-op threads on 4 cores

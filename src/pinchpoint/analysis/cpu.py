@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pinchpoint.trace.run import Run, SystemSample
@@ -51,7 +52,11 @@ def cpu_usage(run: Run, start_ns: int, end_ns: int, main_pid: int | None) -> Cpu
             main_s = max(0.0, used)
         if p.ctx_invol is not None:
             invol += max(0, p.ctx_invol - ((b.ctx_invol or 0) if b else 0))
-    busy = [sum(s.cpu_percent_per_core) / 100.0 for s in samples[1:] if s.cpu_percent_per_core]
+    busy = [
+        b
+        for b in (sum(s.cpu_percent_per_core) / 100.0 for s in samples[1:] if s.cpu_percent_per_core)
+        if math.isfinite(b)
+    ]
     return CpuUsage(
         window_s=window_s,
         usable_cores=run.environment.cpu.usable_cores,

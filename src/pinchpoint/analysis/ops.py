@@ -71,9 +71,8 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
     top_ops = sorted(per_name.items(), key=lambda kv: -kv[1][0])[:8]
     phases = sorted((iv.start_ns, iv.end_ns) for s in steps if s.profiled for iv in s.intervals)
     loose = sum(o.dur_ns for o in top if not _covered(phases, o.start_ns, o.start_ns + o.dur_ns))
-    inside = [
-        s for s in steps if s.profiled and s.start_ns >= window.start_ns - 1 and s.end_ns <= window.end_ns + 1
-    ]
+    # The profiled steps the window's ops overlap (the profiler starts as the first of them starts).
+    inside = [s for s in steps if s.profiled and s.end_ns > window.start_ns and s.start_ns < window.end_ns]
     window_step_ns = (
         (sum(s.dur_ns for s in inside) / len(inside)) if inside else (window.end_ns - window.start_ns) / n
     )

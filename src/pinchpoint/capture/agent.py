@@ -186,8 +186,6 @@ class Agent:
         self.step_start_ns = end
         self.step_cpu_start = _thread_cpu()
         self.step_sched_start = _read_schedstat()
-        if self.autocast_dtype is None:
-            self._note_autocast()
 
     def partial_step(self) -> None:
         """Write the step in progress (at exit); analysis treats it like the others."""
@@ -198,11 +196,13 @@ class Agent:
         self.mode = "explicit"
         self.end_step("explicit")
 
-    def _note_autocast(self) -> None:
+    def note_autocast(self) -> None:
         torch = self.torch
         with contextlib.suppress(Exception):
-            if torch.is_autocast_enabled("cpu"):
-                self.autocast_dtype = str(torch.get_autocast_dtype("cpu")).replace("torch.", "")
+            for device in ("cpu", "cuda"):
+                if torch.is_autocast_enabled(device):
+                    self.autocast_dtype = str(torch.get_autocast_dtype(device)).replace("torch.", "")
+                    return
 
 
 def parse_window(spec: str | None) -> tuple[int, int] | None:
@@ -268,6 +268,8 @@ def _install_hooks(agent: Agent, torch: Any) -> None:
         if agent.in_module or agent.role != "main" or threading.get_ident() != agent.tid:
             return orig_call(self, *args, **kwargs)
         agent.in_module = True
+        if agent.autocast_dtype is None:
+            agent.note_autocast()
         t0 = _now()
         try:
             return orig_call(self, *args, **kwargs)

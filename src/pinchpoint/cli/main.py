@@ -53,7 +53,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # the last line of defence: one line, never a traceback
         if os.environ.get("PINCHPOINT_DEBUG"):
             raise
-        print(f"pinchpoint: internal error: {exc.__class__.__name__}: {exc} (please report this)", file=sys.stderr)
+        print(
+            f"pinchpoint: internal error: {exc.__class__.__name__}: {exc} (please report this)",
+            file=sys.stderr,
+        )
         return 70
 
 

@@ -57,14 +57,15 @@ def read_opwindow(path: Path, window_steps: int | None, wall_minus_mono_ns: int 
             continue
         try:
             start, dur = _us_to_ns(e["ts"]) + offset, _us_to_ns(e.get("dur", 0))
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             continue
         args_obj = e.get("args")
         args: dict[str, Any] = args_obj if isinstance(args_obj, dict) else {}
         dims = tuple(_dims(d) for d in _list(args.get("Input Dims")))
         types = tuple(str(t) for t in _list(args.get("Input type")))
         name = str(e.get("name", "?"))
-        raw.append((int(e.get("tid", 0) or 0), start, dur, name, types, dims))
+        tid = e.get("tid")
+        raw.append((tid if isinstance(tid, int) else 0, start, dur, name, types, dims))
     raw.sort(key=lambda r: (r[0], r[1], -r[2]))
     ops: list[OpEvent] = []
     stack: list[int] = []  # end times of enclosing ops on the current thread

@@ -7,6 +7,7 @@ become `Run.warnings`, not errors. Only a directory with no meta.json at all is 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,7 +73,7 @@ def _load_json(path: Path, warnings: list[str]) -> Any:
         return None
     try:
         return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         warnings.append(f"{path.name} could not be read ({exc.__class__.__name__})")
         return None
 
@@ -91,7 +92,7 @@ def _jsonl(path: Path, warnings: list[str]) -> Iterator[dict[str, Any]]:
             continue
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             bad += 1
             continue
         if isinstance(obj, dict):
@@ -99,9 +100,8 @@ def _jsonl(path: Path, warnings: list[str]) -> Iterator[dict[str, Any]]:
         else:
             bad += 1
     if bad:
-        warnings.append(
-            f"{path.parent.name}/{path.name}: skipped {bad} unreadable line(s) (truncated write?)"
-        )
+        where = f"{path.parent.name}/{path.name}" if path.parent.name.startswith("rank") else path.name
+        warnings.append(f"{where}: skipped {bad} unreadable line(s) (truncated write?)")
 
 
 def _int(v: Any, default: int | None = None) -> int | None:
@@ -109,29 +109,47 @@ def _int(v: Any, default: int | None = None) -> int | None:
         return int(v)
     if isinstance(v, int):
         return v
-    if isinstance(v, float) and v == v:
+    if isinstance(v, float) and math.isfinite(v):
         return int(v)
     return default
 
 
+def _float(v: Any, default: float | None = None) -> float | None:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        return float(v)
+    return default
+
+
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
 def _meta(o: dict[str, Any]) -> RunMeta:
-    clock = o.get("clock") or {}
+    clock = _dict(o.get("clock"))
     return RunMeta(
-        command=tuple(str(c) for c in o.get("command") or ()),
+        command=tuple(str(c) for c in _list(o.get("command"))),
         started_at=str(o.get("started_at") or ""),
         cwd=str(o.get("cwd") or ""),
         wall_time_ns=_int(clock.get("wall_time_ns"), 0) or 0,
         monotonic_ns=_int(clock.get("monotonic_ns"), 0) or 0,
-        ended_at=o.get("ended_at"),
+        ended_at=_str(o.get("ended_at")),
         exit_code=_int(o.get("exit_code")),
-        signal=o.get("signal"),
+        signal=_str(o.get("signal")),
         world_size=_int(o.get("world_size"), 1) or 1,
         mode=str(o.get("mode") or "run"),
     )
 
 
 def _environment(o: dict[str, Any]) -> Environment:
-    cpu = o.get("cpu") or {}
+    cpu = _dict(o.get("cpu"))
     logical = _int(cpu.get("logical_cores"), 1) or 1
     return Environment(
         cpu=CpuInfo(
@@ -139,8 +157,8 @@ def _environment(o: dict[str, Any]) -> Environment:
             logical_cores=logical,
             physical_cores=_int(cpu.get("physical_cores")),
             usable_cores=_int(cpu.get("usable_cores"), logical) or logical,
-            flags=tuple(str(f) for f in cpu.get("flags") or ()),
-            matrix_units=tuple(str(f) for f in cpu.get("matrix_units") or ()),
+            flags=tuple(str(f) for f in _list(cpu.get("flags"))),
+            matrix_units=tuple(str(f) for f in _list(cpu.get("matrix_units"))),
         ),
         memory_bytes=_int(o.get("memory_bytes")),
         os=str(o.get("os") or ""),
@@ -178,9 +196,11 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
         clock: dict[str, Any] = clock_obj if isinstance(clock_obj, dict) else {}
         offset = (_int(clock.get("wall_time_ns"), 0) or 0) - (_int(clock.get("monotonic_ns"), 0) or 0)
         try:
-            window = opwindow_reader.read_opwindow(d / "opwindow.json", _int(probe_meta.get("window_steps")), offset)
-        except (OSError, ValueError) as exc:
-            warnings.append(f"rank{rank}/opwindow.json could not be read ({exc})")
+            window = opwindow_reader.read_opwindow(
+                d / "opwindow.json", _int(probe_meta.get("window_steps")), offset
+            )
+        except (OSError, ValueError, TypeError, OverflowError, RecursionError) as exc:
+            warnings.append(f"rank{rank}/opwindow.json could not be read ({exc.__class__.__name__})")
     return RankData(
         rank=rank,
         steps=tuple(steps),
@@ -197,19 +217,19 @@ def _step(o: dict[str, Any]) -> Step | None:
     if start is None or end is None or end < start:
         return None
     intervals = []
-    for item in o.get("intervals") or ():
+    for item in _list(o.get("intervals")):
         if not (isinstance(item, list) and len(item) == 3):
             continue
         try:
             phase = Phase(item[0])
-        except ValueError:
+        except (ValueError, TypeError):
             continue
         s, e = _int(item[1]), _int(item[2])
         if s is not None and e is not None and e >= s:
             intervals.append(Interval(phase=phase, start_ns=s, end_ns=e))
     try:
         kind = StepKind(o.get("kind"))
-    except ValueError:
+    except (ValueError, TypeError):
         kind = StepKind.EXPLICIT
     return Step(
         index=_int(o.get("step"), 0) or 0,
@@ -227,39 +247,40 @@ def _step(o: dict[str, Any]) -> Step | None:
 
 def _process(o: dict[str, Any], rank: int) -> ProcessInfo:
     t = o.get("torch")
-    torch = None
+    torch: TorchBuild | None = None
     devices: tuple[CudaDevice, ...] = ()
     if isinstance(t, dict):
         torch = TorchBuild(
             version=str(t.get("version") or "?"),
-            cuda=t.get("cuda"),
-            hip=t.get("hip"),
-            mkl=t.get("mkl"),
-            mkldnn=t.get("mkldnn"),
-            openmp=t.get("openmp"),
-            config_flags=tuple(str(f) for f in t.get("config_flags") or ()),
+            cuda=_str(t.get("cuda")),
+            hip=_str(t.get("hip")),
+            mkl=t.get("mkl") if isinstance(t.get("mkl"), bool) else None,
+            mkldnn=t.get("mkldnn") if isinstance(t.get("mkldnn"), bool) else None,
+            openmp=t.get("openmp") if isinstance(t.get("openmp"), bool) else None,
+            config_flags=tuple(str(f) for f in _list(t.get("config_flags"))),
         )
         devices = tuple(
             CudaDevice(
                 name=str(dev.get("name") or "?"),
-                capability=dev.get("capability"),
+                capability=_str(dev.get("capability")),
                 total_memory_bytes=_int(dev.get("total_memory_bytes")),
                 multiprocessor_count=_int(dev.get("multiprocessor_count")),
             )
-            for dev in t.get("cuda_devices") or ()
+            for dev in _list(t.get("cuda_devices"))
             if isinstance(dev, dict)
         )
-    th = o.get("threads") or {}
-    env = th.get("env") or {}
+    th = _dict(o.get("threads"))
+    env = _dict(th.get("env"))
     threads = ThreadSettings(
         intra_op=_int(th.get("intra_op")),
         inter_op=_int(th.get("inter_op")),
         env=tuple(sorted((str(k), str(v)) for k, v in env.items() if v is not None)),
     )
-    autocast = (o.get("autocast") or {}).get("cpu") or (o.get("autocast") or {}).get("cuda")
+    autocast_obj = _dict(o.get("autocast"))
+    autocast = _str(autocast_obj.get("cpu")) or _str(autocast_obj.get("cuda"))
     try:
         role = Role(o.get("role"))
-    except ValueError:
+    except (ValueError, TypeError):
         role = Role.MAIN
     return ProcessInfo(
         pid=_int(o.get("pid"), 0) or 0,
@@ -282,7 +303,7 @@ def _loader(o: dict[str, Any]) -> LoaderConfig:
         persistent_workers=bool(o.get("persistent_workers")),
         batch_size=_int(o.get("batch_size")),
         dataset=str(o.get("dataset") or "?"),
-        worker_pids=tuple(p for p in (_int(x) for x in o.get("worker_pids") or ()) if p is not None),
+        worker_pids=tuple(p for p in (_int(x) for x in _list(o.get("worker_pids"))) if p is not None),
     )
 
 
@@ -302,20 +323,20 @@ def _fetch(o: dict[str, Any], pid: int) -> Fetch | None:
 
 def _probes(o: dict[str, Any]) -> Probes:
     mm = []
-    for m in o.get("matmul") or ():
-        if isinstance(m, dict) and isinstance(m.get("shape"), list) and len(m["shape"]) == 3:
-            ns = _int(m.get("ns"))
-            if ns is not None:
-                s = m["shape"]
-                mm.append(
-                    MatmulProbe(shape=(int(s[0]), int(s[1]), int(s[2])), dtype=str(m.get("dtype")), ns=ns)
-                )
+    for item in _list(o.get("matmul")):
+        m = _dict(item)
+        dims = [_int(x) for x in _list(m.get("shape"))]
+        ns = _int(m.get("ns"))
+        if len(dims) == 3 and ns is not None and ns > 0:
+            a, b, c = (d or 0 for d in dims)
+            if min(a, b, c) > 0:
+                mm.append(MatmulProbe(shape=(a, b, c), dtype=str(m.get("dtype")), ns=ns))
     return Probes(dispatch_ns_per_op=_int(o.get("dispatch_ns_per_op")), matmul=tuple(mm))
 
 
 def _system_sample(o: dict[str, Any]) -> SystemSample:
     procs = []
-    for p in o.get("procs") or ():
+    for p in _list(o.get("procs")):
         if not isinstance(p, dict):
             continue
         procs.append(
@@ -323,8 +344,8 @@ def _system_sample(o: dict[str, Any]) -> SystemSample:
                 pid=_int(p.get("pid"), 0) or 0,
                 ppid=_int(p.get("ppid")),
                 name=str(p.get("name") or ""),
-                user_s=float(p.get("user_s") or 0.0),
-                sys_s=float(p.get("sys_s") or 0.0),
+                user_s=_float(p.get("user_s"), 0.0) or 0.0,
+                sys_s=_float(p.get("sys_s"), 0.0) or 0.0,
                 rss_bytes=_int(p.get("rss_bytes"), 0) or 0,
                 threads=_int(p.get("threads"), 0) or 0,
                 ctx_vol=_int(p.get("ctx_vol")),
@@ -336,17 +357,19 @@ def _system_sample(o: dict[str, Any]) -> SystemSample:
     gpus = tuple(
         GpuSample(
             index=_int(g.get("index"), 0) or 0,
-            util_percent=g.get("util_percent"),
+            util_percent=_float(g.get("util_percent")),
             mem_used_bytes=_int(g.get("mem_used_bytes")),
             mem_total_bytes=_int(g.get("mem_total_bytes")),
-            power_w=g.get("power_w"),
+            power_w=_float(g.get("power_w")),
         )
-        for g in o.get("gpus") or ()
+        for g in _list(o.get("gpus"))
         if isinstance(g, dict)
     )
     return SystemSample(
         t_ns=_int(o.get("t_ns"), 0) or 0,
-        cpu_percent_per_core=tuple(float(c) for c in o.get("cpu_percent_per_core") or ()),
+        cpu_percent_per_core=tuple(
+            c for c in (_float(x) for x in _list(o.get("cpu_percent_per_core"))) if c is not None
+        ),
         procs=tuple(procs),
         gpus=gpus,
     )

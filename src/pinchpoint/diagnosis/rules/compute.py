@@ -75,7 +75,7 @@ class ComputeMath:
 
     def _precision(self, env: Environment, rank: RankAnalysis, share: float, units: list[str]) -> Finding:
         assert rank.ops is not None and rank.steps is not None
-        probe = {m.dtype: m for m in rank.probes.matmul}
+        probe = {m.dtype: m for m in rank.probes.matmul if m.ns > 0}
         ratio = None
         evidence = [
             f"fp32 matmuls take {pct(share)} of the step ({ms(rank.ops.fp32_matmul_ns_per_step)} per profiled step)",
@@ -115,7 +115,7 @@ class ComputeMath:
 
 def _probe_gain(rank: RankAnalysis) -> float:
     """fp32/bf16 time ratio the matmul probe measured; assumed worthwhile (inf) when not probed."""
-    probe = {m.dtype: m.ns for m in rank.probes.matmul}
+    probe = {m.dtype: m.ns for m in rank.probes.matmul if m.ns > 0}
     if probe.get("float32") and probe.get("bfloat16"):
         return probe["float32"] / probe["bfloat16"]
     return float("inf")

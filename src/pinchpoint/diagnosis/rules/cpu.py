@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import ClassVar
 
@@ -62,7 +63,7 @@ class CpuOversubscription:
         if env_vars:
             evidence.append("Thread variables set: " + ", ".join(f"{k}={v}" for k, v in env_vars.items()))
         share = max(runq, 0.0)
-        target = max(1, cores // max(1, 1 + len(rank.workers) if intra > cores else 1))
+        target = max(1, min(intra, cores - worker_threads))
         yield Finding(
             id=self.id,
             title=self.title,
@@ -70,9 +71,9 @@ class CpuOversubscription:
             estimated_speedup=1.0 / max(0.05, 1.0 - share),
             confidence=Confidence.HIGH if runq >= RUNQ_SHARE_MIN else Confidence.MEDIUM,
             evidence=tuple(evidence),
-            fix=f"Use at most one busy thread per core: torch.set_num_threads({min(intra, cores)}) "
-            f"(or OMP_NUM_THREADS={min(intra, cores)}); keep DataLoader workers at 1 thread each.",
-            snippet=f"torch.set_num_threads({target if intra > cores else cores})",
+            fix=f"Use at most one busy thread per core: torch.set_num_threads({target}) "
+            f"(or OMP_NUM_THREADS={target}); keep DataLoader workers at 1 thread each.",
+            snippet=f"torch.set_num_threads({target})",
             ranks=(rank.rank,),
         )
 
@@ -96,7 +97,13 @@ class CpuUnderuse:
         intra = main.threads.intra_op
         compute = _compute_share(rank)
         idle = cores - cpu.machine_busy_cores
-        if intra >= cores or compute < UNDERUSE_COMPUTE_MIN or idle < IDLE_CORE_MIN:
+        if (
+            intra < 1
+            or not math.isfinite(idle)
+            or intra >= cores
+            or compute < UNDERUSE_COMPUTE_MIN
+            or idle < IDLE_CORE_MIN
+        ):
             return
         scale = 1.0 + (cores / intra - 1.0) * PARALLEL_EFFICIENCY
         saved = compute * (1.0 - 1.0 / scale)

@@ -94,7 +94,7 @@ class InputFetch:
         if loader is not None:
             evidence.append(_loader_evidence(loader))
             per_batch = loader.per_batch_ns
-            workers = min(MAX_IO_WORKERS, max(current + 2, math.ceil(per_batch / compute_ns) + 1))
+            workers = max(current + 2, min(MAX_IO_WORKERS, math.ceil(per_batch / compute_ns) + 1))
             predicted = max(compute_ns, per_batch / workers)
             speedup = max(1.0, step_ns / predicted)
             confidence = Confidence.HIGH if share >= INPUT_SHARE_HIGH else Confidence.MEDIUM
@@ -146,7 +146,11 @@ class InputPreprocess:
         compute_ns = max(1.0, step_ns - wait_ns)
         prep_cpu = loader.cpu_ns / loader.batches if loader.batches else 0.0
         # CPU demand of everything else per step: the tree's CPU use minus the loading work.
-        tree_cpu = rank.cpu.process_cores * step_ns if rank.cpu is not None else compute_ns
+        intra = rank.main.threads.intra_op if rank.main is not None else None
+        if rank.cpu is not None:
+            tree_cpu = rank.cpu.process_cores * step_ns
+        else:  # no system samples: assume compute keeps its intra-op threads busy
+            tree_cpu = compute_ns * min(cores, max(1, intra or cores)) + prep_cpu
         other_cpu = max(compute_ns, tree_cpu - prep_cpu)
         current = loader.config.num_workers if loader.config else 0
         workers = max(current + 1, min(cores, math.ceil(prep_cpu / compute_ns)))
