@@ -14,6 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
+from pinchpoint.capture import procfs
 from pinchpoint.capture import sampler as sampler_mod
 from pinchpoint.capture.sampler import Sampler, spawn_sampler, stop_sampler
 
@@ -222,14 +223,14 @@ def test_unexpected_errors_are_logged_not_raised(tmp_path: Path, monkeypatch: py
     def broken(data: bytes) -> tuple[str, list[bytes]]:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(sampler_mod, "_parse_stat", broken)
+    monkeypatch.setattr(procfs, "parse_stat", broken)
     s = Sampler(tmp_path, os.getpid(), use_procfs=True)
     try:
         for _ in range(8):
             s.sample_and_write()
     finally:
         s.close()
-    if sampler_mod._PROCFS:
+    if procfs.PROCFS:
         log = (tmp_path / "sampler.log").read_text()
         assert "RuntimeError: boom" in log
         assert log.count("boom") <= 5  # rate limited
@@ -237,7 +238,7 @@ def test_unexpected_errors_are_logged_not_raised(tmp_path: Path, monkeypatch: py
         _check_format(sample)
 
 
-@pytest.mark.skipif(not sampler_mod._PROCFS, reason="the /proc fast path is Linux only")
+@pytest.mark.skipif(not procfs.PROCFS, reason="the /proc fast path is Linux only")
 def test_procfs_and_psutil_paths_agree(tmp_path: Path) -> None:
     code = (
         "import os, time\nfor _ in range(2):\n    os.fork() or (time.sleep(30), os._exit(0))\ntime.sleep(30)"
