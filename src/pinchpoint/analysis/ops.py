@@ -16,6 +16,9 @@ from pinchpoint.trace.run import OpWindow, Probes, Step
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_weight_int8pack_mm"})
 CONV_OPS = frozenset({"aten::mkldnn_convolution", "aten::_convolution", "aten::convolution_overrideable"})
 FP32 = "float"
+SMALL_OP_NS = 20_000
+"""Ops under 20 µs (as the profiler sees them) are dominated by their fixed cost: Python, dispatcher,
+autograd bookkeeping and the profiler's own ~1–2 µs; a tiny op's math takes nanoseconds."""
 LOW_PRECISION = frozenset({"c10::BFloat16", "c10::Half", "BFloat16", "Half"})
 
 
@@ -34,6 +37,11 @@ class OpStats:
     dispatch_ns_per_op: int | None = None
     top_ops: tuple[tuple[str, float, int], ...] = ()
     """(name, ns per step, calls per step) of the depth-0 ops with the most time."""
+    small_ops_per_step: float = 0.0
+    """Depth-0 ops shorter than `SMALL_OP_NS`: overhead-dominated."""
+    large_phase_op_ns_per_step: float = 0.0
+    """Time per step in depth-0 ops of at least `SMALL_OP_NS` inside the measured phases: the part of
+    forward/backward/optimizer that is real arithmetic rather than per-op overhead and Python glue."""
     loose_op_ns_per_step: float = 0.0
     """Time in depth-0 ops outside every measured phase (e.g. a functional loss, metrics on tensors):
     framework work that lands in host_other, not Python."""
@@ -70,7 +78,10 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
         acc[1] += 1
     top_ops = sorted(per_name.items(), key=lambda kv: -kv[1][0])[:8]
     phases = sorted((iv.start_ns, iv.end_ns) for s in steps if s.profiled for iv in s.intervals)
-    loose = sum(o.dur_ns for o in top if not _covered(phases, o.start_ns, o.start_ns + o.dur_ns))
+    covered = [_covered(phases, o.start_ns, o.start_ns + o.dur_ns) for o in top]
+    loose = sum(o.dur_ns for o, c in zip(top, covered, strict=True) if not c)
+    large_in_phases = sum(o.dur_ns for o, c in zip(top, covered, strict=True) if c and o.dur_ns >= SMALL_OP_NS)
+    small = sum(1 for o in top if o.dur_ns < SMALL_OP_NS)
     # The profiled steps the window's ops overlap (the profiler starts as the first of them starts).
     inside = [s for s in steps if s.profiled and s.end_ns > window.start_ns and s.start_ns < window.end_ns]
     window_step_ns = (
@@ -86,6 +97,8 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
         matmul_flops_per_step=flops / n,
         dispatch_ns_per_op=probes.dispatch_ns_per_op,
         top_ops=tuple((name, acc[0] / n, round(acc[1] / n)) for name, acc in top_ops),
+        small_ops_per_step=small / n,
+        large_phase_op_ns_per_step=large_in_phases / n,
         loose_op_ns_per_step=loose / n,
     )
 
