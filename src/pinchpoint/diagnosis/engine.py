@@ -59,4 +59,26 @@ def diagnose(analysis: RunAnalysis, rules: Sequence[Rule] = RULES) -> Diagnosis:
                     ranks = tuple(sorted(set(prev.ranks) | set(f.ranks)))
                     by_id[f.id.value] = replace(best, ranks=ranks)
     findings = tuple(sorted(by_id.values(), key=sort_key))
+    notes.extend(context_notes(analysis))
     return Diagnosis(findings=findings, notes=tuple(dict.fromkeys(notes)))
+
+
+FOREIGN_LOAD_NOTE = 0.3
+"""Other processes using this many cores' worth of CPU during the steps disturb every timing."""
+
+
+def context_notes(analysis: RunAnalysis) -> list[str]:
+    """Facts about the run that qualify every finding (a shared machine, too few steps)."""
+    notes = []
+    for rank in analysis.ranks[:1]:
+        cpu = rank.cpu
+        if cpu is not None:
+            foreign = cpu.machine_busy_cores - cpu.process_cores
+            if foreign >= FOREIGN_LOAD_NOTE:
+                notes.append(
+                    f"other processes kept {foreign:.1f} of {cpu.usable_cores} cores busy during the steps: "
+                    "timings (and contention findings) reflect a shared machine"
+                )
+        if rank.steps is not None and rank.steps.count < 10:
+            notes.append(f"only {rank.steps.count} steady steps were measured: statistics are rough")
+    return notes
