@@ -216,7 +216,12 @@ def make_ops(
     dispatch_ns_per_op: int | None = 3_000,
     loose_op_ms: float = 0.0,
     top_ops: tuple[tuple[str, float, int], ...] = (("aten::add", 1e6, 50),),
+    small_ops_per_step: float = 0.0,
+    large_op_ms: float | None = None,
+    phase_ms: float | None = None,
 ) -> OpStats:
+    """Op-window stats; by default the window's phases are all large-tensor ops (no overhead)."""
+    phase = window_step_ms if phase_ms is None else phase_ms
     matmul = {}
     if fp32_matmul_ms:
         matmul["float"] = float(ns(fp32_matmul_ms))
@@ -233,6 +238,9 @@ def make_ops(
         dispatch_ns_per_op=dispatch_ns_per_op,
         top_ops=top_ops,
         loose_op_ns_per_step=float(ns(loose_op_ms)),
+        small_ops_per_step=small_ops_per_step,
+        large_phase_op_ns_per_step=float(ns(phase if large_op_ms is None else large_op_ms)),
+        phase_ns_per_window_step=float(ns(phase)),
     )
 
 

@@ -8,17 +8,21 @@ dtype of their inputs, to find fp32 matmuls on a CPU whose matrix unit runs bf16
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from pinchpoint.trace.run import OpWindow, Probes, Step
+from pinchpoint.analysis.steps import exposed_by_phase
+from pinchpoint.trace.run import OpWindow, Phase, Probes, Step
 
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_weight_int8pack_mm"})
 CONV_OPS = frozenset({"aten::mkldnn_convolution", "aten::_convolution", "aten::convolution_overrideable"})
 FP32 = "float"
-SMALL_OP_NS = 20_000
-"""Ops under 20 µs (as the profiler sees them) are dominated by their fixed cost: Python, dispatcher,
-autograd bookkeeping and the profiler's own ~1–2 µs; a tiny op's math takes nanoseconds."""
+SMALL_OP_NUMEL = 32_768
+"""An op whose largest tensor (its own inputs or those of the ops it calls) has at most 32K elements
+does microseconds of math or less, below the fixed cost of issuing it from Python with autograd
+(measured here at tens of µs per op under autocast); its time is per-op overhead."""
+COMPUTE_PHASE_NAMES = frozenset({Phase.FORWARD.value, Phase.BACKWARD.value, Phase.OPTIMIZER.value})
 LOW_PRECISION = frozenset({"c10::BFloat16", "c10::Half", "BFloat16", "Half"})
 
 
@@ -38,10 +42,12 @@ class OpStats:
     top_ops: tuple[tuple[str, float, int], ...] = ()
     """(name, ns per step, calls per step) of the depth-0 ops with the most time."""
     small_ops_per_step: float = 0.0
-    """Depth-0 ops shorter than `SMALL_OP_NS`: overhead-dominated."""
+    """Depth-0 ops whose tensors are all small (`SMALL_OP_NUMEL`): overhead-dominated."""
     large_phase_op_ns_per_step: float = 0.0
-    """Time per step in depth-0 ops of at least `SMALL_OP_NS` inside the measured phases: the part of
-    forward/backward/optimizer that is real arithmetic rather than per-op overhead and Python glue."""
+    """Time per step in depth-0 ops with a large tensor (or unknown shapes) inside the measured phases:
+    the part of forward/backward/optimizer that is arithmetic rather than per-op overhead and glue."""
+    phase_ns_per_window_step: float = 0.0
+    """Exposed forward + backward + optimizer time per step inside the window."""
     loose_op_ns_per_step: float = 0.0
     """Time in depth-0 ops outside every measured phase (e.g. a functional loss, metrics on tensors):
     framework work that lands in host_other, not Python."""
@@ -80,10 +86,17 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
     phases = sorted((iv.start_ns, iv.end_ns) for s in steps if s.profiled for iv in s.intervals)
     covered = [_covered(phases, o.start_ns, o.start_ns + o.dur_ns) for o in top]
     loose = sum(o.dur_ns for o, c in zip(top, covered, strict=True) if not c)
-    large_in_phases = sum(o.dur_ns for o, c in zip(top, covered, strict=True) if c and o.dur_ns >= SMALL_OP_NS)
-    small = sum(1 for o in top if o.dur_ns < SMALL_OP_NS)
+    numel = _largest_numel_per_top_op(window)
+    small_flags = [0 < numel.get(id(o), 0) <= SMALL_OP_NUMEL for o in top]
+    large_in_phases = sum(
+        o.dur_ns for o, c, small in zip(top, covered, small_flags, strict=True) if c and not small
+    )
+    small = sum(small_flags)
     # The profiled steps the window's ops overlap (the profiler starts as the first of them starts).
     inside = [s for s in steps if s.profiled and s.end_ns > window.start_ns and s.start_ns < window.end_ns]
+    phase_ns = sum(
+        ns for st in inside for name, ns in exposed_by_phase(st).items() if name in COMPUTE_PHASE_NAMES
+    ) / max(1, len(inside))
     window_step_ns = (
         (sum(s.dur_ns for s in inside) / len(inside)) if inside else (window.end_ns - window.start_ns) / n
     )
@@ -99,8 +112,29 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
         top_ops=tuple((name, acc[0] / n, round(acc[1] / n)) for name, acc in top_ops),
         small_ops_per_step=small / n,
         large_phase_op_ns_per_step=large_in_phases / n,
+        phase_ns_per_window_step=phase_ns,
         loose_op_ns_per_step=loose / n,
     )
+
+
+def _largest_numel_per_top_op(window: OpWindow) -> dict[int, int]:
+    """For each depth-0 op (by id), the most elements of any tensor it or the ops it called touched.
+
+    Ops are ordered by thread then start, so an op's callees follow it; 0 means no shapes were seen.
+    """
+    out: dict[int, int] = {}
+    parent: int | None = None
+    for o in window.ops:
+        if o.depth == 0:
+            parent = id(o)
+            out[parent] = 0
+        if parent is None:
+            continue
+        for dims in o.input_dims:
+            n = math.prod(dims) if dims else 0
+            if n > out[parent]:
+                out[parent] = n
+    return out
 
 
 def _covered(spans: list[tuple[int, int]], start: int, end: int) -> bool:
