@@ -1,0 +1,110 @@
+"""The diagnosis on real programs with planted bottlenecks whose truth was measured by applying the fix.
+
+Each example in examples/ declares `PLANTED`; examples/TRUTH.md holds what its `--fix` measured
+(examples/measure_truth.py --markdown). We run each one under `pinchpoint run` and hold the report to it:
+the planted category is the top finding; with two planted causes both are the top two and each share
+is within 0.10 of the share its fix removed; the healthy program has no non-compute finding above 10%.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+TRUTH = EXAMPLES / "TRUTH.md"
+FIX_REMOVES = {"--fix input": "input.fetch", "--fix python": "host.python"}
+"""What each partial fix of examples/two_causes.py removes."""
+SHARE_TOLERANCE = 0.10
+HEALTHY_MAX_SHARE = 0.10
+COMPUTE_IDS = {"compute.math", "compute.memory"}
+
+
+def _planted(path: Path) -> list[str]:
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "PLANTED" for t in node.targets):
+            value = ast.literal_eval(node.value)
+            assert isinstance(value, list)
+            return [str(v) for v in value]
+    raise AssertionError(f"{path.name} declares no PLANTED list")
+
+
+def _example_files() -> list[Path]:
+    files = sorted(p for p in EXAMPLES.glob("*.py") if "PLANTED" in p.read_text())
+    assert len(files) >= 11, "the examples are missing"
+    return files
+
+
+def _profile(example: Path, tmp_path: Path) -> dict[str, Any]:
+    out = tmp_path / "run"
+    env = dict(os.environ)
+    env.pop("PINCHPOINT_RUN_DIR", None)
+    res = subprocess.run(
+        [sys.executable, "-m", "pinchpoint", "run", "-q", "-o", str(out), str(example)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    report: dict[str, Any] = json.loads((out / "report.json").read_text())
+    return report
+
+
+def _truth() -> dict[str, dict[str, float]]:
+    """example -> {fix label: measured share} from the summary table of TRUTH.md."""
+    out: dict[str, dict[str, float]] = {}
+    for line in TRUTH.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 7 and cells[6].endswith("%") and cells[2].startswith("`"):
+            out.setdefault(cells[0], {})[cells[2].strip("`")] = float(cells[6].rstrip("%")) / 100
+    return out
+
+
+def _summary(report: dict[str, Any]) -> str:
+    return "; ".join(
+        f"{f['id']} share={f['share']:.2f} ×{f['estimated_speedup']:.2f}" for f in report["findings"]
+    )
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("example", _example_files(), ids=lambda p: p.stem)
+def test_diagnosis_matches_the_planted_truth(example: Path, tmp_path: Path) -> None:
+    planted = _planted(example)
+    report = _profile(example, tmp_path)
+    findings = report["findings"]
+    ids = [f["id"] for f in findings]
+    if not planted:
+        loud = [f for f in findings if f["id"] not in COMPUTE_IDS and f["share"] > HEALTHY_MAX_SHARE]
+        assert not loud, _summary(report)
+        return
+    assert findings, "no finding at all"
+    assert set(ids[: len(planted)]) == set(planted), _summary(report)
+    if len(planted) > 1:
+        by_id = {f["id"]: f for f in findings}
+        for label, measured in _truth()[example.stem].items():
+            removed = FIX_REMOVES.get(label)
+            if removed is None:
+                continue
+            assert abs(by_id[removed]["share"] - measured) <= SHARE_TOLERANCE, (
+                f"{removed}: reported share {by_id[removed]['share']:.2f}, its fix measured {measured:.2f}; "
+                + _summary(report)
+            )
+
+
+def test_truth_file_covers_every_example() -> None:
+    truth = _truth()
+    for example in _example_files():
+        assert example.stem in truth, f"examples/TRUTH.md has no measurement for {example.name}"
+    assert set(FIX_REMOVES) <= set(truth["two_causes"])
