@@ -135,9 +135,11 @@ def main():
         amx = "amx_bf16" in cpuinfo
         lines = [
             "# Measured truth for the example programs", "",
-            f"Measured {datetime.date.today().isoformat()} with `python examples/measure_truth.py --markdown` "
-            f"(R={args.reps} alternating repetitions per variant; each cell is the median over the reps "
-            "of the program's own median step time, first 3 steps excluded).", "",
+            f"Measured {datetime.date.today().isoformat()} with `python examples/measure_truth.py -r {args.reps} "
+            f"--markdown` (R={args.reps} alternating repetitions per variant; each cell is the median over the "
+            "reps of the program's own median step time, first 3 steps excluded).  The machine was shared: a run "
+            f"during which other processes used more than {args.max_foreign:.0%} of the CPUs was repeated "
+            f"(up to {args.retries} times, keeping the least disturbed attempt).", "",
             f"Machine: {cpu}, {psutil.cpu_count()} logical CPUs{' with AMX-BF16' if amx else ''}, "
             f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM, no GPU; {platform.platform()}; "
             f"Python {platform.python_version()}, torch {torch.__version__}.", "",
