@@ -3,7 +3,7 @@
 Planted: after every optimizer step the loop calls ``torch.save`` on the model *and*
 AdamW state (~29 MB: weights + two moment buffers) into a temporary directory.
 The save is synchronous -- serialising and writing the file blocks the training
-thread -- and costs roughly as much as the bf16 forward/backward itself.
+thread -- and costs about a third of the step (two thirds as much as forward+backward).
 
 Fix (``--fix``): checkpoint every ``--ckpt-every`` steps (default 100) plus once
 after the last step.  That bounds the work lost to a crash at 100 steps while
