@@ -225,7 +225,7 @@ def test_ctrl_c_still_writes_a_report(script: Path, tmp_path: Path) -> None:
 
 def test_results_are_unchanged_by_profiling(tmp_path: Path) -> None:
     """The op window and its probes run inside the program: they must not touch its random streams."""
-    code = TRAIN.replace('print("trained", steps, "steps")', 'print(torch.rand(4).tolist(), loss.item())')
+    code = TRAIN.replace('print("trained", steps, "steps")', "print(torch.rand(4).tolist(), loss.item())")
     (tmp_path / "seeded.py").write_text(code)
     bare = subprocess.run([sys.executable, "seeded.py", "16"], cwd=tmp_path, capture_output=True, text=True)
     profiled = _run(["run", "-q", "-o", str(tmp_path / "run"), "seeded.py", "16"], tmp_path)
