@@ -23,7 +23,6 @@ SMALL_OP_NUMEL = 32_768
 does microseconds of math or less, below the fixed cost of issuing it from Python with autograd
 (measured here at tens of µs per op under autocast); its time is per-op overhead."""
 COMPUTE_PHASE_NAMES = frozenset({Phase.FORWARD.value, Phase.BACKWARD.value, Phase.OPTIMIZER.value})
-LOW_PRECISION = frozenset({"c10::BFloat16", "c10::Half", "BFloat16", "Half"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,13 +54,6 @@ class OpStats:
     @property
     def fp32_matmul_ns_per_step(self) -> float:
         return float(self.matmul_ns_per_step.get(FP32, 0.0))
-
-    @property
-    def dispatch_ns_per_step(self) -> float | None:
-        """Framework overhead per step: depth-0 ops times the measured cost of one tiny op."""
-        if self.dispatch_ns_per_op is None:
-            return None
-        return self.top_level_ops_per_step * self.dispatch_ns_per_op
 
 
 def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpStats | None:

@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -217,10 +217,16 @@ def parse_window(spec: str | None) -> tuple[int, int] | None:
         return DEFAULT_OPWINDOW
 
 
-def _timed(agent: Agent, phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def timed(
+    agent: Agent, phase: str, fn: Callable[..., Any], when: Callable[..., bool] | None = None
+) -> Callable[..., Any]:
+    """Wrap `fn` so each call on the training thread records a `phase` interval (only when `when` holds)."""
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if agent.role != "main" or threading.get_ident() != agent.tid:
+            return fn(*args, **kwargs)
+        if when is not None and not when(*args, **kwargs):
             return fn(*args, **kwargs)
         t0 = _now()
         try:
@@ -228,7 +234,6 @@ def _timed(agent: Agent, phase: str, fn: Callable[..., Any]) -> Callable[..., An
         finally:
             agent.interval(phase, t0, _now())
 
-    wrapper.__pinchpoint_wrapped__ = fn  # type: ignore[attr-defined]
     return wrapper
 
 
@@ -283,7 +288,7 @@ def _install_hooks(agent: Agent, torch: Any) -> None:
 
     torch.autograd.backward = _backward_wrapper(agent, torch.autograd.backward)
     torch.autograd.grad = _backward_wrapper(agent, torch.autograd.grad)
-    torch.save = _timed(agent, "checkpoint_io", torch.save)
+    torch.save = timed(agent, "checkpoint_io", torch.save)
 
     from torch.optim import optimizer as opt_mod
 
@@ -466,15 +471,3 @@ class _TorchImportHook(importlib.abc.MetaPathFinder):
 def _log(run_dir: Path, message: str) -> None:
     with contextlib.suppress(OSError), open(run_dir / "agent.log", "a") as f:
         f.write(f"[pid {os.getpid()}] {message}\n")
-
-
-def iter_wrapped() -> Iterator[str]:
-    """Names of the entry points the agent wraps (for `pinchpoint run --help` and tests)."""
-    yield from (
-        "DataLoader iterator __next__",
-        "dataset fetcher fetch",
-        "nn.Module.__call__ (top level)",
-        "torch.autograd.backward / grad",
-        "optimizer step hooks",
-        "torch.save",
-    )

@@ -10,38 +10,20 @@ of a pageable or blocking copy is what shows. Not yet exercised on a GPU in CI (
 
 from __future__ import annotations
 
-import functools
-import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 _now = time.monotonic_ns
 
 
 def install(agent: Any, torch: Any) -> bool:
+    from pinchpoint.capture.agent import timed
+
     try:
         if not torch.cuda.is_available():
             return False
     except Exception:
         return False
-
-    def timed(
-        phase: str, fn: Callable[..., Any], when: Callable[..., bool] | None = None
-    ) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if agent.role != "main" or threading.get_ident() != agent.tid:
-                return fn(*args, **kwargs)
-            if when is not None and not when(*args, **kwargs):
-                return fn(*args, **kwargs)
-            t0 = _now()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                agent.interval(phase, t0, _now())
-
-        return wrapper
 
     def on_cuda(t: Any, *args: Any, **kwargs: Any) -> bool:
         return bool(getattr(t, "is_cuda", False))
@@ -52,12 +34,12 @@ def install(agent: Any, torch: Any) -> bool:
         target = kwargs.get("device", args[0] if args else None)
         return "cuda" in str(target)
 
-    torch.cuda.synchronize = timed("sync_wait", torch.cuda.synchronize)
-    torch.cuda.Stream.synchronize = timed("sync_wait", torch.cuda.Stream.synchronize)
-    torch.cuda.Event.synchronize = timed("sync_wait", torch.cuda.Event.synchronize)
+    torch.cuda.synchronize = timed(agent, "sync_wait", torch.cuda.synchronize)
+    torch.cuda.Stream.synchronize = timed(agent, "sync_wait", torch.cuda.Stream.synchronize)
+    torch.cuda.Event.synchronize = timed(agent, "sync_wait", torch.cuda.Event.synchronize)
     tensor = torch.Tensor
     for name in ("item", "tolist", "cpu"):
-        setattr(tensor, name, timed("sync_wait", getattr(tensor, name), on_cuda))
-    tensor.to = timed("h2d_copy", tensor.to, cpu_to_cuda)
-    tensor.cuda = timed("h2d_copy", tensor.cuda, lambda t, *a, **k: not getattr(t, "is_cuda", True))
+        setattr(tensor, name, timed(agent, "sync_wait", getattr(tensor, name), on_cuda))
+    tensor.to = timed(agent, "h2d_copy", tensor.to, cpu_to_cuda)
+    tensor.cuda = timed(agent, "h2d_copy", tensor.cuda, lambda t, *a, **k: not getattr(t, "is_cuda", True))
     return True

@@ -11,7 +11,6 @@ import datetime as dt
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,7 +131,3 @@ def launch(
         rc = 128 - rc
     finish_run_dir(run_dir, meta, rc, sig_name)
     return LaunchResult(exit_code=rc, signal=sig_name, started=True)
-
-
-def python_command(script: str, args: list[str]) -> list[str]:
-    return [sys.executable, script, *args]
