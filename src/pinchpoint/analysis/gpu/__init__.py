@@ -1,0 +1,1 @@
+"""Analyses of Kineto GPU traces (`trace.kineto.KinetoTrace`): pure functions with typed results."""
