@@ -151,15 +151,15 @@ def gpu_idle(
     first, last = int(start.min()), int(end.max())
     lo, hi = window if window is not None else (first, last)
 
-    # Wall clock: gaps of the union; the event that ends a gap is the earliest starting at the gap's end.
+    # Wall clock: gaps of the union within [first, last] (zero-length events at the edges widen the span);
+    # the event that ends a gap is the earliest starting at the gap's end (rows are sorted by start).
     u_s, u_e = iv.union(start, end)
-    gap_start, gap_end = u_e[:-1], u_s[1:]
-    if gap_end.size:
-        # rows are sorted by start (ingest order); the earliest starting at gap_end is the first at it.
-        idx = np.searchsorted(start, gap_end, side="left")
-        wall = _split(gap_start, gap_end, launch[idx], lo, hi, kernel_wait_max_ns)
-    else:
-        wall = IdleSplit(host_wait_ns=0, kernel_wait_ns=0, other_ns=0, gaps=0)
+    gap_start, gap_end = np.append(first, u_e), np.append(u_s, last)
+    real = gap_end > gap_start
+    gap_start, gap_end = gap_start[real], gap_end[real]
+    idx = np.searchsorted(start, gap_end, side="left")
+    next_launch = np.append(launch, NO_LAUNCH)[idx]
+    wall = _split(gap_start, gap_end, next_launch, lo, hi, kernel_wait_max_ns)
     outside = max(0, min(first, hi) - lo) + max(0, hi - max(last, lo))
     wall = IdleSplit(
         host_wait_ns=wall.host_wait_ns,
