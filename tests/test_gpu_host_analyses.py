@@ -157,7 +157,7 @@ def _copy(start: int, dur: int, kind: CopyKind, mem: HostMemory, nbytes: int, co
 def _copy_rows() -> list[dict[str, Any]]:
     return [
         ev(Kind.RUNTIME, "cudaMemcpyAsync", 0, 100, correlation=1),
-        _copy(10, 90, CopyKind.H2D, HostMemory.PAGEABLE, 9000, 1),  # pageable, call ends with it: blocks
+        _copy(10, 90, CopyKind.H2D, HostMemory.PAGEABLE, 90_000, 1),  # pageable > 64 KB: blocks
         ev(Kind.RUNTIME, "cudaMemcpyAsync", 200, 10, correlation=2),
         _copy(220, 40, CopyKind.D2H, HostMemory.PINNED, 4000, 2),  # async: the call returned first
         kernel(230, 20),  # hides [230, 250) of the D2H copy
@@ -172,8 +172,8 @@ def test_memcpy_directions_bandwidth_sync_and_exposed() -> None:
     s = memcpy_stats(make(_copy_rows()))
     h2d, d2h, d2d = (s.direction(k) for k in (CopyKind.H2D, CopyKind.D2H, CopyKind.D2D))
     assert h2d is not None and d2h is not None and d2d is not None
-    assert (h2d.count, h2d.bytes, h2d.time_ns, h2d.pageable, h2d.exposed_ns) == (2, 10_000, 95, 1, 95)
-    assert h2d.bandwidth_gbps == pytest.approx(10_000 / 95)
+    assert (h2d.count, h2d.bytes, h2d.time_ns, h2d.pageable, h2d.exposed_ns) == (2, 91_000, 95, 1, 95)
+    assert h2d.bandwidth_gbps == pytest.approx(91_000 / 95)
     assert (d2h.count, d2h.pinned, d2h.exposed_ns, d2h.bandwidth_gbps) == (1, 1, 20, 100.0)
     assert d2d.exposed_ns == 40
     assert (s.copies, s.time_ns, s.exposed_ns) == (4, 175, 155)
@@ -293,6 +293,16 @@ def test_no_memory_events() -> None:
         ),
         ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT", True, True),
         ("Cijk_Ailk_Bljk_BBS_BH_MT128x128x32_MI32x32x8x1_SN_1LDSB0_MFMA", True, True),
+        (
+            "Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1_SN_LDSB0_AFC1_ISA90a_WG64_4_1",
+            True,
+            True,
+        ),
+        (
+            "_ZN2ck16tensor_operation6device37kernel_batched_gemm_xdlops_bwd_weightINS_47GridwiseGemm",
+            True,
+            True,
+        ),
         ("volta_sgemm_128x64_nn", True, False),
         ("volta_scudnn_128x64_relu_interior_nn_v1", True, False),
         (
@@ -386,3 +396,14 @@ def test_ranks_balanced_and_unmatched() -> None:
     assert r.stragglers == () and r.matched == 2 and r.unmatched == 1
     with pytest.raises(ValueError, match="same rank"):
         compare_ranks([_rank(0, 1, []), _rank(0, 1, [])])
+
+
+def test_pageable_copies_block_even_when_the_call_returns_first() -> None:
+    rows = [
+        ev(Kind.RUNTIME, "cudaMemcpyAsync", 0, 90, correlation=1),
+        _copy(10, 100, CopyKind.H2D, HostMemory.PAGEABLE, 1 << 20, 1),  # call ends 20 ns before the copy
+        ev(Kind.RUNTIME, "cudaMemcpyAsync", 200, 5, correlation=2),
+        _copy(201, 2, CopyKind.H2D, HostMemory.PAGEABLE, 1024, 2),  # ≤ 64 KB: returns once staged
+    ]
+    s = memcpy_stats(make(rows))
+    assert (s.sync_copies, s.sync_host_ns, s.pageable_async) == (1, 90, 2)

@@ -1,9 +1,9 @@
 """Host↔device copies: direction, bytes, time, bandwidth, pageable vs pinned, blocking and exposed time.
 
 - A copy is *synchronous* (the host waits for it) when its API call is a non-async memcpy (`cudaMemcpy`,
-  `hipMemcpy`, `cudaMemcpy2D`, ...; not H2D copies ≤ 64 KB, which return once staged, as in nsys), or when
-  the API call lasts until the copy has finished and the copy is D2H (the host is about to read it) or
-  touches pageable memory (the driver stages it synchronously).
+  `hipMemcpy`, `cudaMemcpy2D`, ...), when it touches pageable memory (the driver stages it while the call
+  waits: "async" in name only), both except H2D copies ≤ 64 KB, which return once staged (as in nsys); or
+  when it is D2H and its API call lasts until the copy has finished (the host is about to read the data).
 - A copy's time is *exposed* where no kernel runs on its device at the same moment (nothing hides it).
 - Pageable H2D copies cannot overlap with compute and run at a fraction of pinned bandwidth: the
   `transfer.h2d` fix is `pin_memory=True` plus `.to(device, non_blocking=True)`.
@@ -132,10 +132,12 @@ def _synchronous(ev: EventTable, copies: I64, api_row: I64) -> Mask:
     small_h2d = (ev.copy_kind[copies] == CopyKind.H2D) & (ev.bytes[copies] >= 0)
     small_h2d &= ev.bytes[copies] <= SYNC_COPY_SMALL_H2D_BYTES
     by_name = joined & ev.mask_names(is_sync_copy_api)[safe] & ~small_h2d
-    # The call returned only once the copy was done: a D2H the host then reads, or a staged pageable copy.
-    waits = (ev.copy_kind[copies] == CopyKind.D2H) | (ev.host_memory[copies] == HostMemory.PAGEABLE)
-    blocked = joined & waits & (ev.end_ns[safe] >= ev.end_ns[copies])
-    return np.asarray(by_name | blocked, dtype=bool)
+    # The driver stages a pageable copy through a pinned buffer while the call waits (ResNet-50 2021 trace:
+    # a 19 MB H2D `cudaMemcpyAsync` call lasts 2.02 ms of the copy's 1.94 ms + queueing).
+    pageable = joined & (ev.host_memory[copies] == HostMemory.PAGEABLE) & ~small_h2d
+    # A D2H whose call lasts until the copy is done: the host is about to read the data.
+    d2h = joined & (ev.copy_kind[copies] == CopyKind.D2H) & (ev.end_ns[safe] >= ev.end_ns[copies])
+    return np.asarray(by_name | pageable | d2h, dtype=bool)
 
 
 def _direction(ev: EventTable, kind: CopyKind, rows: I64, pageable: Mask, exposed: I64) -> DirectionStats:

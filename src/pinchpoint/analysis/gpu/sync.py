@@ -6,8 +6,8 @@ Two sources, counted separately and summed for the blocked time:
 - synchronous copies (see `memcpy.py`): the copy call itself blocks.
 
 Each sync is attributed to the framework op it happened under on the same thread: the outermost CPU op
-(`aten::item`, `aten::to`, `aten::nonzero`: what the user called) and the innermost (the API call's own op by
-`external_id`, e.g. `aten::_local_scalar_dense`), so a `host.sync` finding can point at the line to change.
+(`aten::item`, `aten::to`, `aten::nonzero`: what the user called) and the innermost (e.g.
+`aten::_local_scalar_dense`), both by time containment, so a `host.sync` finding can point at the line to change.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from pinchpoint.analysis.gpu._common import (
     HOST_API_KINDS,
     I64,
     busy_within,
-    join_by_key,
     kind_mask,
     name_mask,
 )
@@ -63,7 +62,9 @@ class SyncSite:
     op: str
     """Outermost CPU op around the blocking call on its thread (what the program called)."""
     inner_op: str
-    """The CPU op that issued the call (by external id, else the innermost enclosing op)."""
+    """The innermost CPU op around the call. Not by `external_id`: in some traces a runtime call's external
+    id names the op that started last on the thread, which may have ended already (HTA's AlexNet trace:
+    `cudaStreamSynchronize` → `detach`, `aten::empty`)."""
     count: int
     total_ns: int
 
@@ -144,7 +145,6 @@ def _enclosing_ops(ev: EventTable, calls: I64) -> tuple[list[str], list[str]]:
     wrapper = ev.mask_names(lambda s: STEP_NAME.match(s) is not None or is_dataloader_wait(s))
     ops_mask = kind_mask(ev, Kind.CPU_OP) & ~wrapper
     op_rows = np.flatnonzero(ops_mask)
-    by_ext = join_by_key(ev.external_id[calls], ev.external_id[op_rows])
     outer = [NO_OP] * calls.size
     inner = [NO_OP] * calls.size
     for pid, tid in {(int(p), int(t)) for p, t in zip(ev.pid[calls], ev.tid[calls], strict=True)}:
@@ -163,9 +163,6 @@ def _enclosing_ops(ev: EventTable, calls: I64) -> tuple[list[str], list[str]]:
             if k < 0 or ev.end_ns[top_rows[k]] < ev.end_ns[c]:
                 continue
             outer[j] = ev.names[ev.name[top_rows[k]]]
-            if by_ext[j] >= 0:
-                inner[j] = ev.names[ev.name[op_rows[by_ext[j]]]]
-                continue
             # The innermost enclosing op: the latest-starting op of this top-level tree that covers the call.
             lo = int(np.searchsorted(s, ts[k], side="left"))
             hi = int(np.searchsorted(s, ev.start_ns[c], side="right"))

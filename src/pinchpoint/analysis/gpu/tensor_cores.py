@@ -6,10 +6,12 @@ convolution took:
 - matrix-unit paths: an MMA shape after a precision letter (`volta_h884cudnn`, `volta_s884gemm`,
   `turing_fp16_s1688gemm`, `ampere_s16816gemm`: 8x8x4 / 16x8x8 / 16x8x16 tiles exist only as Tensor Core
   instructions, whatever the accumulate letter), `hmma`, `imma`, `xmma`, `gmma`/`wgmma`, `tensorop`,
-  `tf32`, cuBLASLt's `nvjet`, flash attention (`flash_fwd`, `fmha`), fp16/bf16 GEMMs, AMD `MFMA`;
+  `tf32`, cuBLASLt's `nvjet`, flash attention (`flash_fwd`, `fmha`), fp16/bf16 GEMMs; AMD: `MFMA`,
+  Composable Kernel `xdlops`, Tensile `Cijk_..._MI16x16x1_...` (the MI field names the matrix instruction);
 - SIMT paths: fp32 `sgemm` (`volta_sgemm_128x64_nn`), `scudnn` (`volta_scudnn_128x64_relu_...`),
   cuDNN's `implicit_convolve_sgemm`, `dgrad_engine<float,...>`, `wgrad_alg0_engine<float,...>`, Winograd,
-  CUTLASS `simt`, rocBLAS `Cijk_*` without MFMA.
+  CUTLASS `simt`, Tensile `Cijk_*` without an `MI` field. Bare `cutlass` is not a GEMM marker: it appears
+  in the template arguments of non-GEMM kernels (a B200 MoE `finalizeKernel<cutlass::bfloat16_t>`).
 
 GEMM/convolution time off the matrix units on a device that has them (compute capability ≥ 7.0, AMD
 CDNA) is precision left on the table: the `compute.math` fix is AMP (bf16/fp16 autocast) or TF32.
@@ -27,11 +29,12 @@ from pinchpoint.analysis.gpu._common import kind_mask
 from pinchpoint.trace.kineto import DeviceInfo, Kind, KinetoTrace
 
 GEMM_CONV = re.compile(
-    r"gemm|convol|conv[123]d|fprop|dgrad|wgrad|winograd|[shi]cudnn|\d{3,6}cudnn|xmma|cutlass|cijk_|nvjet"
+    r"gemm|convol|conv[123]d|fprop|dgrad|wgrad|winograd|[shi]cudnn|\d{3,6}cudnn|xmma|cijk_|nvjet"
     r"|gmma|hmma|imma|mfma|tensorop|fmha|flash_(?:fwd|bwd)|matmul"
 )
 MATRIX_UNIT = re.compile(
-    r"(?:^|_)[hsi](?:884|1688|16816|16832|161616|8816)|hmma|imma|xmma|gmma|tensorop|tf32|nvjet|mfma"
+    r"(?:^|_)[hsi](?:884|1688|16816|16832|161616|8816)|hmma|imma|xmma|gmma|tensorop|tf32|nvjet|mfma|xdl"
+    r"|^cijk_.*_mi\d+x\d+x\d+"
     r"|fmha|flash_(?:fwd|bwd)|bf16|fp16|f16|half"
 )
 SIMT = re.compile(r"simt|sgemm|scudnn|dgemm")
@@ -62,7 +65,7 @@ def on_matrix_units(name: str) -> bool:
     if MATRIX_UNIT.search(n) is None:
         return False
     # A SIMT marker wins unless the name also has an explicit MMA instruction or tile shape.
-    strong = re.search(r"(?:^|_)[hsi](?:884|1688|16816|16832|161616|8816)|mma|tensorop|nvjet|gmma", n)
+    strong = re.search(r"(?:^|_)[hsi](?:884|1688|16816|16832|161616|8816)|mma|tensorop|nvjet|gmma|xdl", n)
     return SIMT.search(n) is None or strong is not None
 
 
