@@ -12,7 +12,6 @@ other instants, counters and B/E pairs are skipped (B/E and bad events are count
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -155,12 +154,12 @@ class _Builder:
         self.legacy = False
         self.cols: dict[str, list[np.ndarray[Any, Any]]] = {}
         self.mem: dict[str, list[np.ndarray[Any, Any]]] = {}
-        self.flows: list[tuple[int, Any, Any, float]] = []
-        self.missing_time = 0
+        self.flow_cols: dict[str, list[np.ndarray[Any, Any]]] = {}
+        self.need_flows = False
+        """Set by the first block whose launches or GPU events lack `args.correlation`."""
+        self.bad_time = 0
         self.negative_dur = 0
-        self.huge_time = 0
         self.begin_end = 0
-        self.inexact = False
 
     def _put(self, table: dict[str, list[np.ndarray[Any, Any]]], **cols: np.ndarray[Any, Any]) -> None:
         for k, v in cols.items():
@@ -168,21 +167,24 @@ class _Builder:
 
     def add(self, evs: list[RawEvent]) -> None:
         xs = [e for e in evs if e.ph == "X"]
+        if xs:
+            self._add_complete(xs)
         if len(xs) != len(evs):
             self._add_others([e for e in evs if e.ph != "X"])
-        if not xs:
-            return
-        ts = np.array([e.ts for e in xs], dtype=np.float64)
-        dur = np.array([e.dur for e in xs], dtype=np.float64)
-        ok = self._check_times(ts, dur)
-        if ok is not None:
-            xs = [e for e, good in zip(xs, ok.tolist(), strict=True) if good]
-            ts, dur = ts[ok], dur[ok]
+
+    def _add_complete(self, xs: list[RawEvent]) -> None:
+        start, ok = to_ns([e.ts for e in xs])
+        dur_ns, ok_dur = to_ns([e.dur for e in xs])
+        ok &= ok_dur
+        nonneg = dur_ns >= 0
+        if not bool((ok & nonneg).all()):
+            self.bad_time += int((~ok).sum())
+            self.negative_dur += int((ok & ~nonneg).sum())
+            keep = ok & nonneg
+            xs = [e for e, good in zip(xs, keep.tolist(), strict=True) if good]
+            start, dur_ns = start[keep], dur_ns[keep]
             if not xs:
                 return
-        start, inexact_s = to_ns(ts)
-        dur_ns, inexact_d = to_ns(dur)
-        self.inexact = self.inexact or inexact_s or inexact_d
         cats = [e.cat for e in xs]
         for c in set(cats).difference(self.kinds):
             self.kinds[c] = int(kind_of(c))
@@ -192,76 +194,66 @@ class _Builder:
         args = [e.args or _NO_ARGS for e in xs]
         ext = to_ints([a.external_id for a in args])
         ext_2021 = to_ints([a.external_id_2021 for a in args])
+        kind = np.array([kinds[c] for c in cats], dtype=np.int8)
+        corr = to_ints([a.correlation for a in args])
+        if not self.need_flows:
+            self.need_flows = bool(np.any(np.isin(kind, _LAUNCH_KINDS) & (corr == MISSING)))
         self._put(
             self.cols,
-            kind=np.array([kinds[c] for c in cats], dtype=np.int8),
+            kind=kind,
             name=np.array([names.setdefault(e.name, len(names)) for e in xs], dtype=np.int32),
             pid=to_ints([e.pid for e in xs]),
             tid=to_ints([e.tid for e in xs]),
             start_ns=start,
             dur_ns=dur_ns,
-            correlation=to_ints([a.correlation for a in args]),
+            correlation=corr,
             external_id=np.where(ext == MISSING, ext_2021, ext),
             device=to_ints([a.device for a in args]),
             stream=to_ints([a.stream for a in args]),
             bytes=to_ints([a.bytes for a in args]),
         )
 
-    def _check_times(
-        self, ts: np.ndarray[Any, Any], dur: np.ndarray[Any, Any]
-    ) -> np.ndarray[Any, Any] | None:
-        """Mask of usable rows, or None when all are; counts the rest."""
-        finite = np.isfinite(ts) & np.isfinite(dur)
-        nonneg = dur >= 0
-        small = (np.abs(ts) < MAX_NS_US) & (dur < MAX_NS_US)
-        ok = finite & nonneg & small
-        if bool(ok.all()):
-            return None
-        self.missing_time += int((~finite).sum())
-        self.negative_dur += int((finite & ~nonneg).sum())
-        self.huge_time += int((finite & nonneg & ~small).sum())
-        return np.asarray(ok, dtype=np.bool_)
-
     def _add_others(self, evs: list[RawEvent]) -> None:
         mem = [e for e in evs if e.name == "[memory]" and e.ph in ("i", "I")]
         if mem:
-            ts = np.array([e.ts for e in mem], dtype=np.float64)
-            ok = np.isfinite(ts) & (np.abs(ts) < MAX_NS_US)
+            t_ns, ok = to_ns([e.ts for e in mem])
             if not bool(ok.all()):
-                self.missing_time += int((~ok).sum())
+                self.bad_time += int((~ok).sum())
                 mem = [e for e, good in zip(mem, ok.tolist(), strict=True) if good]
-                ts = ts[ok]
+                t_ns = t_ns[ok]
             args = [e.args or _NO_ARGS for e in mem]
             self._put(
                 self.mem,
-                t_ns=to_ns(ts)[0],
+                t_ns=t_ns,
                 bytes_delta=to_ints([a.mem_bytes for a in args]),
                 total_allocated=to_ints([a.total_allocated for a in args]),
                 total_reserved=to_ints([a.total_reserved for a in args]),
                 device_type=to_ints([a.device_type for a in args]).astype(np.int8),
                 device_id=to_ints([a.device_id for a in args]).astype(np.int32),
             )
-        for e in evs:
-            if (
-                e.ph in ("s", "f")
-                and (e.cat in FLOW_CATS or e.cat.lower() in FLOW_CATS)
-                and math.isfinite(e.ts)
-            ):
-                self.flows.append((0 if e.ph == "s" else 1, e.id, (e.pid, e.tid), e.ts))
-            elif e.ph in ("B", "E"):
-                self.begin_end += 1
+        self.begin_end += sum(1 for e in evs if e.ph in ("B", "E"))
+        if self.need_flows:
+            flows = [e for e in evs if e.ph in ("s", "f") and e.cat.lower() in FLOW_CATS]
+            if flows:
+                ts, ok = to_ns([e.ts for e in flows])
+                self._put(
+                    self.flow_cols,
+                    id=to_ints([e.id for e in flows])[ok],
+                    pid=to_ints([e.pid for e in flows])[ok],
+                    tid=to_ints([e.tid for e in flows])[ok],
+                    t_ns=ts[ok],
+                )
 
     def finish(self, warnings: list[str]) -> tuple[EventTable, MemoryTable]:
-        if self.missing_time:
-            warnings.append(f"{self.missing_time} events without a numeric ts or dur were skipped")
+        if self.bad_time:
+            warnings.append(
+                f"{self.bad_time} events without a usable ts or dur (missing, not a number, "
+                "or past 9e15 µs) were skipped"
+            )
         if self.negative_dur:
             warnings.append(f"{self.negative_dur} complete events with a negative dur were skipped")
-        if self.huge_time:
-            warnings.append(f"{self.huge_time} events with stamps past {MAX_NS_US:.0e} µs were skipped")
         if self.begin_end:
             warnings.append(f"{self.begin_end} B/E (begin/end) events were ignored; only X events are read")
-        if self.inexact:
-            warnings.append("some stamps exceed 2**43 µs and carry sub-µs digits; their ns may be off by one")
         c = {k: np.concatenate(v) for k, v in self.cols.items()}
         self.cols = {}
         if not c:
@@ -278,16 +270,16 @@ class _Builder:
             kind[(kind == Kind.CPU_OP) & np.isin(c["name"], ids)] = Kind.USER_ANNOTATION
         gpu = np.isin(kind, _GPU_KINDS)
         pid_dev = (c["pid"] >= 0) & (c["pid"] < 1 << 16)
-        c["device"] = np.where(gpu & (c["device"] == MISSING) & pid_dev, c["pid"], c["device"]).astype(
-            np.int32
-        )
+        device = np.where(gpu & (c["device"] == MISSING) & pid_dev, c["pid"], c["device"])
+        c["device"] = device.astype(np.int32)
         c["stream"] = np.where(gpu & (c["stream"] == MISSING), c["tid"], c["stream"])
         c["copy_kind"], c["host_memory"] = self._copies(names, kind, c["name"])
-        if self.flows:
+        if self.flow_cols:
             self._correlate_by_flows(c)
         order = np.lexsort((-c["dur_ns"], c["start_ns"]))
-        table = EventTable(names=names, **{k: v[order] for k, v in c.items()})
-        return table, self._memory()
+        for k in list(c):  # one column at a time keeps the peak at one extra column
+            c[k] = c[k][order]
+        return EventTable(names=names, **c), self._memory()
 
     def _copies(self, names: tuple[str, ...], kind: Any, name: Any) -> tuple[Any, Any]:
         copy_lut = np.zeros(max(1, len(names)), dtype=np.int8)
@@ -304,13 +296,9 @@ class _Builder:
         need = np.flatnonzero(np.isin(c["kind"], _LAUNCH_KINDS) & (c["correlation"] == MISSING))
         if need.size == 0:
             return
-        pids = to_ints([p for _, _, (p, _), _ in self.flows])
-        tids = to_ints([t for _, _, (_, t), _ in self.flows])
-        ids = to_ints([i for _, i, _, _ in self.flows])
-        ts_ns = to_ns(np.array([t for *_, t in self.flows], dtype=np.float64))[0]
-        by_start = dict(
-            zip(zip(pids.tolist(), tids.tolist(), ts_ns.tolist(), strict=True), ids.tolist(), strict=True)
-        )
+        f = {k: np.concatenate(v) for k, v in self.flow_cols.items()}
+        keys = zip(f["pid"].tolist(), f["tid"].tolist(), f["t_ns"].tolist(), strict=True)
+        by_start = dict(zip(keys, f["id"].tolist(), strict=True))
         rows = zip(
             c["pid"][need].tolist(), c["tid"][need].tolist(), c["start_ns"][need].tolist(), strict=True
         )

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 import zlib
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
 import msgspec
@@ -19,6 +21,9 @@ import numpy as np
 from pinchpoint.trace.kineto import MISSING, CopyKind, HostMemory, Kind
 
 Num = int | float | str
+
+
+NO_NUMBER = msgspec.Raw(b"null")
 
 
 class RawArgs(msgspec.Struct, gc=False):
@@ -41,8 +46,9 @@ class RawEvent(msgspec.Struct, gc=False):
     name: str = ""
     pid: Num = MISSING
     tid: Num = MISSING
-    ts: float = math.nan
-    dur: float = math.nan
+    ts: msgspec.Raw = NO_NUMBER
+    """Kept as text: a float64 cannot hold epoch µs with ns digits (`1712195495519689.047`)."""
+    dur: msgspec.Raw = NO_NUMBER
     id: Num = MISSING
     args: RawArgs | None = None
 
@@ -127,25 +133,89 @@ def one_int(v: Any) -> int:
     return MISSING
 
 
+_str_ids: dict[str, int] = {}
+
+
+def _str_int(v: str) -> int:
+    got = _str_ids.get(v)
+    if got is None:
+        if len(_str_ids) > 100_000:
+            _str_ids.clear()
+        got = _str_ids[v] = one_int(v)
+    return got
+
+
 def to_ints(values: list[Any]) -> np.ndarray[Any, np.dtype[np.int64]]:
     """int64 column of ints, floats (truncated) or strings (see module doc)."""
     try:
         return np.array(values, dtype=np.int64)
     except (ValueError, TypeError, OverflowError):
-        return np.array([one_int(v) for v in values], dtype=np.int64)
+        return np.array(
+            [v if type(v) is int and -(1 << 63) <= v < 1 << 63 else _cold_int(v) for v in values], np.int64
+        )
 
 
-EXACT_US_LIMIT = float(1 << 43)
-"""Below 2**43 µs (~102 days) a float stamp's ulp is < 1 ns, so its 3 decimals convert to ns exactly."""
+def _cold_int(v: Any) -> int:
+    return _str_int(v) if isinstance(v, str) else one_int(v)
 
 
-def to_ns(us: np.ndarray[Any, np.dtype[np.float64]]) -> tuple[np.ndarray[Any, np.dtype[np.int64]], bool]:
-    """Integer ns from float µs, splitting off the integer part so the product never rounds.
+MAX_US = 9.0e15
+"""Stamps at or past this many µs would overflow int64 nanoseconds; they count as unusable."""
+_PLAIN = np.zeros(256, dtype=np.bool_)
+_PLAIN[np.frombuffer(b"0123456789.-,", dtype=np.uint8)] = True
+_POW10 = 10 ** np.arange(19, dtype=np.int64)
 
-    Returns the ns and whether some stamp is past `EXACT_US_LIMIT` with a sub-µs fraction (may be ±1 ns off).
+
+def to_ns(
+    raws: list[msgspec.Raw],
+) -> tuple[np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.bool_]]]:
+    """Exact integer ns from JSON numbers in µs (their text), and a mask of the usable ones.
+
+    Fast path: join the texts, drop the dots, parse the integers in C, scale by each number's count of
+    decimals (rounding past the third). Anything else (exponents, null, strings, > 18 digits) goes through
+    Decimal, one by one.
     """
-    whole = np.floor(us)
-    frac = us - whole
-    ns = whole.astype(np.int64) * 1000 + np.rint(frac * 1000).astype(np.int64)
-    inexact = bool(np.any((np.abs(us) >= EXACT_US_LIMIT) & (frac != 0)))
-    return ns, inexact
+    n = len(raws)
+    text = b",".join(raws)
+    a = np.frombuffer(text, dtype=np.uint8)
+    seps = np.flatnonzero(a == 0x2C)
+    if n == 0 or seps.size != n - 1 or not bool(_PLAIN[a].all()):
+        return _to_ns_slow(raws)
+    ends = np.append(seps, a.size)
+    starts = np.concatenate(([0], seps + 1))
+    if int((ends - starts).max()) > 19:
+        return _to_ns_slow(raws)
+    dots = np.flatnonzero(a == 0x2E)
+    dec = np.zeros(n, dtype=np.int64)
+    dec[np.searchsorted(seps, dots)] = ends[np.searchsorted(seps, dots)] - dots - 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        v = np.fromstring(text.replace(b".", b""), dtype=np.int64, sep=",")
+    if v.size != n:
+        return _to_ns_slow(raws)
+    ok = np.abs(v / _POW10[dec].astype(np.float64)) < MAX_US
+    up = np.maximum(3 - dec, 0)
+    down = np.maximum(dec - 3, 0)
+    q = _POW10[down]
+    half = q // 2
+    scaled = np.where(v >= 0, (v + half) // q, -((half - v) // q))
+    ns = np.where(ok, scaled, 0) * _POW10[up]
+    return ns.astype(np.int64), ok
+
+
+def _to_ns_slow(
+    raws: list[msgspec.Raw],
+) -> tuple[np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.bool_]]]:
+    out = [_one_ns(bytes(r)) for r in raws]
+    ok = np.array([v is not None for v in out], dtype=np.bool_)
+    return np.array([0 if v is None else v for v in out], dtype=np.int64), ok
+
+
+def _one_ns(text: bytes) -> int | None:
+    try:
+        d = Decimal(text.decode("ascii"))
+    except (InvalidOperation, UnicodeDecodeError, ValueError):
+        return None
+    if not d.is_finite() or abs(d) >= Decimal(MAX_US):
+        return None
+    return int((d * 1000).to_integral_value(rounding=ROUND_HALF_UP))

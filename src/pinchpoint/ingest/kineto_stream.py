@@ -272,28 +272,26 @@ class EventStream(Generic[T]):
         """Events of buf[0:close+1] + ']' (buf[0] is '['); None when the cut is not an event boundary."""
         saved = buf[close + 1]
         buf[close + 1] = ord("]")
+        piece = bytes(buf[: close + 2])  # a copy: decoded Raw values keep their source buffer alive
+        buf[close + 1] = saved
         try:
-            with memoryview(buf) as mv:
-                piece = mv[: close + 2]
-                try:
-                    return self._decoder.decode(piece)
-                except msgspec.ValidationError:
-                    pass
-                except msgspec.DecodeError as e:
-                    self._bad_json_or_bad_cut(e, close + 1)
-                    return None
-                try:
-                    raws = _raw_list_decoder.decode(piece)
-                except msgspec.DecodeError as e:
-                    self._bad_json_or_bad_cut(e, close + 1)
-                    return None
-                return self._one_by_one(raws)
+            try:
+                return self._decoder.decode(piece)
+            except msgspec.ValidationError:
+                pass
+            except msgspec.DecodeError as e:
+                self._bad_json_or_bad_cut(e, close + 1)
+                return None
+            try:
+                raws = _raw_list_decoder.decode(piece)
+            except msgspec.DecodeError as e:
+                self._bad_json_or_bad_cut(e, close + 1)
+                return None
+            return self._one_by_one(raws)
         except RecursionError:
             raise TraceError(
                 f"{self.path}: JSON nested too deeply near byte {self._offset} (not a profiler trace)"
             ) from None
-        finally:
-            buf[close + 1] = saved
 
     def _one_by_one(self, raws: list[msgspec.Raw]) -> list[T]:
         out: list[T] = []
@@ -321,12 +319,12 @@ class EventStream(Generic[T]):
             meta = _suffix_meta(bytes(buf[r + 1 :]).strip(_WS))
             if meta is None:
                 continue
+            piece = bytes(buf[: r + 1])
             try:
-                with memoryview(buf) as mv:
-                    events = self._decoder.decode(mv[: r + 1])
+                events = self._decoder.decode(piece)
             except msgspec.ValidationError:
                 try:
-                    events = self._one_by_one(_raw_list_decoder.decode(bytes(buf[: r + 1])))
+                    events = self._one_by_one(_raw_list_decoder.decode(piece))
                 except msgspec.DecodeError:
                     continue
             except msgspec.DecodeError:
