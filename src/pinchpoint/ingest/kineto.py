@@ -71,7 +71,7 @@ def read_trace(
     path = Path(path)
     if path.is_dir():
         raise TraceError(f"{path}: is a directory; use read_trace_dir for per-rank traces")
-    src = Source(path, max_json_bytes)
+    src = Source(path, max_json_bytes, block_bytes)
     try:
         stream = EventStream(src, _decoder, _one_decoder, progress=progress, block_bytes=block_bytes)
         builder = _Builder()

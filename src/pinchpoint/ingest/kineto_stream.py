@@ -11,7 +11,10 @@ the prefix and the suffix are decoded into one metadata dict.
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import re
+import threading
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -44,9 +47,13 @@ _raw_list_decoder = msgspec.json.Decoder(list[msgspec.Raw])
 
 
 class Source:
-    """Decompressed bytes of a file, with a bound on how many (gzip-bomb guard)."""
+    """Decompressed bytes of a file, with a bound on how many (gzip-bomb guard).
 
-    def __init__(self, path: Path, max_json_bytes: int) -> None:
+    Gzip is inflated by a helper thread one block ahead (zlib releases the GIL), so inflating overlaps
+    decoding; `read` always returns whole blocks in order.
+    """
+
+    def __init__(self, path: Path, max_json_bytes: int, block_bytes: int = BLOCK_BYTES) -> None:
         self.path = path
         self.max_json_bytes = max_json_bytes
         try:
@@ -58,13 +65,49 @@ class Source:
         self._raw.seek(0)
         self._z: Any = zlib.decompressobj(wbits=31) if self.gzip else None
         self._pending = b""
+        self._gz_eof = False
         self.json_bytes = 0
         self.eof = False
         self.truncated_gzip = False
         self.trailing_garbage = False
+        self._inflated = 0
+        self._block = block_bytes
+        self._q: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=1)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if self.gzip:
+            self._thread = threading.Thread(target=self._pump, name="pinchpoint-gunzip", daemon=True)
+            self._thread.start()
 
     def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            while self._thread.is_alive():
+                with contextlib.suppress(queue.Empty):
+                    self._q.get(timeout=0.05)
         self._raw.close()
+
+    def _pump(self) -> None:
+        """Helper thread: inflate block after block into the queue; None at the end, or the error."""
+        item: bytes | BaseException | None
+        done = False
+        while not done and not self._stop.is_set():
+            try:
+                item = self._read_gzip(self._block)
+                self._inflated += len(item)
+                if self._inflated > self.max_json_bytes + self._block:
+                    done = True  # the consumer raises the size error
+                done = done or self._gz_eof
+            except BaseException as e:  # handed to the reading thread
+                item, done = e, True
+            while not self._stop.is_set():
+                try:
+                    self._q.put(item, timeout=0.05)
+                    break
+                except queue.Full:
+                    pass
+        if done:
+            self._q.put(None)
 
     @property
     def done_bytes(self) -> int:
@@ -74,9 +117,17 @@ class Source:
         """Up to `want` decompressed bytes; b'' only at the end."""
         if self.eof:
             return b""
-        out = self._read_gzip(want) if self.gzip else self._raw.read(want)
-        if not out and not self.gzip:
-            self.eof = True
+        if self.gzip:
+            got = self._q.get()
+            if isinstance(got, BaseException):
+                raise got
+            if got is None:
+                self.eof = True
+                return b""
+            out = got
+        else:
+            out = self._raw.read(want)
+            self.eof = not out
         self.json_bytes += len(out)
         self._check_size()
         return out
@@ -84,15 +135,15 @@ class Source:
     def _read_gzip(self, want: int) -> bytes:
         parts: list[bytes] = []
         n = 0
-        while n < want and not self.eof:
+        while n < want and not self._gz_eof:
             if self._z.eof:
                 rest = self._z.unused_data or self._raw.read(_READ_CHUNK)
                 if not rest:
-                    self.eof = True
+                    self._gz_eof = True
                     break
                 if rest[:2] != _GZIP_MAGIC:  # bytes after the gzip stream that are not another member
                     self.trailing_garbage = True
-                    self.eof = True
+                    self._gz_eof = True
                     break
                 self._z = zlib.decompressobj(wbits=31)
                 self._pending = rest
@@ -100,16 +151,15 @@ class Source:
                 self._pending = self._raw.read(_READ_CHUNK)
                 if not self._pending:
                     self.truncated_gzip = True
-                    self.eof = True
+                    self._gz_eof = True
                     break
             try:
                 chunk = self._z.decompress(self._pending, want - n)
             except zlib.error as e:
-                if self.json_bytes + n == 0:
+                at = self._inflated + n
+                if at == 0:
                     raise TraceError(f"{self.path}: not a valid gzip file ({e})") from None
-                raise TraceError(
-                    f"{self.path}: corrupt gzip data after {self.json_bytes + n} bytes ({e})"
-                ) from None
+                raise TraceError(f"{self.path}: corrupt gzip data after {at} bytes ({e})") from None
             self._pending = self._z.unconsumed_tail
             parts.append(chunk)
             n += len(chunk)
