@@ -145,27 +145,28 @@ def _enclosing_ops(ev: EventTable, calls: I64) -> tuple[list[str], list[str]]:
     wrapper = ev.mask_names(lambda s: STEP_NAME.match(s) is not None or is_dataloader_wait(s))
     ops_mask = kind_mask(ev, Kind.CPU_OP) & ~wrapper
     op_rows = np.flatnonzero(ops_mask)
+    start, end = ev.start_ns, ev.end_ns  # end_ns is computed on each access
     outer = [NO_OP] * calls.size
     inner = [NO_OP] * calls.size
     for pid, tid in {(int(p), int(t)) for p, t in zip(ev.pid[calls], ev.tid[calls], strict=True)}:
         mine = op_rows[(ev.pid[op_rows] == pid) & (ev.tid[op_rows] == tid)]
         if mine.size == 0:
             continue
-        s, e = ev.start_ns[mine], ev.end_ns[mine]
+        s, e = start[mine], end[mine]
         run_end = np.maximum.accumulate(e)
         top = np.ones(mine.size, dtype=bool)
         top[1:] = s[1:] >= run_end[:-1]
         top_rows = mine[top]
-        ts = ev.start_ns[top_rows]
+        ts = start[top_rows]
         for j in np.flatnonzero((ev.pid[calls] == pid) & (ev.tid[calls] == tid)).tolist():
             c = calls[j]
-            k = int(np.searchsorted(ts, ev.start_ns[c], side="right")) - 1
-            if k < 0 or ev.end_ns[top_rows[k]] < ev.end_ns[c]:
+            k = int(np.searchsorted(ts, start[c], side="right")) - 1
+            if k < 0 or end[top_rows[k]] < end[c]:
                 continue
             outer[j] = ev.names[ev.name[top_rows[k]]]
             # The innermost enclosing op: the latest-starting op of this top-level tree that covers the call.
             lo = int(np.searchsorted(s, ts[k], side="left"))
-            hi = int(np.searchsorted(s, ev.start_ns[c], side="right"))
-            cover = np.flatnonzero(e[lo:hi] >= ev.end_ns[c])
+            hi = int(np.searchsorted(s, start[c], side="right"))
+            cover = np.flatnonzero(e[lo:hi] >= end[c])
             inner[j] = ev.names[ev.name[mine[lo + cover[-1]]]]
     return outer, inner
