@@ -1,7 +1,8 @@
 """Run HolisticTraceAnalysis on one trace file and print its numbers as JSON (runs in HTA's own venv).
 
 Not part of pinchpoint: `hta_compare.py` runs this with the interpreter of a throwaway venv where HTA is
-installed, so pinchpoint never imports HTA. Usage: `python _hta_runner.py TRACE.json.gz`.
+installed, so pinchpoint never imports HTA. Usage: `python _hta_runner.py TRACE.json.gz`, or
+`python _hta_runner.py --kernel-types < names.json` to print HTA's kernel type of each name (a JSON list).
 Settings: the file is loaded as rank 0 with `include_last_profiler_step=True`; the caller sets
 `HTA_DISABLE_NS_ROUNDING=1` in the environment.
 
@@ -23,7 +24,9 @@ from hta.utils.utils import get_kernel_type
 def main(path: str) -> None:
     logging.disable(logging.CRITICAL)
     out: dict[str, object] = {"path": path, "rounding_disabled": os.environ.get("HTA_DISABLE_NS_ROUNDING")}
-    ta = TraceAnalysis(trace_files={0: path}, trace_dir=os.path.dirname(path), include_last_profiler_step=True)
+    ta = TraceAnalysis(
+        trace_files={0: path}, trace_dir=os.path.dirname(path), include_last_profiler_step=True
+    )
     df = ta.t.get_trace(0)
     sym = ta.t.symbol_table.get_sym_table()
     rows = df[df["stream"].ne(-1)]
@@ -48,11 +51,16 @@ def main(path: str) -> None:
         out["idle_error"] = f"{type(exc).__name__}: {exc}"
     try:
         ov = ta.get_comm_comp_overlap(visualize=False)
-        out["comm_comp_overlap_pctg"] = json.loads(ov.to_json(orient="records"))[0].get("comp_comm_overlap_pctg")
+        out["comm_comp_overlap_pctg"] = json.loads(ov.to_json(orient="records"))[0].get(
+            "comp_comm_overlap_pctg"
+        )
     except Exception as exc:
         out["overlap_error"] = f"{type(exc).__name__}: {exc}"
     json.dump(out, sys.stdout)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--kernel-types":
+        json.dump({n: get_kernel_type(n) for n in json.load(sys.stdin)}, sys.stdout)
+    else:
+        main(sys.argv[1])

@@ -26,6 +26,10 @@ from pinchpoint.trace.kineto import Kind, events_from_rows
         ("void ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)", True),
         ("rcclGenericKernel<1, false>", True),
         ("void c10d::symmetric_memory::multimem_all_reduce_kernel<c10::BFloat16, 8>(...)", True),
+        (
+            "void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*, ...)",
+            True,
+        ),
         ("void c10d::symmetric_memory::one_shot_all_reduce_kernel<float, 16, 8>(float**, ...)", True),
         ("void c10d::symmetric_memory::two_shot_all_reduce_kernel<float, 16, 8>(float**, ...)", True),
         ("void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*, ...)", True),
@@ -52,6 +56,16 @@ def test_communication_names(name: str, comm: bool) -> None:
         ("void at::native::foo<float, 4>(int, float*)", "at::native::foo"),
         ("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "ncclDevKernel_Generic"),
         ("triton_poi_fused_add_0", "triton_poi_fused_add_0"),
+        (
+            "void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*, unsigned long)",
+            "(anonymous)::multimem_all_reduce_kernel",
+        ),
+        (
+            "std::enable_if<(((8)>(0)))&&vllm::_typeConvert<c10::BFloat16>::exists, void>::type "
+            "vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, int)",
+            "vllm::fused_add_rms_norm_kernel",
+        ),
+        ("void at::native::f<(anonymous namespace)::Op<float> >(int)", "at::native::f"),
     ],
 )
 def test_kernel_function_name(name: str, fn: str) -> None:

@@ -58,18 +58,48 @@ COMM_KERNEL = re.compile(
 )
 
 
-def kernel_function_name(name: str) -> str:
-    """The function part of a demangled kernel name: drops a leading return type, template args and params.
+_ANON = "\x00anon"
+_TAIL_NAME = re.compile(r"[\w:~\x00]+$")
 
-    'void at::native::foo<float, 4>(int, float*)' -> 'at::native::foo'.
+
+def _opening(s: str, close_at: int, open_ch: str, close_ch: str) -> int:
+    """Index of the bracket that opens the one at `close_at`, scanning back; (...) groups are skipped whole
+    (so `(8)>(0)` inside template arguments does not count as a `>`). -1 when unbalanced."""
+    depth = 0
+    i = close_at
+    while i >= 0:
+        c = s[i]
+        if c == close_ch:
+            depth += 1
+        elif c == open_ch:
+            depth -= 1
+            if depth == 0:
+                return i
+        elif c == ")" and open_ch != "(":
+            i = _opening(s, i, "(", ")")
+            if i < 0:
+                return -1
+        i -= 1
+    return -1
+
+
+def kernel_function_name(name: str) -> str:
+    """The function part of a demangled kernel name: drops return type, template arguments and parameters.
+
+    'void at::native::foo<float, 4>(int, float*)' -> 'at::native::foo';
+    'void (anonymous namespace)::bar<c10::Half, 16>(...)' -> '(anonymous)::bar'.
     """
-    cut = len(name)
-    for ch in "<(":
-        i = name.find(ch)
-        if i != -1:
-            cut = min(cut, i)
-    head = name[:cut].strip()
-    return head.rsplit(" ", 1)[-1] if " " in head else head
+    s = name.replace("(anonymous namespace)", _ANON).rstrip()
+    if s.endswith(")"):
+        i = _opening(s, len(s) - 1, "(", ")")
+        if i > 0:
+            s = s[:i].rstrip()
+    if s.endswith(">"):
+        i = _opening(s, len(s) - 1, "<", ">")
+        if i > 0:
+            s = s[:i].rstrip()
+    m = _TAIL_NAME.search(s)
+    return (m.group(0) if m else s).replace(_ANON, "(anonymous)")
 
 
 def is_communication_kernel(name: str) -> bool:
