@@ -40,6 +40,7 @@ EXAMPLES = {
     "cpu_underuse": ("cpu.underuse", [("--fix", ["--fix"])]),
     "io_checkpoint": ("io.checkpoint", [("--fix", ["--fix"])]),
     "memory_leak": ("memory.leak", [("--fix", ["--fix"])]),
+    "allocator_churn": ("memory.pressure", [("--fix", ["--fix"])]),
     "healthy": ("(none)", [("--fix (no-op)", ["--fix"])]),
     "two_causes": ("input.fetch + host.python", [("--fix input", ["--fix", "input"]),
                                                 ("--fix python", ["--fix", "python"]),

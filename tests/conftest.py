@@ -12,7 +12,7 @@ from typing import Any
 
 from pinchpoint.analysis.cpu import CpuUsage
 from pinchpoint.analysis.loader import LoaderActivity, loader_activity
-from pinchpoint.analysis.memory import MemoryTrend
+from pinchpoint.analysis.memory import MemoryTrend, PageFaults
 from pinchpoint.analysis.ops import OpStats
 from pinchpoint.analysis.run_analysis import RankAnalysis, RunAnalysis
 from pinchpoint.analysis.steps import step_stats
@@ -278,6 +278,7 @@ def make_rank_analysis(
     probes: Probes | None = None,
     cpu_ms: float | None = None,
     runq_ms: float | None = None,
+    faults: PageFaults | None = None,
 ) -> RankAnalysis:
     """A rank whose step statistics come from `step_stats` over `n_steps` identical synthetic steps."""
     if steps is None:
@@ -293,6 +294,7 @@ def make_rank_analysis(
         main=make_process() if main is None else main,
         workers=workers,
         probes=Probes() if probes is None else probes,
+        faults=faults,
     )
 
 

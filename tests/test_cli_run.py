@@ -87,6 +87,17 @@ def test_module_form_and_dash_dash_form(script: Path, tmp_path: Path) -> None:
     assert json.loads((tmp_path / "d" / "report.json").read_text())["steps"]["total"] == 10
 
 
+def test_program_ending_inside_the_op_window_keeps_its_exit_code(script: Path, tmp_path: Path) -> None:
+    # The window (steps 5-7) is still open when the 6-step program exits: a profiler left running into
+    # interpreter teardown used to crash the program with SIGSEGV (exit 139).
+    out = tmp_path / "run"
+    res = _run(["run", "-q", "-o", str(out), "--opwindow", "5:3", str(script), "6"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "trained 6 steps\n"
+    assert (out / "ranks" / "rank0" / "opwindow.json").exists()
+    assert json.loads((out / "report.json").read_text())["run"]["exit_code"] == 0
+
+
 def test_missing_script_is_one_clear_line(tmp_path: Path) -> None:
     res = _run(["run", "no_such_train.py"], tmp_path)
     assert res.returncode == 2

@@ -30,7 +30,7 @@ from conftest import (
     make_steps,
     matmul_probes,
 )
-from pinchpoint.analysis.memory import memory_trend
+from pinchpoint.analysis.memory import PageFaults, memory_trend, page_faults
 from pinchpoint.analysis.ops import op_stats
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.steps import steady_steps
@@ -64,7 +64,13 @@ from pinchpoint.diagnosis.rules.input import (
     SLEEP_FRACTION_IO,
 )
 from pinchpoint.diagnosis.rules.io import CHECKPOINT_SHARE_MIN
-from pinchpoint.diagnosis.rules.memory import LEAK_MIN_GROWTH, LEAK_MIN_R2, LEAK_MIN_SLOPE
+from pinchpoint.diagnosis.rules.memory import (
+    CHURN_MIN_FAULTS,
+    CHURN_MIN_SHARE,
+    LEAK_MIN_GROWTH,
+    LEAK_MIN_R2,
+    LEAK_MIN_SLOPE,
+)
 from pinchpoint.trace.run import Environment, OpEvent, OpWindow, Role
 
 STEP_MS = 100.0
@@ -621,6 +627,38 @@ MEMORY_LEAK = {
     "no-trend": Case(rank_of({}), False),
 }
 
+
+def _churn(per_step: int = 6_000, fault_ns: int | None = 2_000, step_ms: float = 100.0) -> PageFaults:
+    return PageFaults(
+        steps=50, median_per_step=per_step, median_step_ns=int(step_ms * 1e6), fault_ns=fault_ns
+    )
+
+
+MEMORY_PRESSURE = {
+    "churn-12-percent": Case(
+        rank_of({}, faults=_churn()),
+        True,
+        evidence=(
+            "6,000 minor page faults per step",
+            "23 MiB of fresh pages",
+            "2.00 µs",
+            "12.0 ms of a 100.0 ms step (12%)",
+        ),
+        check=_all(_eq("share", 0.12), _eq("estimated_speedup", 1 / 0.88)),
+    ),
+    "share-at-min": Case(
+        rank_of({}, faults=_churn(per_step=2_500, fault_ns=int(CHURN_MIN_SHARE * 100e6 / 2_500))), True
+    ),
+    "share-below-min": Case(
+        rank_of({}, faults=_churn(per_step=2_500, fault_ns=int(CHURN_MIN_SHARE * 100e6 / 2_500) - 1)), False
+    ),
+    "few-faults-even-if-slow": Case(
+        rank_of({}, faults=_churn(per_step=CHURN_MIN_FAULTS - 1, fault_ns=1_000_000)), False
+    ),
+    "cost-not-measured": Case(rank_of({}, faults=_churn(fault_ns=None)), False),
+    "no-counts": Case(rank_of({}), False),
+}
+
 CASES: dict[str, dict[str, Case]] = {
     "input.fetch": INPUT_FETCH,
     "input.preprocess": INPUT_PREPROCESS,
@@ -631,6 +669,7 @@ CASES: dict[str, dict[str, Case]] = {
     "cpu.underuse": CPU_UNDERUSE,
     "io.checkpoint": IO_CHECKPOINT,
     "memory.leak": MEMORY_LEAK,
+    "memory.pressure": MEMORY_PRESSURE,
 }
 
 
@@ -721,6 +760,20 @@ def test_memory_leak_from_real_rss_series() -> None:
     assert "4.00 MiB per step (R² = 1.00)" in f.evidence[0]
     assert "408 → 476 MiB over 18 steps" in f.evidence[0]
     assert run_rule("memory.leak", make_env(), quiet) == []
+
+
+def test_page_faults_counted_before_the_op_window_when_enough_steps() -> None:
+    steps = make_steps(30, {"forward": 10})
+    # the program faults little until the profiler's window (steps 10-12), heavily after it
+    steps = tuple(
+        replace(s, profiled=10 <= s.index <= 12, minor_faults=100 if s.index < 10 else 5_000) for s in steps
+    )
+    pf = page_faults(steady_steps(steps), 10, 1_000)
+    assert pf is not None and pf.before_window and pf.median_per_step == 100 and pf.steps == 8
+    late = page_faults(steady_steps(steps), 5, 1_000)  # only 3 steady steps before: use them all
+    assert late is not None and not late.before_window and late.median_per_step == 5_000
+    assert page_faults(steady_steps(steps), None, 1_000) is not None
+    assert page_faults(steady_steps(steps[:6]), None, 1_000) is None  # too few steps
 
 
 # ------------------------------------------------------------------------------------- registry

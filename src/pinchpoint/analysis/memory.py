@@ -22,6 +22,50 @@ class MemoryTrend:
         return self.last_rss_bytes - self.first_rss_bytes
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PageFaults:
+    """Minor page faults per step: the price of memory the allocator returned to the OS and re-asked for."""
+
+    steps: int
+    median_per_step: int
+    median_step_ns: int
+    fault_ns: int | None
+    before_window: bool = False
+    """Counted on the steps before the op window (the program untouched by the profiler)."""
+    """Measured wall-clock cost of one fault on this machine (probe), None when not measured."""
+
+    @property
+    def step_share(self) -> float | None:
+        """Estimated fraction of the step spent faulting pages in."""
+        if self.fault_ns is None or self.median_step_ns <= 0:
+            return None
+        return min(1.0, self.median_per_step * self.fault_ns / self.median_step_ns)
+
+
+PRE_WINDOW_MIN_STEPS = 5
+
+
+def page_faults(steady: Sequence[Step], window_at: int | None, fault_ns: int | None) -> PageFaults | None:
+    """Faults per step, over the steady steps before the op window (first step index `window_at`)
+    when there are enough of them: a profiler's own allocations move glibc's thresholds, so later
+    steps may fault more or less than the program does on its own."""
+    counted = [s for s in steady if s.minor_faults is not None and s.dur_ns > 0]
+    before = [s for s in counted if window_at is not None and s.index < window_at]
+    if len(before) >= PRE_WINDOW_MIN_STEPS:
+        counted = before
+    if len(counted) < 5:
+        return None
+    faults = sorted(s.minor_faults or 0 for s in counted)
+    durs = sorted(s.dur_ns for s in counted)
+    return PageFaults(
+        steps=len(counted),
+        median_per_step=faults[len(faults) // 2],
+        median_step_ns=durs[len(durs) // 2],
+        fault_ns=fault_ns,
+        before_window=counted is before,
+    )
+
+
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, float]:
     """(slope, intercept, r²) of the least-squares line through the points."""
     n = len(xs)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from pinchpoint.analysis.cpu import CpuUsage, cpu_usage
 from pinchpoint.analysis.loader import LoaderActivity, loader_activity
-from pinchpoint.analysis.memory import MemoryTrend, memory_trend
+from pinchpoint.analysis.memory import MemoryTrend, PageFaults, memory_trend, page_faults
 from pinchpoint.analysis.ops import OpStats, op_stats
 from pinchpoint.analysis.steps import StepStats, steady_steps, step_stats
 from pinchpoint.trace.run import Environment, Probes, ProcessInfo, RankData, Run
@@ -21,6 +21,7 @@ class RankAnalysis:
     ops: OpStats | None
     memory: MemoryTrend | None
     main: ProcessInfo | None
+    faults: PageFaults | None = None
     workers: tuple[ProcessInfo, ...] = ()
     probes: Probes = field(default_factory=Probes)
 
@@ -50,6 +51,11 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         cpu=cpu,
         ops=ops,
         memory=memory_trend(steady_steps(rank.steps)),
+        faults=page_faults(
+            steady_steps(rank.steps),
+            min((s.index for s in rank.steps if s.profiled), default=None),
+            rank.probes.page_fault_ns,
+        ),
         main=main,
         workers=tuple(p for p in rank.processes if p is not main),
         probes=rank.probes,

@@ -20,6 +20,7 @@ import functools
 import importlib.abc
 import importlib.machinery
 import os
+import resource
 import sys
 import threading
 import time
@@ -33,7 +34,9 @@ from pinchpoint.capture.writer import JsonlWriter, write_json_atomic
 
 RUN_DIR_ENV = "PINCHPOINT_RUN_DIR"
 OPWINDOW_ENV = "PINCHPOINT_OPWINDOW"  # "START:STEPS", or "off"
-DEFAULT_OPWINDOW = (5, 3)
+DEFAULT_OPWINDOW = (10, 3)
+"""After warm-up and after enough untouched steps to see the program as it runs without a profiler
+(the profiler's own allocations can change how glibc treats the program's memory afterwards)."""
 INFERENCE_AFTER_CALLS = 3
 """Top-level calls of one module with grad enabled and no backward in between: then it is inference."""
 
@@ -49,6 +52,12 @@ def _read_schedstat() -> tuple[int, int] | None:
         return int(parts[0]), int(parts[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _minor_faults() -> int:
+    """Minor page faults of this process so far (all threads): each is a fresh page the kernel had to
+    map and zero, the cost of an allocator that hands memory back to the OS and asks again."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def _rss_bytes() -> int | None:
@@ -74,6 +83,7 @@ class Agent:
         self.step_start_ns: int | None = None
         self.step_cpu_start = _thread_cpu()
         self.step_sched_start = _read_schedstat()
+        self.step_faults_start = _minor_faults()
         self.intervals: list[list[Any]] = []
         self.in_module = False
         self.calls_without_backward: dict[int, int] = {}
@@ -127,6 +137,10 @@ class Agent:
         if self.closed:
             return
         self.closed = True
+        # A profiler left running into interpreter teardown crashes the process (SIGSEGV in Kineto):
+        # stop the op window first, whatever happens next.
+        with contextlib.suppress(Exception):
+            self.window.stop(self.torch)
         if (
             self.step_start_ns is not None
             and self.intervals
@@ -136,8 +150,6 @@ class Agent:
             # The unfinished last step is still evidence (a crash mid-step): keep it, marked partial.
             with contextlib.suppress(Exception):
                 self.partial_step()
-        with contextlib.suppress(Exception):
-            self.window.stop(self.torch)
         if self.role == "main":
             with contextlib.suppress(Exception):
                 self.write_process_info()
@@ -159,6 +171,7 @@ class Agent:
         sched = _read_schedstat()
         s0 = self.step_sched_start
         runq = sched[1] - s0[1] if (sched is not None and s0 is not None) else None
+        faults = _minor_faults() - self.step_faults_start
         profiled = self.window.active or self.taint_next
         self.taint_next = False
         self.steps.add(
@@ -173,6 +186,7 @@ class Agent:
                 "cpu_ns": cpu - self.step_cpu_start,
                 "runq_ns": runq,
                 "rss_bytes": _rss_bytes(),
+                "minor_faults": faults,
             }
         )
         self.steps.flush()
@@ -186,6 +200,7 @@ class Agent:
         self.step_start_ns = end
         self.step_cpu_start = _thread_cpu()
         self.step_sched_start = _read_schedstat()
+        self.step_faults_start = _minor_faults()
 
     def partial_step(self) -> None:
         """Write the step in progress (at exit); analysis treats it like the others."""
@@ -419,7 +434,7 @@ def current() -> Agent | None:
 def start(run_dir: Path, rank: int | None = None, window: str | None = None) -> Agent:
     """Create this process's agent and attach it to torch now or when torch is first imported.
 
-    `window` is the op window as "START:STEPS" or "off" (default: $PINCHPOINT_OPWINDOW, else 5:3).
+    `window` is the op window as "START:STEPS" or "off" (default: $PINCHPOINT_OPWINDOW, else 10:3).
     """
     global AGENT
     if AGENT is not None:

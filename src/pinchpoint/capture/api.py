@@ -25,7 +25,7 @@ class Profile:
         self,
         out: str | os.PathLike[str] | None = None,
         *,
-        opwindow: str = "5:3",
+        opwindow: str = "10:3",
         sample_interval_s: float = 0.1,
         print_report: bool = True,
     ) -> None:

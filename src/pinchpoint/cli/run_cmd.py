@@ -32,7 +32,7 @@ class RunCommand:
         parser.add_argument(
             "--opwindow",
             default=None,
-            help="op window as START:STEPS (default 5:3) or 'off'; it records ops, shapes and dtypes",
+            help="op window as START:STEPS (default 10:3) or 'off'; it records ops, shapes and dtypes",
         )
         parser.add_argument("--interval", type=float, default=0.1, help="system sampling interval, seconds")
         parser.add_argument("-q", "--quiet", action="store_true", help="don't print the report")

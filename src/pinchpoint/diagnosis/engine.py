@@ -16,6 +16,7 @@ MISSING_DATA = {
     "loader": "the DataLoader's fetch activity was not recorded",
     "cpu": "needs system samples over the steps (run too short?)",
     "memory": "needs RSS at five or more steps",
+    "faults": "needs page-fault counts at five or more steps",
     "main": "the training process's torch settings were not recorded",
 }
 

@@ -8,7 +8,7 @@ from pinchpoint.diagnosis.rules.cpu import CpuOversubscription, CpuUnderuse
 from pinchpoint.diagnosis.rules.host import HostDispatch, HostPython
 from pinchpoint.diagnosis.rules.input import InputFetch, InputPreprocess
 from pinchpoint.diagnosis.rules.io import IoCheckpoint
-from pinchpoint.diagnosis.rules.memory import MemoryLeak
+from pinchpoint.diagnosis.rules.memory import AllocatorChurn, MemoryLeak
 
 RULES: tuple[Rule, ...] = (
     InputFetch(),
@@ -20,4 +20,5 @@ RULES: tuple[Rule, ...] = (
     CpuUnderuse(),
     IoCheckpoint(),
     MemoryLeak(),
+    AllocatorChurn(),
 )

@@ -242,6 +242,7 @@ def _step(o: dict[str, Any]) -> Step | None:
         cpu_ns=_int(o.get("cpu_ns")),
         runq_ns=_int(o.get("runq_ns")),
         rss_bytes=_int(o.get("rss_bytes")),
+        minor_faults=_int(o.get("minor_faults")),
     )
 
 
@@ -331,7 +332,12 @@ def _probes(o: dict[str, Any]) -> Probes:
             a, b, c = (d or 0 for d in dims)
             if min(a, b, c) > 0:
                 mm.append(MatmulProbe(shape=(a, b, c), dtype=str(m.get("dtype")), ns=ns))
-    return Probes(dispatch_ns_per_op=_int(o.get("dispatch_ns_per_op")), matmul=tuple(mm))
+    fault_ns = _int(o.get("page_fault_ns"))
+    return Probes(
+        dispatch_ns_per_op=_int(o.get("dispatch_ns_per_op")),
+        matmul=tuple(mm),
+        page_fault_ns=fault_ns if fault_ns is not None and fault_ns > 0 else None,
+    )
 
 
 def _system_sample(o: dict[str, Any]) -> SystemSample:

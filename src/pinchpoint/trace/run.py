@@ -75,6 +75,8 @@ class Step:
     runq_ns: int | None = None
     """Time the main thread was runnable but waiting for a CPU during the step (CPU contention)."""
     rss_bytes: int | None = None
+    minor_faults: int | None = None
+    """Minor page faults of the whole process during the step (fresh pages mapped and zeroed)."""
 
     @property
     def dur_ns(self) -> int:
@@ -184,6 +186,8 @@ class MatmulProbe:
 class Probes:
     dispatch_ns_per_op: int | None = None
     matmul: tuple[MatmulProbe, ...] = ()
+    page_fault_ns: int | None = None
+    """Wall-clock cost of one minor page fault on a fresh tensor, with the program's threads."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -109,6 +109,7 @@ def steps(
     cpu_ms: float = 0,
     runq_ms: float = 0,
     rss: Any = lambda i: 300 * MIB,
+    minor_faults: int = 64,
 ) -> list[dict[str, Any]]:
     """`n` back-to-back steps; warm-up steps (0, 1) have a longer forward."""
     out, t = [], T0
@@ -131,6 +132,7 @@ def steps(
                 "cpu_ns": round(cpu_ms * MS),
                 "runq_ns": round(runq_ms * MS),
                 "rss_bytes": rss(i),
+                "minor_faults": minor_faults,
             }
         )
     return out
@@ -278,6 +280,7 @@ def two_causes(root: Path) -> None:
                 {"shape": [64, 512, 256], "dtype": "float32", "ns": 1_000_000},
                 {"shape": [64, 512, 256], "dtype": "bfloat16", "ns": 250_000},
             ],
+            "page_fault_ns": 1800,
             "window_steps": 3,
             "clock": {"wall_time_ns": BASE + 5 * 10**9, "monotonic_ns": T0 + 5 * 10**9},
         },
