@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pinchpoint.analysis.gpu.trace_analysis import analyze_traces
 from pinchpoint.analysis.run_analysis import analyze_run
-from pinchpoint.diagnosis.engine import diagnose
+from pinchpoint.diagnosis.engine import diagnose, diagnose_gpu
+from pinchpoint.errors import TraceError
+from pinchpoint.ingest.kineto import read_trace, read_trace_dir
 from pinchpoint.ingest.rundir import read_run_dir
+from pinchpoint.report.gpu_report import build_gpu_report
 from pinchpoint.report.json_report import build_report, write_report
 
 REPORT_NAME = "report.json"
@@ -19,6 +24,26 @@ def report_run_dir(run_dir: Path, *, json_path: Path | None = None) -> dict[str,
     analysis = analyze_run(run)
     report = build_report(analysis, diagnose(analysis))
     write_report(report, run_dir / REPORT_NAME)
+    if json_path is not None:
+        write_report(report, json_path)
+    return report
+
+
+def report_traces(
+    path: Path,
+    *,
+    json_path: Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Analyse a profiler trace (`.json`, `.json.gz`) or a directory of per-rank traces; return the
+    report (and write it to `json_path`)."""
+    if not path.exists():
+        raise TraceError(f"{path}: no such file or directory")
+    traces = (
+        read_trace_dir(path, progress=progress) if path.is_dir() else [read_trace(path, progress=progress)]
+    )
+    analysis = analyze_traces(traces)
+    report = build_gpu_report(analysis, diagnose_gpu(analysis), str(path))
     if json_path is not None:
         write_report(report, json_path)
     return report

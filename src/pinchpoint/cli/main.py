@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import pinchpoint
-from pinchpoint.cli import report_cmd, run_cmd
+from pinchpoint.cli import analyze_cmd, report_cmd, run_cmd
 from pinchpoint.errors import PinchpointError
 
 
@@ -22,7 +22,11 @@ class Command(Protocol):
     def execute(self, args: argparse.Namespace) -> int: ...
 
 
-COMMANDS: tuple[Command, ...] = (run_cmd.RunCommand(), report_cmd.ReportCommand())
+COMMANDS: tuple[Command, ...] = (
+    run_cmd.RunCommand(),
+    analyze_cmd.AnalyzeCommand(),
+    report_cmd.ReportCommand(),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis
 from pinchpoint.analysis.run_analysis import RankAnalysis, RunAnalysis
 from pinchpoint.diagnosis.finding import Finding
+from pinchpoint.diagnosis.gpu_rules import GPU_RULES, GpuRule
 from pinchpoint.diagnosis.registry import RULES
 from pinchpoint.diagnosis.rules.base import Rule
 
@@ -39,6 +41,37 @@ def sort_key(f: Finding) -> tuple[float, int, float]:
     return (-round(f.estimated_speedup, 3), 1 if informational else 0, -f.share)
 
 
+def _merge(by_id: dict[str, Finding], f: Finding) -> None:
+    """One finding per category: the rank with the biggest predicted gain speaks, every rank is listed."""
+    prev = by_id.get(f.id.value)
+    if prev is None:
+        by_id[f.id.value] = f
+        return
+    best = f if f.estimated_speedup > prev.estimated_speedup else prev
+    by_id[f.id.value] = replace(best, ranks=tuple(sorted(set(prev.ranks) | set(f.ranks))))
+
+
+def diagnose_gpu(analysis: GpuRunAnalysis, rules: Sequence[GpuRule] = GPU_RULES) -> Diagnosis:
+    """The rules over profiler traces (`pinchpoint analyze`)."""
+    by_id: dict[str, Finding] = {}
+    notes: list[str] = []
+    for rank in analysis.ranks:
+        for rule in rules:
+            for f in rule.check(rank, analysis):
+                _merge(by_id, f)
+    first = analysis.ranks[0] if analysis.ranks else None
+    if first is not None:
+        for note in (first.steps.note, first.memory.note):
+            if note:
+                notes.append(note)
+        if first.split is not None and not first.split.over_steps:
+            notes.append("shares are of the GPU-activity span: the trace has no ProfilerStep ranges")
+    if analysis.comparison is not None and analysis.comparison.note:
+        notes.append(analysis.comparison.note)
+    findings = tuple(sorted(by_id.values(), key=sort_key))
+    return Diagnosis(findings=findings, notes=tuple(dict.fromkeys(notes)))
+
+
 def diagnose(analysis: RunAnalysis, rules: Sequence[Rule] = RULES) -> Diagnosis:
     by_id: dict[str, Finding] = {}
     notes: list[str] = []
@@ -52,13 +85,7 @@ def diagnose(analysis: RunAnalysis, rules: Sequence[Rule] = RULES) -> Diagnosis:
                     notes.append(note)
                 continue
             for f in rule.check(analysis.environment, rank):
-                prev = by_id.get(f.id.value)
-                if prev is None:
-                    by_id[f.id.value] = f
-                else:
-                    best = f if f.estimated_speedup > prev.estimated_speedup else prev
-                    ranks = tuple(sorted(set(prev.ranks) | set(f.ranks)))
-                    by_id[f.id.value] = replace(best, ranks=ranks)
+                _merge(by_id, f)
     findings = tuple(sorted(by_id.values(), key=sort_key))
     notes.extend(context_notes(analysis))
     return Diagnosis(findings=findings, notes=tuple(dict.fromkeys(notes)))

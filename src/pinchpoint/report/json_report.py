@@ -39,7 +39,7 @@ def _breakdown(stats: StepStats | None) -> dict[str, float]:
     return {k: _r(stats.breakdown.get(k, 0.0)) for k in BREAKDOWN_KEYS}
 
 
-def _finding(f: Finding) -> dict[str, Any]:
+def finding_dict(f: Finding) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": f.id.value,
         "title": f.title,
@@ -149,7 +149,7 @@ def build_report(analysis: RunAnalysis, diagnosis: Diagnosis) -> dict[str, Any]:
             {"rank": r.rank, "steps": _steps(r.steps), "breakdown": _breakdown(r.steps)}
             for r in analysis.ranks
         ],
-        "findings": [_finding(f) for f in diagnosis.findings],
+        "findings": [finding_dict(f) for f in diagnosis.findings],
         "notes": list(diagnosis.notes),
         "warnings": list(run.warnings),
     }

@@ -18,6 +18,10 @@ PHASE_LABELS = {
     "h2d_copy": "host→device",
     "sync_wait": "device sync",
     "host_other": "other host",
+    "gpu_compute": "GPU compute",
+    "gpu_communication": "GPU comm (exposed)",
+    "gpu_memory": "GPU copies (exposed)",
+    "gpu_idle": "GPU idle (other)",
 }
 PHASE_COLORS = {
     "data_wait": "red",
@@ -28,6 +32,10 @@ PHASE_COLORS = {
     "h2d_copy": "yellow",
     "sync_wait": "yellow",
     "host_other": "cyan",
+    "gpu_compute": "green",
+    "gpu_communication": "blue",
+    "gpu_memory": "yellow",
+    "gpu_idle": "cyan",
 }
 CONFIDENCE_STYLE = {"high": "bold", "medium": "", "low": "dim"}
 BAR_WIDTH = 30
@@ -39,7 +47,53 @@ def _bar(frac: float, color: str) -> Text:
     return Text("█" * n, style=color) + Text("░" * (BAR_WIDTH - n), style="grey30")
 
 
+def _analyze_header(report: dict[str, Any]) -> Text:
+    run, steps, env = report["run"], report["steps"], report["environment"]
+    t = Text()
+    t.append("pinchpoint", style="bold")
+    n = len(run.get("traces") or [])
+    t.append(f"  analyze {run.get('source', '')}  ({n} trace{'s' if n != 1 else ''})\n")
+    if steps.get("count"):
+        t.append(
+            f"{steps['count']} profiled {steps['kind']} steps · median {steps['median_ms']:.1f} ms "
+            f"· p90 {steps['p90_ms']:.1f} ms\n"
+        )
+    gpus = env.get("gpus") or []
+    parts = []
+    if gpus:
+        g = gpus[0]
+        cap = f" (sm {g['capability']})" if g.get("capability") else ""
+        parts.append(f"{g['name']}{cap}" + (f" ({len(gpus)} visible)" if len(gpus) > 1 else ""))
+    if env.get("torch"):
+        parts.append(f"torch {env['torch']['version']}")
+    parts.append(f"world size {run.get('world_size')}")
+    t.append(" · ".join(parts), style="dim")
+    return t
+
+
+def _gpu_table(report: dict[str, Any]) -> Table:
+    table = Table(box=None, padding=(0, 2), header_style="bold")
+    for col in ("rank", "span", "compute", "comm", "copies", "idle", "comm hidden", "host-wait idle"):
+        table.add_column(col, justify="right")
+    for g in report.get("gpu") or []:
+        causes = g.get("idle_causes") or {}
+        overlap = g.get("comm_overlap")
+        table.add_row(
+            str(g["rank"]),
+            f"{g['span_ms']:.1f} ms",
+            f"{100 * g['compute']:.1f}%",
+            f"{100 * g['communication']:.1f}%",
+            f"{100 * g['memory']:.1f}%",
+            f"{100 * g['idle']:.1f}%",
+            "-" if overlap is None else f"{100 * overlap:.0f}%",
+            f"{100 * causes.get('host_wait', 0.0):.1f}%" if causes else "-",
+        )
+    return table
+
+
 def _header(report: dict[str, Any]) -> Text:
+    if report["run"].get("mode") == "analyze":
+        return _analyze_header(report)
     run, steps, env = report["run"], report["steps"], report["environment"]
     cmd = " ".join(run.get("command") or [])
     t = Text()
@@ -130,7 +184,14 @@ def render(
         console.width = DEFAULT_WIDTH  # files and pipes: wide enough that evidence lines stay whole
     console.print(_header(report))
     console.print()
-    console.print(Text("Where a step's time goes (mean over steady steps)", style="bold underline"))
+    if report["run"].get("mode") == "analyze":
+        console.print(Text("GPU time over the trace (each instant counted once)", style="bold underline"))
+        console.print(_gpu_table(report))
+        console.print()
+        title = "Where the profiled steps' time goes, seen from the GPU"
+    else:
+        title = "Where a step's time goes (mean over steady steps)"
+    console.print(Text(title, style="bold underline"))
     console.print(_breakdown(report))
     console.print()
     console.print(Text("What holds it back (biggest predicted gain first)", style="bold underline"))

@@ -1,0 +1,120 @@
+"""Every analysis of a set of Kineto traces (one per rank): the one input the GPU rules read."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pinchpoint.analysis.gpu import intervals as iv
+from pinchpoint.analysis.gpu._common import gpu_busy
+from pinchpoint.analysis.gpu.breakdown import GpuBreakdown, gpu_breakdown
+from pinchpoint.analysis.gpu.idle import GpuIdle, gpu_idle
+from pinchpoint.analysis.gpu.kernels import KernelBreakdown, kernel_breakdown
+from pinchpoint.analysis.gpu.launch import LaunchStats, launch_stats
+from pinchpoint.analysis.gpu.memcpy import MemcpyStats, memcpy_stats
+from pinchpoint.analysis.gpu.memory import MemoryStats, memory_stats
+from pinchpoint.analysis.gpu.ranks import RankComparison, compare_ranks
+from pinchpoint.analysis.gpu.steps import StepStats, dataloader_intervals, step_stats
+from pinchpoint.analysis.gpu.sync import SyncStats, sync_stats
+from pinchpoint.analysis.gpu.tensor_cores import TensorCoreUse, tensor_core_use
+from pinchpoint.trace.kineto import KinetoTrace
+
+STEP_BREAKDOWN_KEYS = ("data_wait", "gpu_compute", "gpu_communication", "gpu_memory", "gpu_idle")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepTimeSplit:
+    """Where the steps' wall time goes, seen from the GPU, each instant counted once (sums to 1).
+
+    `data_wait` is the DataLoader wait during which the GPU is idle too (exposed input time); `gpu_idle`
+    is the rest of the GPU's idle time (host overhead, syncs, launch gaps).
+    """
+
+    window_ns: int
+    fractions: dict[str, float]
+    over_steps: bool
+    """True when measured over the ProfilerStep ranges, False over the GPU-activity span."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuRankAnalysis:
+    trace: KinetoTrace
+    breakdown: GpuBreakdown | None
+    idle: GpuIdle | None
+    kernels: KernelBreakdown
+    launch: LaunchStats
+    memcpy: MemcpyStats
+    sync: SyncStats
+    steps: StepStats
+    memory: MemoryStats
+    tensor_cores: TensorCoreUse
+    split: StepTimeSplit | None
+
+    @property
+    def rank(self) -> int:
+        return self.trace.meta.rank
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuRunAnalysis:
+    ranks: tuple[GpuRankAnalysis, ...]
+    comparison: RankComparison | None
+
+
+def step_time_split(trace: KinetoTrace, steps: StepStats) -> StepTimeSplit | None:
+    ev = trace.events
+    if steps.steps:
+        lo = min(s.start_ns for s in steps.steps)
+        hi = max(s.start_ns + s.dur_ns for s in steps.steps)
+    else:
+        whole = gpu_breakdown(ev)
+        if whole is None:
+            return None
+        lo, hi = whole.start_ns, whole.end_ns
+    bd = gpu_breakdown(ev, (lo, hi))
+    window = hi - lo
+    if bd is None or window <= 0:
+        return None
+    loader = iv.clip(dataloader_intervals(ev), lo, hi)
+    exposed = iv.total(iv.subtract(loader, gpu_busy(ev)))
+    exposed = min(exposed, bd.idle_ns)
+    ns = {
+        "data_wait": exposed,
+        "gpu_compute": bd.compute_ns,
+        "gpu_communication": bd.communication_ns,
+        "gpu_memory": bd.memory_ns,
+        "gpu_idle": bd.idle_ns - exposed,
+    }
+    return StepTimeSplit(
+        window_ns=window,
+        fractions={k: v / window for k, v in ns.items()},
+        over_steps=bool(steps.steps),
+    )
+
+
+def analyze_trace(trace: KinetoTrace) -> GpuRankAnalysis:
+    steps = step_stats(trace)
+    return GpuRankAnalysis(
+        trace=trace,
+        breakdown=gpu_breakdown(trace.events),
+        idle=gpu_idle(trace.events),
+        kernels=kernel_breakdown(trace.events),
+        launch=launch_stats(trace),
+        memcpy=memcpy_stats(trace),
+        sync=sync_stats(trace),
+        steps=steps,
+        memory=memory_stats(trace),
+        tensor_cores=tensor_core_use(trace),
+        split=step_time_split(trace, steps),
+    )
+
+
+def analyze_traces(traces: Sequence[KinetoTrace]) -> GpuRunAnalysis:
+    ranks = tuple(sorted((analyze_trace(t) for t in traces), key=lambda r: r.rank))
+    comparison = None
+    if len(traces) > 1:
+        try:
+            comparison = compare_ranks(traces)
+        except ValueError:
+            comparison = None
+    return GpuRunAnalysis(ranks=ranks, comparison=comparison)

@@ -1,0 +1,75 @@
+"""pinchpoint analyze PATH: diagnose PyTorch profiler (Kineto) traces another tool wrote."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+PROGRESS_AFTER_S = 2.0
+"""Draw a progress bar only for ingests that take longer than this."""
+
+
+class AnalyzeCommand:
+    NAME = "analyze"
+    HELP = "diagnose PyTorch profiler traces (a .json/.json.gz file or a directory of per-rank traces)"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("path", help="a trace file, or a directory with one trace per rank")
+        parser.add_argument("--json", help="also write report.json to this path")
+        parser.add_argument("--no-color", action="store_true", help="plain text report")
+        parser.add_argument("-q", "--quiet", action="store_true", help="no terminal report (use with --json)")
+
+    def execute(self, args: argparse.Namespace) -> int:
+        from pinchpoint.pipeline import report_traces
+        from pinchpoint.report.terminal import render
+
+        bar = _ProgressBar(enabled=sys.stderr.isatty() and not args.quiet)
+        try:
+            report = report_traces(
+                Path(args.path), json_path=Path(args.json) if args.json else None, progress=bar.update
+            )
+        finally:
+            bar.close()
+        if not args.quiet:
+            render(report, sys.stdout, color=False if args.no_color else None)
+        return 0
+
+
+class _ProgressBar:
+    """A rich progress bar that appears only once reading has taken longer than PROGRESS_AFTER_S."""
+
+    def __init__(self, *, enabled: bool) -> None:
+        self.enabled = enabled
+        self.t0 = time.monotonic()
+        self.progress: object | None = None
+        self.task: object | None = None
+        self._advance: Callable[[int, int], None] | None = None
+
+    def update(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self._advance is None:
+            if time.monotonic() - self.t0 < PROGRESS_AFTER_S:
+                return
+            from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+            progress = Progress(
+                "reading trace", BarColumn(), DownloadColumn(), TimeRemainingColumn(), transient=True
+            )
+            progress.start()
+            task = progress.add_task("read", total=total)
+            self.progress = progress
+
+            def advance(d: int, t: int) -> None:
+                progress.update(task, completed=d, total=t)
+
+            self._advance = advance
+        self._advance(done, total)
+
+    def close(self) -> None:
+        stop = getattr(self.progress, "stop", None)
+        if stop is not None:
+            stop()

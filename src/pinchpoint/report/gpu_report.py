@@ -1,0 +1,143 @@
+"""report.json for `pinchpoint analyze` (profiler traces): the same contract as a run's, plus `gpu`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pinchpoint.analysis.gpu.kernels import GpuWork
+from pinchpoint.analysis.gpu.trace_analysis import STEP_BREAKDOWN_KEYS, GpuRankAnalysis, GpuRunAnalysis
+from pinchpoint.diagnosis.engine import Diagnosis
+from pinchpoint.report.json_report import SCHEMA, finding_dict
+
+TOP_KERNELS = 10
+
+
+def _r(x: float, nd: int = 4) -> float:
+    return round(float(x), nd)
+
+
+def _kind(rank: GpuRankAnalysis) -> str:
+    names = rank.trace.events.names
+    return "train" if any("backward" in n.lower() for n in names) else "inference"
+
+
+def _steps(rank: GpuRankAnalysis) -> dict[str, Any]:
+    st = rank.steps
+    if not st.steps:
+        return {"kind": None, "count": 0, "total": 0, "median_ms": None, "mean_ms": None, "p90_ms": None}
+    durs = np.array([s.dur_ns for s in st.steps], dtype=np.float64)
+    return {
+        "kind": _kind(rank),
+        "count": len(st.steps),
+        "total": len(st.steps),
+        "median_ms": _r(st.median_step_ns / 1e6, 3),
+        "mean_ms": _r(st.mean_step_ns / 1e6, 3),
+        "p90_ms": _r(float(np.percentile(durs, 90)) / 1e6, 3),
+    }
+
+
+def _breakdown(rank: GpuRankAnalysis) -> dict[str, float]:
+    if rank.split is None:
+        return {}
+    return {k: _r(rank.split.fractions.get(k, 0.0)) for k in STEP_BREAKDOWN_KEYS}
+
+
+def _gpu(rank: GpuRankAnalysis) -> dict[str, Any]:
+    bd, idle = rank.breakdown, rank.idle
+    out: dict[str, Any] = {"rank": rank.rank}
+    if bd is None:
+        return {**out, "span_ms": 0.0, "compute": 0.0, "communication": 0.0, "memory": 0.0, "idle": 1.0}
+    out.update(
+        span_ms=_r(bd.span_ns / 1e6, 3),
+        compute=_r(bd.compute),
+        communication=_r(bd.communication),
+        memory=_r(bd.memory),
+        idle=_r(bd.idle),
+        comm_overlap=None if bd.comm_overlap is None else _r(bd.comm_overlap),
+    )
+    if idle is not None and bd.span_ns > 0:
+        w = idle.wall
+        out["idle_causes"] = {
+            "host_wait": _r(w.host_wait_ns / bd.span_ns),
+            "kernel_wait": _r(w.kernel_wait_ns / bd.span_ns),
+            "other": _r(w.other_ns / bd.span_ns),
+        }
+    kb = rank.kernels
+    out["top_kernels"] = [
+        {
+            "name": k.name,
+            "class": GpuWork(k.work).name.lower(),
+            "count": k.count,
+            "total_ms": _r(k.total_ns / 1e6, 3),
+            "share_of_busy": _r(k.share_of_busy),
+        }
+        for k in kb.top[:TOP_KERNELS]
+    ]
+    tc = rank.tensor_cores
+    out["tensor_cores"] = {
+        "status": tc.status.value,
+        "gemm_conv_share": _r(tc.gemm_conv_share),
+        "on_tensor_cores_share": _r(tc.matrix_unit_share),
+    }
+    return out
+
+
+def _environment(run: GpuRunAnalysis) -> dict[str, Any]:
+    first = run.ranks[0].trace.meta if run.ranks else None
+    gpus = []
+    if first is not None:
+        for d in first.devices:
+            cc = d.compute_capability
+            gpus.append(
+                {
+                    "name": d.name,
+                    "capability": f"{cc[0]}.{cc[1]}" if cc else None,
+                    "memory_bytes": d.total_memory_bytes,
+                    "sm_count": d.sm_count,
+                    "vendor": d.vendor,
+                }
+            )
+    version = first.pytorch_version if first is not None else None
+    return {
+        "cpu": None,
+        "gpus": gpus,
+        "torch": {"version": version} if version else None,
+        "threads": None,
+        "autocast": None,
+        "python": None,
+    }
+
+
+def build_gpu_report(analysis: GpuRunAnalysis, diagnosis: Diagnosis, source: str) -> dict[str, Any]:
+    first = analysis.ranks[0] if analysis.ranks else None
+    world = first.trace.meta.world_size if first is not None else None
+    warnings = [f"rank {r.rank}: {w}" for r in analysis.ranks for w in r.trace.warnings]
+    return {
+        "schema": SCHEMA,
+        "run": {
+            "mode": "analyze",
+            "command": ["pinchpoint", "analyze", source],
+            "source": source,
+            "traces": [r.trace.meta.path for r in analysis.ranks],
+            "exit_code": None,
+            "signal": None,
+            "started_at": None,
+            "ended_at": None,
+            "world_size": world if world is not None else len(analysis.ranks),
+            "complete": True,
+        },
+        "environment": _environment(analysis),
+        "steps": _steps(first) if first is not None else _steps_none(),
+        "breakdown": _breakdown(first) if first is not None else {},
+        "ranks": [{"rank": r.rank, "steps": _steps(r), "breakdown": _breakdown(r)} for r in analysis.ranks],
+        "gpu": [_gpu(r) for r in analysis.ranks],
+        "findings": [finding_dict(f) for f in diagnosis.findings],
+        "notes": list(diagnosis.notes),
+        "warnings": warnings,
+    }
+
+
+def _steps_none() -> dict[str, Any]:
+    return {"kind": None, "count": 0, "total": 0, "median_ms": None, "mean_ms": None, "p90_ms": None}
