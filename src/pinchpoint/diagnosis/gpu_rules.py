@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import ClassVar, Protocol
 
 from pinchpoint.analysis.gpu import intervals as iv
-from pinchpoint.analysis.gpu._common import HOST_RANGE_KINDS, name_mask
+from pinchpoint.analysis.gpu._common import HOST_RANGE_KINDS, gpu_busy, name_mask
 from pinchpoint.analysis.gpu.kernels import kernel_function_name
 from pinchpoint.analysis.gpu.steps import dataloader_intervals, is_dataloader_wait
 from pinchpoint.analysis.gpu.tensor_cores import TensorCoreStatus
@@ -143,7 +143,12 @@ class GpuHostBound:
         split, idle = rank.split, rank.idle
         if split is None or idle is None or idle.wall.total_ns <= 0:
             return
-        host_frac = idle.wall.host_wait_ns / idle.wall.total_ns
+        # The loader's exposed wait is blamed on the host too, but it is `data_wait`, not `gpu_idle`: leave
+        # it out of the ratio, or queued gaps beside a long input wait read as host-bound.
+        ev = rank.trace.events
+        loader = iv.clip(iv.subtract(dataloader_intervals(ev), gpu_busy(ev)), idle.start_ns, idle.end_ns)
+        loader_ns = min(iv.total(loader), idle.wall.host_wait_ns)
+        host_frac = (idle.wall.host_wait_ns - loader_ns) / max(idle.wall.total_ns - loader_ns, 1)
         share = split.fractions["gpu_idle"] * host_frac - _sync_share(rank)
         if share < MIN_SHARE:
             return
@@ -254,7 +259,8 @@ class GpuHostToDevice:
         window = _window_ns(rank)
         if h2d is None or window <= 0:
             return
-        share = h2d.exposed_ns / window
+        exposed_ns = _h2d_exposed_ns(rank)
+        share = exposed_ns / window
         if share < MIN_SHARE:
             return
         bw = f" at {h2d.bandwidth_gbps:.1f} GB/s" if h2d.bandwidth_gbps else ""
@@ -266,13 +272,33 @@ class GpuHostToDevice:
             confidence=_confidence(share),
             evidence=(
                 f"{h2d.count} host→device copies move {h2d.bytes / 1e6:,.0f} MB{bw}; "
-                f"{ms(h2d.exposed_ns)} of them overlap no kernel ({pct(share)} of the step time)",
+                f"{ms(exposed_ns)} of them overlap no kernel ({pct(share)} of the step time)",
                 f"{h2d.pageable} of {h2d.count} copies come from pageable memory",
             ),
             fix="Pin the batches and copy them asynchronously, so the copy overlaps compute.",
             snippet="DataLoader(..., pin_memory=True)\nx = x.to('cuda', non_blocking=True)",
             ranks=(rank.rank,),
         )
+
+
+def _h2d_exposed_ns(rank: GpuRankAnalysis) -> int:
+    """Wall time inside the split's window in which an H2D copy runs and no kernel on its device does.
+    A union, unlike `DirectionStats.exposed_ns` (whole trace, summed per copy): copies before or after
+    the steps do not count, and two copies at once count once, so the share stays within `gpu_memory`."""
+    ev, steps, bd = rank.trace.events, rank.steps.steps, rank.breakdown
+    if steps:
+        lo, hi = min(s.start_ns for s in steps), max(s.end_ns for s in steps)
+    elif bd is not None:
+        lo, hi = bd.start_ns, bd.end_ns
+    else:
+        return 0
+    copies = (ev.kind == Kind.MEMCPY) & (ev.copy_kind == CopyKind.H2D)
+    total = 0
+    for dev in set(ev.device[copies].tolist()):
+        c, k = copies & (ev.device == dev), (ev.kind == Kind.KERNEL) & (ev.device == dev)
+        exposed = iv.subtract((ev.start_ns[c], ev.end_ns[c]), (ev.start_ns[k], ev.end_ns[k]))
+        total += iv.total(iv.clip(exposed, lo, hi))
+    return total
 
 
 class GpuTensorCores:
@@ -341,10 +367,12 @@ class GpuCommExposed:
         split, bd = rank.split, rank.breakdown
         if split is None or bd is None:
             return
-        share = split.fractions["gpu_communication"]
+        wait = _straggler_wait(rank, run)
+        share = split.fractions["gpu_communication"] * (1 - wait)
         if share < MIN_SHARE:
             return
         overlap = f"{pct(bd.comm_overlap)}" if bd.comm_overlap is not None else "none"
+        waiting = f"; {pct(wait)} of it, waiting for the straggler, is imbalance.straggler's" if wait else ""
         yield Finding(
             id=self.id,
             title=self.title,
@@ -354,12 +382,23 @@ class GpuCommExposed:
             evidence=(
                 f"Collectives run with no compute beside them for {pct(share)} of the step time "
                 f"({_per_step(rank, share)})",
-                f"Of all communication time ({ms(bd.communication_total_ns)}), {overlap} overlaps compute",
+                f"Of all communication time ({ms(bd.communication_total_ns)}), {overlap} overlaps compute"
+                + waiting,
             ),
             fix="Overlap communication with compute: DDP buckets (bucket_cap_mb), gradient_as_bucket_view, "
             "FSDP backward prefetch; avoid syncs between buckets; if one rank is slower, fix that first.",
             ranks=(rank.rank,),
         )
+
+
+def _straggler_wait(rank: GpuRankAnalysis, run: GpuRunAnalysis) -> float:
+    """Fraction of this rank's collective time spent waiting for a straggler: `imbalance.straggler`
+    reports it, so `comm.exposed` leaves it out (else the wait counts twice, and ×10 on a wait-bound rank)."""
+    cmp = run.comparison
+    if cmp is None or not cmp.stragglers or cmp.matched == 0:
+        return 0.0
+    me = next((r for r in cmp.ranks if r.rank == rank.rank), None)
+    return me.wait_ns / me.collective_ns if me is not None and me.collective_ns > 0 else 0.0
 
 
 class GpuStraggler:
@@ -372,7 +411,8 @@ class GpuStraggler:
 
     def check(self, rank: GpuRankAnalysis, run: GpuRunAnalysis) -> Iterable[Finding]:
         cmp = run.comparison
-        if cmp is None or not cmp.stragglers or rank.rank != run.ranks[0].rank:
+        # Without a matched collective nobody is seen waiting: a slower rank alone costs the others nothing.
+        if cmp is None or not cmp.stragglers or cmp.matched == 0 or rank.rank != run.ranks[0].rank:
             return
         share = cmp.wait_share
         slow = [r for r in cmp.ranks if r.straggler]
