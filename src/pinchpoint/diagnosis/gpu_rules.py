@@ -159,8 +159,14 @@ class GpuHostBound:
             f"Median kernel {la.kernel.median_ns / 1000:.1f} µs vs median launch call "
             f"{la.launch_call.median_ns / 1000:.1f} µs; {pct(la.tiny_kernel_time_share)} of kernel time in "
             f"kernels under 10 µs"
-            + (f"; {la.kernels_per_step:,.0f} kernels per step" if la.kernels_per_step else ""),
+            + (
+                f"; {la.kernels_per_step:,.0f} kernel{'' if round(la.kernels_per_step) == 1 else 's'} per step"
+                if la.kernels_per_step
+                else ""
+            ),
         ]
+        if la.kernels == 0:
+            evidence = evidence[:1]
         if la.launch_bound:
             yield Finding(
                 id=Category.HOST_DISPATCH,
@@ -232,7 +238,8 @@ class GpuSync:
             confidence=_confidence(share),
             evidence=(
                 f"{sy.calls + sy.sync_copies} blocking calls ({sy.calls} syncs, {sy.sync_copies} synchronous "
-                f"copies) hold the host for {ms(sy.blocked_ns)}: {pct(share)} of the step time",
+                f"copies) hold the host for {ms(sy.blocked_ns)}; the GPU then idles for {pct(share)} of "
+                "the step time (blocked time, capped by the GPU's idle time)",
                 f"Where: {sites}" if sites else "Sites: not attributable to an op",
             ),
             fix="Remove per-step .item(), .cpu(), .tolist() and explicit synchronize() calls from the loop "
@@ -428,11 +435,14 @@ class GpuStraggler:
         evidence.append(f"{pct(share)} of collective time is waiting for the last rank")
         if cmp.note:
             evidence.append(cmp.note)
+        step_share = share * split_comm(run)
+        if step_share < MIN_SHARE:
+            return
         yield Finding(
             id=self.id,
             title=self.title,
-            share=share * split_comm(run),
-            estimated_speedup=speedup_removing(share * split_comm(run)),
+            share=step_share,
+            estimated_speedup=speedup_removing(step_share),
             confidence=Confidence.MEDIUM,
             evidence=tuple(evidence),
             fix="Balance the work across ranks: equal batch shapes (pad or bucket sequence lengths), "
