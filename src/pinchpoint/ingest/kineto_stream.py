@@ -277,14 +277,17 @@ class EventStream(Generic[T]):
     # -- phase 2: the events ------------------------------------------------------------------------------
     def __iter__(self) -> Any:
         buf = self._open_array()
+        stuck = True
         while not self.src.eof:
-            if len(buf) < self._block:
+            if stuck or len(buf) < self._block:
                 buf += self.src.read(self._block)
                 if not self.src.eof and len(buf) < self._block:
                     continue
             if self.src.eof:
                 break
+            before = self._offset
             events, buf = self._cut_and_decode(buf)
+            stuck = self._offset == before  # no boundary in the buffer yet: read on
             if events:
                 self.n_events += len(events)
                 yield events
@@ -304,7 +307,7 @@ class EventStream(Generic[T]):
     def _cut_and_decode(self, buf: bytearray) -> tuple[list[T], bytearray]:
         """Decode every complete event up to the last valid cut; return them and the rest of `buf`."""
         hi = len(buf)
-        for _ in range(64):
+        for _ in range(16):
             cut = _last_cut(buf, hi)
             if cut is None:
                 return [], buf
@@ -325,19 +328,18 @@ class EventStream(Generic[T]):
         piece = bytes(buf[: close + 2])  # a copy: decoded Raw values keep their source buffer alive
         buf[close + 1] = saved
         try:
+            return self._decode(piece)
+        except msgspec.DecodeError as e:
+            self._bad_json_or_bad_cut(e, close + 1)
+            return None
+
+    def _decode(self, piece: bytes) -> list[T]:
+        """Typed decode; after a type error, event by event (the bad ones skipped and counted)."""
+        try:
             try:
                 return self._decoder.decode(piece)
             except msgspec.ValidationError:
-                pass
-            except msgspec.DecodeError as e:
-                self._bad_json_or_bad_cut(e, close + 1)
-                return None
-            try:
-                raws = _raw_list_decoder.decode(piece)
-            except msgspec.DecodeError as e:
-                self._bad_json_or_bad_cut(e, close + 1)
-                return None
-            return self._one_by_one(raws)
+                return self._one_by_one(_raw_list_decoder.decode(piece))
         except RecursionError:
             raise TraceError(
                 f"{self.path}: JSON nested too deeply near byte {self._offset} (not a profiler trace)"
@@ -369,18 +371,10 @@ class EventStream(Generic[T]):
             meta = _suffix_meta(bytes(buf[r + 1 :]).strip(_WS))
             if meta is None:
                 continue
-            piece = bytes(buf[: r + 1])
             try:
-                events = self._decoder.decode(piece)
-            except msgspec.ValidationError:
-                try:
-                    events = self._one_by_one(_raw_list_decoder.decode(piece))
-                except msgspec.DecodeError:
-                    continue
+                events = self._decode(bytes(buf[: r + 1]))
             except msgspec.DecodeError:
                 continue
-            except RecursionError:
-                raise TraceError(f"{self.path}: JSON nested too deeply near byte {self._offset}") from None
             self.meta.update(meta)
             return [events]
         # The text ended inside the array: keep the whole events before the cut.
@@ -395,15 +389,9 @@ class EventStream(Generic[T]):
             close = buf.rfind(b"}", 0, hi)
             if close < 0:
                 return []
-            piece = bytes(buf[: close + 1]) + b"]"
             try:
-                return self._decoder.decode(piece)
-            except msgspec.ValidationError:
-                try:
-                    return self._one_by_one(_raw_list_decoder.decode(piece))
-                except msgspec.DecodeError:
-                    pass
-            except (msgspec.DecodeError, RecursionError):
+                return self._decode(bytes(buf[: close + 1]) + b"]")
+            except msgspec.DecodeError:
                 pass
             hi = close
         return []
