@@ -26,8 +26,8 @@ from pinchpoint.errors import TraceError
 
 T = TypeVar("T")
 
-BLOCK_BYTES = 16 << 20
-"""Decompressed bytes read per block (decision 10: 16 MB was as fast as 64 MB and keeps peak RSS low)."""
+BLOCK_BYTES = 2 << 20
+"""Decompressed bytes read per block (decision 10: 1–2 MB blocks were fastest and leanest; 16 MB +70% time)."""
 DEFAULT_MAX_JSON_BYTES = 16 << 30
 """Refuse to decompress more than this much JSON (a gzip bomb, or a trace too large to be sensible)."""
 BOMB_RATIO = 200
