@@ -8,8 +8,12 @@ interpreter's own start-up RSS (numpy + msgspec imported) is printed too. MB/s c
 shifted by the source's span), written as plain JSON and as .json.gz under /tmp, never in the repo.
 
 ru_maxrss survives exec on Linux, so the generator runs in its own process too (else the children would
-report the generator's peak). The HTA side is not run here: `hta_seconds(path)` is the hook a comparison fills in (HTA needs its own
-venv; see `_hta_runner.py`), and its result, when not None, is printed beside ours.
+report the generator's peak).
+
+`--hta-python PATH` (the interpreter of a throwaway venv with `HolisticTraceAnalysis` and `pandas<3`)
+adds the paired comparison the issue asks for: for each trace, `pinchpoint analyze` end to end (read,
+analyse, diagnose, write report.json) against HTA 0.5's `TraceAnalysis` + `get_temporal_breakdown()`
+(rounding off, last step kept), each in a fresh process, wall time and peak RSS side by side.
 """
 
 from __future__ import annotations
@@ -48,9 +52,61 @@ print(json.dumps({"s": dt, "json_bytes": tr.meta.trace_bytes, "events": len(tr.e
 """
 
 
-def hta_seconds(path: Path) -> float | None:
-    """Hook: seconds HTA 0.5 takes to parse `path` (None: not measured here)."""
-    return None
+HTA_CHILD = """
+import logging, os, sys
+logging.disable(logging.CRITICAL)
+from hta.trace_analysis import TraceAnalysis
+p = sys.argv[1]
+ta = TraceAnalysis(trace_files={0: p}, trace_dir=os.path.dirname(p), include_last_profiler_step=True)
+ta.get_temporal_breakdown(visualize=False)
+"""
+
+TIMED = """
+import json, resource, subprocess, sys, time
+t = time.perf_counter()
+res = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+dt = time.perf_counter() - t
+print(json.dumps({"s": dt, "rc": res.returncode, "rss_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+                  "err": res.stderr[-400:]}))
+"""
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, object]:
+    """Wall time and peak RSS of `cmd` run in a fresh process (measured by a clean parent)."""
+    out = subprocess.run([sys.executable, "-c", TIMED, *cmd], capture_output=True, text=True, env=env)
+    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def hta_run(path: Path, hta_python: Path | None) -> dict[str, object] | None:
+    """HTA 0.5 parsing `path` and computing its temporal breakdown (None: no HTA interpreter given)."""
+    if hta_python is None:
+        return None
+    env = dict(os.environ, HTA_DISABLE_NS_ROUNDING="1")
+    r = timed([str(hta_python), "-c", HTA_CHILD, str(path)], env)
+    return r if r.get("rc") == 0 else {**r, "failed": True}
+
+
+def analyze_run(path: Path) -> dict[str, object]:
+    """`pinchpoint analyze PATH --json ... -q`, end to end."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cli = [sys.executable, "-m", "pinchpoint", "analyze", str(path), "-q", "--json", f"{tmp}/r.json"]
+        return timed(cli)
+
+
+def paired(path: Path, json_bytes: int, hta_python: Path | None) -> None:
+    ours = analyze_run(path)
+    hta = hta_run(path, hta_python)
+    mb = json_bytes / 1e6
+    o_s, o_rss = float(ours["s"]), int(ours["rss_kb"]) / 1024  # type: ignore[arg-type, call-overload]
+    line = f"  paired: pinchpoint analyze {o_s:6.2f} s, peak RSS {o_rss:6.0f} MB ({o_rss / mb:4.2f}x JSON)"
+    if hta is not None:
+        if hta.get("failed"):
+            line += f" | HTA failed: {str(hta.get('err', '')).strip().splitlines()[-1:]}"
+        else:
+            h_s, h_rss = float(hta["s"]), int(hta["rss_kb"]) / 1024  # type: ignore[arg-type, call-overload]
+            line += f" | HTA {h_s:7.2f} s, peak RSS {h_rss:6.0f} MB ({h_rss / mb:4.2f}x) | HTA/ours {h_s / o_s:5.1f}x"
+    print(line, flush=True)
 
 
 def measure(path: Path) -> dict[str, object]:
@@ -96,11 +152,10 @@ def report(path: Path, r: dict[str, object]) -> None:
     s = float(r["s"])  # type: ignore[arg-type]
     rss_mb = int(r["rss_kb"]) / 1024  # type: ignore[call-overload]
     base_mb = int(r["base_kb"]) / 1024  # type: ignore[call-overload]
-    hta = hta_seconds(path)
-    extra = f"  HTA {hta:.2f}s ({hta / s:.1f}x)" if hta else ""
     print(
         f"{path.name[:48]:48s} {mb:8.1f} MB JSON {s:7.2f} s {mb / s:7.1f} MB/s  events {r['events']:>9}  "
-        f"peak RSS {rss_mb:7.1f} MB (start {base_mb:.0f})  RSS/JSON {rss_mb / mb:5.2f}{extra}"
+        f"peak RSS {rss_mb:7.1f} MB (start {base_mb:.0f})  RSS/JSON {rss_mb / mb:5.2f}",
+        flush=True,
     )
     for w in r["warnings"]:  # type: ignore[attr-defined]
         print(f"    warning: {w}")
@@ -112,13 +167,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--big-gb", type=float, default=1.0, help="size of the generated trace (0: skip)")
     ap.add_argument("--big-source", type=Path, default=DEFAULT[0])
     ap.add_argument("--keep", action="store_true", help="keep the generated trace in /tmp")
+    ap.add_argument(
+        "--hta-python", type=Path, help="python of a venv with HolisticTraceAnalysis (paired run)"
+    )
     ap.add_argument("--generate-into", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.generate_into:  # child mode: keeps the generator's memory out of the measuring parent
         print("\n".join(str(p) for p in make_big(args.big_source, args.big_gb * 1e9, args.generate_into)))
         return 0
     for path in args.traces or [p for p in DEFAULT if p.exists()]:
-        report(path, measure(path))
+        r = measure(path)
+        report(path, r)
+        paired(path, int(r["json_bytes"]), args.hta_python)  # type: ignore[call-overload]
     if args.big_gb > 0:
         out_dir = Path(tempfile.mkdtemp(prefix="pinchpoint-bench-"))
         t = time.perf_counter()
@@ -130,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"generated {plain} ({plain.stat().st_size / 1e9:.2f} GB) in {time.perf_counter() - t:.0f} s")
         try:
             for path in (plain, gz):
-                report(path, measure(path))
+                r = measure(path)
+                report(path, r)
+                paired(path, int(r["json_bytes"]), args.hta_python)  # type: ignore[call-overload]
         finally:
             if not args.keep:
                 plain.unlink()
