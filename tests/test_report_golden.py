@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from pinchpoint.pipeline import REPORT_NAME, report_run_dir
+from pinchpoint.pipeline import REPORT_NAME, report_run_dir, report_traces
 from pinchpoint.report.terminal import render
 
 HERE = Path(__file__).resolve().parent
@@ -195,3 +195,43 @@ def test_report_does_not_depend_on_the_run_dir_location(tmp_path: Path) -> None:
         shutil.copytree(RUNDIRS / "crashed", run_dir)
         reports.append(report_run_dir(run_dir))
     assert reports[0] == reports[1]
+
+
+# ------------------------------------------------------------- pinchpoint analyze (real traces)
+
+TRACES = HERE / "data" / "traces"
+TRACE_GOLDENS = {
+    "analyze_resnet50_nw0": TRACES / "kineto_tb_plugin" / "resnet50_num_workers_0",
+    "analyze_trace_filter_2ranks": TRACES / "hta" / "trace_filter",
+    "analyze_bert_small_h100": TRACES
+    / "tracelens"
+    / "h100"
+    / "gaunernst_bert-small-uncased__1016001.json.gz",
+}
+
+
+def _trace_report(name: str) -> dict[str, Any]:
+    path = TRACE_GOLDENS[name]
+    if path.is_dir() and name.endswith("nw0"):
+        path = next(path.glob("*.json.gz"))
+    return report_traces(path)
+
+
+def _portable(text: str) -> str:
+    return text.replace(str(TRACES), "<tests/data/traces>")
+
+
+@pytest.mark.parametrize("name", sorted(TRACE_GOLDENS))
+def test_analyze_report_golden(name: str) -> None:
+    report = _trace_report(name)
+    assert_contract(report)
+    assert report["run"]["mode"] == "analyze"
+    for g in report["gpu"]:
+        assert math.fsum([g["compute"], g["communication"], g["memory"], g["idle"]]) == pytest.approx(
+            1.0, abs=1e-3
+        )
+    _compare(
+        _portable(json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False) + "\n"),
+        GOLDEN / f"{name}.json",
+    )
+    _compare(_portable(_text(report)), GOLDEN / f"{name}.txt")
