@@ -656,6 +656,16 @@ MEMORY_PRESSURE = {
         rank_of({}, faults=_churn(per_step=CHURN_MIN_FAULTS - 1, fault_ns=1_000_000)), False
     ),
     "cost-not-measured": Case(rank_of({}, faults=_churn(fault_ns=None)), False),
+    # A leak maps 2,000 new pages a step: those faults are growth (memory.leak's), not churn.
+    "growth-is-not-churn": Case(
+        rank_of({}, faults=replace(_churn(per_step=2_200), growth_pages_per_step=2_000)), False
+    ),
+    "churn-beside-growth": Case(
+        rank_of({}, faults=replace(_churn(per_step=8_000), growth_pages_per_step=2_000)),
+        True,
+        evidence=("8,000 minor page faults per step", "2,000 of them for memory the process keeps"),
+        check=_eq("share", 0.12),
+    ),
     "no-counts": Case(rank_of({}), False),
 }
 
@@ -774,6 +784,9 @@ def test_page_faults_counted_before_the_op_window_when_enough_steps() -> None:
     assert late is not None and not late.before_window and late.median_per_step == 5_000
     assert page_faults(steady_steps(steps), None, 1_000) is not None
     assert page_faults(steady_steps(steps[:6]), None, 1_000) is None  # too few steps
+    leaking = tuple(replace(s, rss_bytes=(100 + 8 * s.index) << 20) for s in steps)
+    grown = page_faults(steady_steps(leaking), 10, 1_000)
+    assert grown is not None and grown.growth_pages_per_step == 2_048 and grown.churn_per_step == 0
 
 
 # ------------------------------------------------------------------------------------- registry

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,6 +33,14 @@ class PageFaults:
     fault_ns: int | None
     before_window: bool = False
     """Counted on the steps before the op window (the program untouched by the profiler)."""
+    growth_pages_per_step: int = 0
+    """Pages the process keeps each step (median RSS growth): faults for them are growth, not churn."""
+
+    @property
+    def churn_per_step(self) -> int:
+        """Faults per step for memory that is given back and asked for again."""
+        return max(0, self.median_per_step - self.growth_pages_per_step)
+
     """Measured wall-clock cost of one fault on this machine (probe), None when not measured."""
 
     @property
@@ -39,7 +48,7 @@ class PageFaults:
         """Estimated fraction of the step spent faulting pages in."""
         if self.fault_ns is None or self.median_step_ns <= 0:
             return None
-        return min(1.0, self.median_per_step * self.fault_ns / self.median_step_ns)
+        return min(1.0, self.churn_per_step * self.fault_ns / self.median_step_ns)
 
 
 PRE_WINDOW_MIN_STEPS = 5
@@ -63,7 +72,18 @@ def page_faults(steady: Sequence[Step], window_at: int | None, fault_ns: int | N
         median_step_ns=durs[len(durs) // 2],
         fault_ns=fault_ns,
         before_window=counted is before,
+        growth_pages_per_step=_growth_pages(counted),
     )
+
+
+def _growth_pages(steps: Sequence[Step]) -> int:
+    """Median growth of resident memory per step, in 4 KiB pages: faults that map memory the process
+    keeps (a leak, a growing cache) are growth, not churn."""
+    rss = [s.rss_bytes for s in steps if s.rss_bytes is not None]
+    if len(rss) < 2:
+        return 0
+    deltas = sorted(max(0, b - a) for a, b in itertools.pairwise(rss))
+    return deltas[len(deltas) // 2] // 4096
 
 
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, float]:

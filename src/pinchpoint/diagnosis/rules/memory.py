@@ -89,12 +89,12 @@ class AllocatorChurn:
 
     def check(self, env: Environment, rank: RankAnalysis) -> Iterable[Finding]:
         pf = rank.faults
-        if pf is None or pf.fault_ns is None or pf.median_per_step < CHURN_MIN_FAULTS:
+        if pf is None or pf.fault_ns is None or pf.churn_per_step < CHURN_MIN_FAULTS:
             return
         share = pf.step_share
         if share is None or share < CHURN_MIN_SHARE:
             return
-        fresh = pf.median_per_step * 4096
+        fresh = pf.churn_per_step * 4096
         yield Finding(
             id=self.id,
             title=self.title,
@@ -103,10 +103,16 @@ class AllocatorChurn:
             confidence=Confidence.MEDIUM,
             evidence=(
                 f"{pf.median_per_step:,} minor page faults per step (median of {pf.steps} steps"
-                f"{' before the op window' if pf.before_window else ''}): "
+                f"{' before the op window' if pf.before_window else ''})"
+                + (
+                    f", {pf.growth_pages_per_step:,} of them for memory the process keeps (growth)"
+                    if pf.growth_pages_per_step
+                    else ""
+                )
+                + ": "
                 f"{fresh / MIB:.0f} MiB of fresh pages mapped and zeroed every step",
                 f"One fault costs {pf.fault_ns / 1000:.2f} µs on this machine (measured: map, zero, unmap a "
-                f"page): ≈ {ms(pf.median_per_step * pf.fault_ns)} of a "
+                f"page): ≈ {ms(pf.churn_per_step * pf.fault_ns)} of a "
                 f"{ms(pf.median_step_ns)} step ({pct(share)})",
             ),
             fix="Keep freed memory in the process instead of returning it to the OS every step: preload "
