@@ -55,16 +55,33 @@ class SeqClassifier(nn.Module):
         return self.head(self.blocks(x).mean(dim=1))
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--fix", action="store_true", help="no-op: nothing is planted")
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt(3) parameter numbers
+
+
+def keep_freed_memory():
+    """A tuned CPU setup: glibc keeps freed blocks for reuse instead of returning them to the OS
+    (the in-process form of MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824)."""
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)
+    libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)
+
+
+def parse_args(description, fix_help):
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--fix", action="store_true", help=fix_help)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--batch-size", type=int, default=32)
-    args = p.parse_args()
-    libc = ctypes.CDLL("libc.so.6")  # a tuned CPU setup: freed blocks stay in the process (mallopt(3))
-    libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
-    libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
+    return p.parse_args()
 
+
+def main():
+    args = parse_args(__doc__.splitlines()[0], "no-op: nothing is planted")
+    keep_freed_memory()
+    train(args)
+
+
+def train(args):
+    """The training loop; prints `steps=N median_step_ms=X`."""
     torch.manual_seed(0)
     torch.set_num_threads(len(os.sched_getaffinity(0)))  # the default, made explicit
     seq, dim, classes = 64, 256, 100

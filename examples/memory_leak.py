@@ -17,7 +17,6 @@ fix), so the only memory story here is the leak: without it the program also los
 to page faults, which pinchpoint reports as memory.pressure.
 """
 import argparse
-import ctypes
 import statistics
 import time
 
@@ -25,6 +24,8 @@ import psutil
 import torch
 from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
+
+from healthy import keep_freed_memory
 
 PLANTED = ["memory.leak"]
 
@@ -67,9 +68,7 @@ def main():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--batch-size", type=int, default=32)
     args = p.parse_args()
-    libc = ctypes.CDLL("libc.so.6")  # a tuned CPU setup: freed blocks stay in the process (mallopt(3))
-    libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
-    libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
+    keep_freed_memory()  # the tuned glibc setup healthy.py uses
 
     torch.manual_seed(0)
     seq, dim, classes, n = 32, 256, 1000, 2048

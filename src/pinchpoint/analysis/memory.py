@@ -35,10 +35,14 @@ class PageFaults:
     """Counted on the steps before the op window (the program untouched by the profiler)."""
     growth_pages_per_step: int = 0
     """Pages the process keeps each step (median RSS growth): faults for them are growth, not churn."""
+    churn_median: int | None = None
+    """Median over steps of (faults - pages the step added to RSS), when RSS was recorded per step."""
 
     @property
     def churn_per_step(self) -> int:
         """Faults per step for memory that is given back and asked for again."""
+        if self.churn_median is not None:
+            return self.churn_median
         return max(0, self.median_per_step - self.growth_pages_per_step)
 
     """Measured wall-clock cost of one fault on this machine (probe), None when not measured."""
@@ -66,24 +70,35 @@ def page_faults(steady: Sequence[Step], window_at: int | None, fault_ns: int | N
         return None
     faults = sorted(s.minor_faults or 0 for s in counted)
     durs = sorted(s.dur_ns for s in counted)
+    pairs = _fault_growth_pairs(counted)
     return PageFaults(
         steps=len(counted),
         median_per_step=faults[len(faults) // 2],
         median_step_ns=durs[len(durs) // 2],
         fault_ns=fault_ns,
         before_window=counted is before,
-        growth_pages_per_step=_growth_pages(counted),
+        growth_pages_per_step=_median([g for _, g in pairs]) if pairs else 0,
+        churn_median=_median([max(0, f - g) for f, g in pairs]) if pairs else None,
     )
 
 
-def _growth_pages(steps: Sequence[Step]) -> int:
-    """Median growth of resident memory per step, in 4 KiB pages: faults that map memory the process
-    keeps (a leak, a growing cache) are growth, not churn."""
-    rss = [s.rss_bytes for s in steps if s.rss_bytes is not None]
-    if len(rss) < 2:
-        return 0
-    deltas = sorted(max(0, b - a) for a, b in itertools.pairwise(rss))
-    return deltas[len(deltas) // 2] // 4096
+def _fault_growth_pairs(steps: Sequence[Step]) -> list[tuple[int, int]]:
+    """(faults, pages added to RSS) for each step whose predecessor's RSS is known: faults that map
+    memory the process keeps (a leak, a growing cache) are growth, not churn. Paired per step, so a
+    leak that grows in bursts is not mistaken for churn on the steps between bursts."""
+    out = []
+    for prev, cur in itertools.pairwise(steps):
+        if prev.rss_bytes is None or cur.rss_bytes is None or cur.minor_faults is None:
+            continue
+        if cur.index != prev.index + 1:
+            continue
+        out.append((cur.minor_faults, max(0, cur.rss_bytes - prev.rss_bytes) // 4096))
+    return out
+
+
+def _median(xs: Sequence[int]) -> int:
+    ordered = sorted(xs)
+    return ordered[len(ordered) // 2]
 
 
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, float]:
