@@ -174,3 +174,19 @@ def test_truncated_json_gives_a_partial_report_with_a_warning(tmp_path: Path) ->
     assert any("truncated" in w for w in report["warnings"])
     assert report["gpu"][0]["span_ms"] > 0
     assert "warning:" in stdout
+
+
+def test_progress_bar_draws_on_stderr_only_after_its_delay(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pinchpoint.cli import analyze_cmd
+
+    bar = analyze_cmd._ProgressBar(enabled=True)
+    bar.update(10, 100)  # within the first PROGRESS_AFTER_S: nothing drawn
+    assert bar.progress is None
+    monkeypatch.setattr(analyze_cmd.time, "monotonic", lambda: bar.t0 + analyze_cmd.PROGRESS_AFTER_S + 1)
+    bar.update(50, 100)
+    bar.update(100, 100)
+    assert bar.progress is not None
+    bar.close()
+    assert capsys.readouterr().out == ""  # the report owns stdout

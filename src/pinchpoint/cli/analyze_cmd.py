@@ -54,10 +54,16 @@ class _ProgressBar:
         if self._advance is None:
             if time.monotonic() - self.t0 < PROGRESS_AFTER_S:
                 return
+            from rich.console import Console
             from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
             progress = Progress(
-                "reading trace", BarColumn(), DownloadColumn(), TimeRemainingColumn(), transient=True
+                "reading trace",
+                BarColumn(),
+                DownloadColumn(),
+                TimeRemainingColumn(),
+                transient=True,
+                console=Console(stderr=True),  # stdout carries the report (and may be a file)
             )
             progress.start()
             task = progress.add_task("read", total=total)
