@@ -259,7 +259,7 @@ class _Builder:
         if not c:
             from pinchpoint.trace.kineto import empty_events
 
-            c = {f.name: getattr(empty_events(), f.name) for f in dataclasses.fields(EventTable)}
+            c = {f.name: getattr(empty_events(), f.name) for f in dataclasses.fields(EventTable) if f.init}
             c.pop("names")
         names = tuple(self.names)
         kind = c["kind"]

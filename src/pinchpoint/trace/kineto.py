@@ -95,13 +95,14 @@ class EventTable:
     """HostMemory of MEMCPY events (UNKNOWN elsewhere)."""
     bytes: I64
     """Bytes moved by MEMCPY/MEMSET (`args.bytes`), else -1."""
+    end_ns: I64 = field(init=False)
+    """start_ns + dur_ns, computed once (analyses read it often)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "end_ns", self.start_ns + self.dur_ns)
 
     def __len__(self) -> int:
         return int(self.start_ns.shape[0])
-
-    @property
-    def end_ns(self) -> I64:
-        return self.start_ns + self.dur_ns
 
     def name_ids(self, predicate: Any) -> I32:
         """Indices into `names` whose string satisfies `predicate(str) -> bool`."""
