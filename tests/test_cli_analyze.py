@@ -190,3 +190,14 @@ def test_progress_bar_draws_on_stderr_only_after_its_delay(
     assert bar.progress is not None
     bar.close()
     assert capsys.readouterr().out == ""  # the report owns stdout
+
+
+def test_a_run_directory_points_to_pinchpoint_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    (run_dir / "ranks").mkdir(parents=True)
+    (run_dir / "meta.json").write_text("{}")
+    assert main(["analyze", str(run_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pinchpoint: error: ") and "pinchpoint report" in err and "\n" not in err

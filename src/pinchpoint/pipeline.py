@@ -9,7 +9,7 @@ from typing import Any
 from pinchpoint.analysis.gpu.trace_analysis import analyze_traces
 from pinchpoint.analysis.run_analysis import analyze_run
 from pinchpoint.diagnosis.engine import diagnose, diagnose_gpu
-from pinchpoint.errors import TraceError
+from pinchpoint.errors import TraceError, UsageError
 from pinchpoint.ingest.kineto import read_trace, read_trace_dir
 from pinchpoint.ingest.rundir import read_run_dir
 from pinchpoint.report.gpu_report import build_gpu_report
@@ -39,6 +39,8 @@ def report_traces(
     report (and write it to `json_path`)."""
     if not path.exists():
         raise TraceError(f"{path}: no such file or directory")
+    if path.is_dir() and (path / "meta.json").is_file() and (path / "ranks").is_dir():
+        raise UsageError(f"{path} is a `pinchpoint run` directory: use `pinchpoint report {path}`")
     traces = (
         read_trace_dir(path, progress=progress) if path.is_dir() else [read_trace(path, progress=progress)]
     )
