@@ -201,3 +201,18 @@ def test_a_run_directory_points_to_pinchpoint_report(
     assert main(["analyze", str(run_dir)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("pinchpoint: error: ") and "pinchpoint report" in err and "\n" not in err
+
+
+def test_cpu_only_trace_says_there_is_no_gpu_work(tmp_path: Path) -> None:
+    trace = tmp_path / "cpu.json"
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10.0, "dur": 5.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 20.0, "dur": 1.0},
+    ]
+    trace.write_text(json.dumps({"traceEvents": events}))
+    rc, report, stdout, stderr = analyze(trace, tmp_path)
+    assert rc == 0, stderr
+    assert report is not None
+    assert report["gpu"][0]["no_gpu_activity"] is True and report["findings"] == []
+    assert any("CPU-only profile" in n for n in report["notes"])
+    assert "no GPU work in this trace" in stdout

@@ -59,6 +59,12 @@ def diagnose_gpu(analysis: GpuRunAnalysis, rules: Sequence[GpuRule] = GPU_RULES)
         for rule in rules:
             for f in rule.check(rank, analysis):
                 _merge(by_id, f)
+    idle_ranks = [r.rank for r in analysis.ranks if r.breakdown is None]
+    if idle_ranks:
+        notes.append(
+            f"no GPU kernels, copies or memsets in the trace of rank(s) {idle_ranks}: a CPU-only profile? "
+            "GPU findings need `ProfilerActivity.CUDA`"
+        )
     first = analysis.ranks[0] if analysis.ranks else None
     if first is not None:
         for note in (first.steps.note, first.memory.note):

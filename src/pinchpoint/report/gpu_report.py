@@ -48,7 +48,16 @@ def _gpu(rank: GpuRankAnalysis) -> dict[str, Any]:
     bd, idle = rank.breakdown, rank.idle
     out: dict[str, Any] = {"rank": rank.rank}
     if bd is None:
-        return {**out, "span_ms": 0.0, "compute": 0.0, "communication": 0.0, "memory": 0.0, "idle": 1.0}
+        return {
+            **out,
+            "span_ms": 0.0,
+            "compute": 0.0,
+            "communication": 0.0,
+            "memory": 0.0,
+            "idle": 0.0,
+            "comm_overlap": None,
+            "no_gpu_activity": True,
+        }
     out.update(
         span_ms=_r(bd.span_ns / 1e6, 3),
         compute=_r(bd.compute),

@@ -76,6 +76,9 @@ def _gpu_table(report: dict[str, Any]) -> Table:
     for col in ("rank", "span", "compute", "comm", "copies", "idle", "comm hidden", "host-wait idle"):
         table.add_column(col, justify="right")
     for g in report.get("gpu") or []:
+        if g.get("no_gpu_activity"):
+            table.add_row(str(g["rank"]), "no GPU work in this trace", *[""] * 6)
+            continue
         causes = g.get("idle_causes") or {}
         overlap = g.get("comm_overlap")
         table.add_row(
