@@ -55,7 +55,8 @@ def _analyze_header(report: dict[str, Any]) -> Text:
     t.append(f"  analyze {run.get('source', '')}  ({n} trace{'s' if n != 1 else ''})\n")
     if steps.get("count"):
         t.append(
-            f"{steps['count']} profiled {steps['kind']} steps · median {steps['median_ms']:.1f} ms "
+            f"{steps['count']} profiled {steps['kind']} step{'' if steps['count'] == 1 else 's'} "
+            f"· median {steps['median_ms']:.1f} ms "
             f"· p90 {steps['p90_ms']:.1f} ms\n"
         )
     gpus = env.get("gpus") or []
