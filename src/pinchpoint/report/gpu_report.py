@@ -9,13 +9,9 @@ import numpy as np
 from pinchpoint.analysis.gpu.kernels import GpuWork
 from pinchpoint.analysis.gpu.trace_analysis import STEP_BREAKDOWN_KEYS, GpuRankAnalysis, GpuRunAnalysis
 from pinchpoint.diagnosis.engine import Diagnosis
-from pinchpoint.report.json_report import SCHEMA, finding_dict
+from pinchpoint.report.json_report import SCHEMA, finding_dict, rounded
 
 TOP_KERNELS = 10
-
-
-def _r(x: float, nd: int = 4) -> float:
-    return round(float(x), nd)
 
 
 def _kind(rank: GpuRankAnalysis) -> str:
@@ -23,25 +19,25 @@ def _kind(rank: GpuRankAnalysis) -> str:
     return "train" if any("backward" in n.lower() for n in names) else "inference"
 
 
-def _steps(rank: GpuRankAnalysis) -> dict[str, Any]:
-    st = rank.steps
-    if not st.steps:
+def _steps(rank: GpuRankAnalysis | None) -> dict[str, Any]:
+    if rank is None or not rank.steps.steps:
         return {"kind": None, "count": 0, "total": 0, "median_ms": None, "mean_ms": None, "p90_ms": None}
+    st = rank.steps
     durs = np.array([s.dur_ns for s in st.steps], dtype=np.float64)
     return {
         "kind": _kind(rank),
         "count": len(st.steps),
         "total": len(st.steps),
-        "median_ms": _r(st.median_step_ns / 1e6, 3),
-        "mean_ms": _r(st.mean_step_ns / 1e6, 3),
-        "p90_ms": _r(float(np.percentile(durs, 90)) / 1e6, 3),
+        "median_ms": rounded(st.median_step_ns / 1e6, 3),
+        "mean_ms": rounded(st.mean_step_ns / 1e6, 3),
+        "p90_ms": rounded(float(np.percentile(durs, 90)) / 1e6, 3),
     }
 
 
 def _breakdown(rank: GpuRankAnalysis) -> dict[str, float]:
     if rank.split is None:
         return {}
-    return {k: _r(rank.split.fractions.get(k, 0.0)) for k in STEP_BREAKDOWN_KEYS}
+    return {k: rounded(rank.split.fractions.get(k, 0.0)) for k in STEP_BREAKDOWN_KEYS}
 
 
 def _gpu(rank: GpuRankAnalysis) -> dict[str, Any]:
@@ -59,19 +55,19 @@ def _gpu(rank: GpuRankAnalysis) -> dict[str, Any]:
             "no_gpu_activity": True,
         }
     out.update(
-        span_ms=_r(bd.span_ns / 1e6, 3),
-        compute=_r(bd.compute),
-        communication=_r(bd.communication),
-        memory=_r(bd.memory),
-        idle=_r(bd.idle),
-        comm_overlap=None if bd.comm_overlap is None else _r(bd.comm_overlap),
+        span_ms=rounded(bd.span_ns / 1e6, 3),
+        compute=rounded(bd.compute),
+        communication=rounded(bd.communication),
+        memory=rounded(bd.memory),
+        idle=rounded(bd.idle),
+        comm_overlap=None if bd.comm_overlap is None else rounded(bd.comm_overlap),
     )
     if idle is not None and bd.span_ns > 0:
         w = idle.wall
         out["idle_causes"] = {
-            "host_wait": _r(w.host_wait_ns / bd.span_ns),
-            "kernel_wait": _r(w.kernel_wait_ns / bd.span_ns),
-            "other": _r(w.other_ns / bd.span_ns),
+            "host_wait": rounded(w.host_wait_ns / bd.span_ns),
+            "kernel_wait": rounded(w.kernel_wait_ns / bd.span_ns),
+            "other": rounded(w.other_ns / bd.span_ns),
         }
     kb = rank.kernels
     out["top_kernels"] = [
@@ -79,16 +75,16 @@ def _gpu(rank: GpuRankAnalysis) -> dict[str, Any]:
             "name": k.name,
             "class": GpuWork(k.work).name.lower(),
             "count": k.count,
-            "total_ms": _r(k.total_ns / 1e6, 3),
-            "share_of_busy": _r(k.share_of_busy),
+            "total_ms": rounded(k.total_ns / 1e6, 3),
+            "share_of_busy": rounded(k.share_of_busy),
         }
         for k in kb.top[:TOP_KERNELS]
     ]
     tc = rank.tensor_cores
     out["tensor_cores"] = {
         "status": tc.status.value,
-        "gemm_conv_share": _r(tc.gemm_conv_share),
-        "on_tensor_cores_share": _r(tc.matrix_unit_share),
+        "gemm_conv_share": rounded(tc.gemm_conv_share),
+        "on_tensor_cores_share": rounded(tc.matrix_unit_share),
     }
     return out
 
@@ -138,7 +134,7 @@ def build_gpu_report(analysis: GpuRunAnalysis, diagnosis: Diagnosis, source: str
             "complete": True,
         },
         "environment": _environment(analysis),
-        "steps": _steps(first) if first is not None else _steps_none(),
+        "steps": _steps(first),
         "breakdown": _breakdown(first) if first is not None else {},
         "ranks": [{"rank": r.rank, "steps": _steps(r), "breakdown": _breakdown(r)} for r in analysis.ranks],
         "gpu": [_gpu(r) for r in analysis.ranks],
@@ -146,7 +142,3 @@ def build_gpu_report(analysis: GpuRunAnalysis, diagnosis: Diagnosis, source: str
         "notes": list(diagnosis.notes),
         "warnings": warnings,
     }
-
-
-def _steps_none() -> dict[str, Any]:
-    return {"kind": None, "count": 0, "total": 0, "median_ms": None, "mean_ms": None, "p90_ms": None}

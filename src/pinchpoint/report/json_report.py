@@ -16,7 +16,7 @@ SCHEMA = "pinchpoint.report/1"
 BREAKDOWN_KEYS = (*(p.value for p in Phase), HOST_OTHER)
 
 
-def _r(x: float, nd: int = 4) -> float:
+def rounded(x: float, nd: int = 4) -> float:
     return round(float(x), nd)
 
 
@@ -27,24 +27,24 @@ def _steps(stats: StepStats | None) -> dict[str, Any]:
         "kind": stats.kind.value,
         "count": stats.count,
         "total": stats.total_steps,
-        "median_ms": _r(stats.median_ns / 1e6, 3),
-        "mean_ms": _r(stats.mean_ns / 1e6, 3),
-        "p90_ms": _r(stats.p90_ns / 1e6, 3),
+        "median_ms": rounded(stats.median_ns / 1e6, 3),
+        "mean_ms": rounded(stats.mean_ns / 1e6, 3),
+        "p90_ms": rounded(stats.p90_ns / 1e6, 3),
     }
 
 
 def _breakdown(stats: StepStats | None) -> dict[str, float]:
     if stats is None:
         return {}
-    return {k: _r(stats.breakdown.get(k, 0.0)) for k in BREAKDOWN_KEYS}
+    return {k: rounded(stats.breakdown.get(k, 0.0)) for k in BREAKDOWN_KEYS}
 
 
 def finding_dict(f: Finding) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": f.id.value,
         "title": f.title,
-        "share": _r(f.share),
-        "estimated_speedup": _r(f.estimated_speedup, 3),
+        "share": rounded(f.share),
+        "estimated_speedup": rounded(f.estimated_speedup, 3),
         "confidence": f.confidence.value,
         "evidence": list(f.evidence),
         "fix": f.fix,
