@@ -1,7 +1,8 @@
 """A short `torch.profiler` window over a few steps, then micro-benchmarks of this machine.
 
-The window records CPU ops with shapes and FLOPs for `steps` steps starting at step `start` and
-exports them as a Chrome trace (`opwindow.json`). Right after, in the same process and with the
+The window records CPU ops with shapes and FLOPs (and, when the program uses CUDA, its kernels and
+copies) for `steps` steps starting at step `start` and exports them as a Kineto trace
+(`opwindow.json`, which `pinchpoint analyze` also reads). Right after, in the same process and with the
 program's own thread settings, it measures what one framework op costs to dispatch and what the
 window's heaviest matmul costs in fp32 vs bf16 (`probes.json`). Steps inside the window are marked
 `profiled` and left out of timing statistics.
@@ -34,11 +35,15 @@ class OpWindow:
         self.prof: Any = None
         self.active = False
         self.done = spec is None
+        self.on_cuda = False
+        """The program had initialised CUDA when the window began: kernels and copies are recorded too."""
+        self._step_range: Any = None
 
     def disable(self) -> None:
         self.done = True
         self.active = False
         self.prof = None
+        self._step_range = None
 
     def on_step_end(self, torch: Any, next_step: int) -> bool:
         """Start or stop the window at a step boundary. True when it just stopped (probes ran)."""
@@ -47,17 +52,39 @@ class OpWindow:
         start, steps = self.spec
         if not self.active and next_step == start:
             self._start(torch)
+            self._mark_step(torch, next_step)
             return False
         if self.active and next_step >= start + steps:
             self.stop(torch)
             return True
+        if self.active:
+            self._mark_step(torch, next_step)
         return False
+
+    def _mark_step(self, torch: Any, step: int) -> None:
+        """Close the previous step's `ProfilerStep#N` range and open this one's (N = pinchpoint's step
+        index), so the trace carries its steps like one from `torch.profiler` with a schedule."""
+        self._close_step()
+        with contextlib.suppress(Exception):
+            rf = torch.profiler.record_function(f"ProfilerStep#{step}")
+            rf.__enter__()
+            self._step_range = rf
+
+    def _close_step(self) -> None:
+        rf, self._step_range = self._step_range, None
+        if rf is not None:
+            with contextlib.suppress(Exception):
+                rf.__exit__(None, None, None)
 
     def _start(self, torch: Any) -> None:
         try:
             from torch.profiler import ProfilerActivity, profile
 
-            self.prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True)
+            activities = [ProfilerActivity.CPU]
+            self.on_cuda = _cuda_in_use(torch)
+            if self.on_cuda:
+                activities.append(ProfilerActivity.CUDA)
+            self.prof = profile(activities=activities, record_shapes=True, with_flops=True)
             with _quiet_stderr():
                 self.prof.__enter__()
             self.active = True
@@ -67,6 +94,7 @@ class OpWindow:
     def stop(self, torch: Any) -> None:
         if not self.active or self.prof is None:
             return
+        self._close_step()
         prof, self.prof = self.prof, None
         self.active = False
         self.done = True
@@ -75,13 +103,24 @@ class OpWindow:
                 prof.__exit__(None, None, None)
             self.rank_dir.mkdir(parents=True, exist_ok=True)
             prof.export_chrome_trace(str(self.rank_dir / "opwindow.json"))
-            shape = _heaviest_matmul(prof)
+            # On a CUDA program the matmuls run on the device: a CPU matmul probe would answer the
+            # wrong question (the device's ceilings come from `pinchpoint calibrate`).
+            shape = None if self.on_cuda else _heaviest_matmul(prof)
             probes = run_probes(torch, shape)
+            probes["device"] = "cuda" if self.on_cuda else "cpu"
             probes["window_steps"] = self.spec[1] if self.spec else None
             # Kineto stamps events in wall-clock time (baseTimeNanoseconds + ts); this pair maps
             # them onto the monotonic clock of the step records.
             probes["clock"] = {"wall_time_ns": time.time_ns(), "monotonic_ns": time.monotonic_ns()}
             write_json_atomic(self.rank_dir / "probes.json", probes)
+
+
+def _cuda_in_use(torch: Any) -> bool:
+    """True when the program has initialised CUDA (asking does not initialise it)."""
+    try:
+        return bool(torch.cuda.is_initialized())
+    except Exception:
+        return False
 
 
 @contextlib.contextmanager

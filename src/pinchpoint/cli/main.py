@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import pinchpoint
-from pinchpoint.cli import analyze_cmd, report_cmd, run_cmd
+from pinchpoint.cli import analyze_cmd, calibrate_cmd, report_cmd, run_cmd
 from pinchpoint.errors import PinchpointError
 
 
@@ -26,6 +26,7 @@ COMMANDS: tuple[Command, ...] = (
     run_cmd.RunCommand(),
     analyze_cmd.AnalyzeCommand(),
     report_cmd.ReportCommand(),
+    calibrate_cmd.CalibrateCommand(),
 )
 
 

@@ -1,0 +1,54 @@
+#!/bin/sh
+# GPU check: exercise pinchpoint's CUDA paths on a machine with a CUDA GPU, in under 8 minutes.
+#
+#   sh scripts/gpu_check.sh [OUTDIR]
+#
+# 1. `pinchpoint calibrate` (matmul FLOP/s per dtype, HBM, host<->device copies, launch cost);
+# 2. for each planted GPU bottleneck in examples/cuda_train.py: the truth (plain runs, planted and
+#    fixed), then both under `pinchpoint run` (op window on: kernels and copies recorded), then
+#    `pinchpoint analyze` on the captured op-window trace.
+# Writes OUTDIR/gpu_check.log and OUTDIR/gpu_check_runs.tar.gz (the run directories, for building
+# and testing the GPU paths on a machine without a GPU). Uses the checkout's src/ (no install);
+# needs torch with CUDA, psutil, rich, numpy and msgspec in $PYTHON (default python3).
+# DEVICE=cpu STEPS=12 runs the same script on a CPU, as a dry run. Record results in docs/gpu-checks.md.
+set -u
+cd "$(dirname "$0")/.."
+OUTDIR=${1:-${OUT:-/tmp/pinchpoint-gpu-check}}
+PY=${PYTHON:-python3}
+DEVICE=${DEVICE:-cuda}
+STEPS=${STEPS:-40}
+PLANTS=${PLANTS:-launch sync h2d fp32}
+W=$(mktemp -d /tmp/pinchpoint-gpu-check.XXXXXX)
+mkdir -p "$OUTDIR" "$W/runs"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PINCHPOINT_HOME="$W/home"
+PP="$PY -m pinchpoint"
+
+check() {
+    echo "== environment  $(date -u +%FT%TZ)"
+    nvidia-smi -L 2>/dev/null || echo "(no nvidia-smi)"
+    $PY -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "device", torch.cuda.get_device_name() if torch.cuda.is_available() else None)'
+    $PY -c 'import pynvml; pynvml.nvmlInit(); print("nvml ok, driver", pynvml.nvmlSystemGetDriverVersion())' 2>&1 | tail -1
+
+    echo "== pinchpoint calibrate"
+    if [ "$DEVICE" = cpu ]; then dev_args="--device cpu"; else dev_args=""; fi
+    timeout 150 $PP calibrate $dev_args --json "$W/ceilings.json"; echo "rc=$?"
+
+    for plant in $PLANTS; do
+        for variant in planted fixed; do
+            if [ $variant = fixed ]; then fix=--fix; else fix=; fi
+            prog="examples/cuda_train.py --plant $plant --device $DEVICE --steps $STEPS $fix"
+            echo "== truth $plant $variant: $(timeout 90 $PY $prog 2>&1 | tail -1)"
+            run="$W/runs/$plant-$variant"
+            echo "== pinchpoint run $plant $variant"
+            timeout 150 $PP run --no-color --force -o "$run" -- $PY $prog; echo "rc=$?"
+            echo "== pinchpoint analyze $plant $variant (op window)"
+            ls -la "$run/ranks/rank0/" 2>&1 | grep -v '^total'
+            timeout 90 $PP analyze "$run/ranks/rank0/opwindow.json" --no-color --json "$run/analyze.json"
+            echo "rc=$?"
+        done
+    done
+    echo "== done  $(date -u +%FT%TZ)"
+}
+
+check 2>&1 | tee "$OUTDIR/gpu_check.log"
+tar czf "$OUTDIR/gpu_check_runs.tar.gz" -C "$W" . && ls -la "$OUTDIR"
