@@ -7,7 +7,7 @@
 # 2. for each planted GPU bottleneck in examples/cuda_train.py: the truth (plain runs, planted and
 #    fixed), then both under `pinchpoint run` (op window on: kernels and copies recorded), then
 #    `pinchpoint analyze` on the captured op-window trace.
-# Writes OUTDIR/gpu_check.log and OUTDIR/gpu_check_runs.tar.gz (the run directories, for building
+# Writes OUTDIR/gpu_check.log and OUTDIR/gpu_check_PLANT.tar.gz (the run directories, for building
 # and testing the GPU paths on a machine without a GPU). Uses the checkout's src/ (no install);
 # needs torch with CUDA, psutil, rich, numpy and msgspec in $PYTHON (default python3).
 # DEVICE=cpu STEPS=12 runs the same script on a CPU, as a dry run. Record results in docs/gpu-checks.md.
@@ -51,4 +51,9 @@ check() {
 }
 
 check 2>&1 | tee "$OUTDIR/gpu_check.log"
-tar czf "$OUTDIR/gpu_check_runs.tar.gz" -C "$W" . && ls -la "$OUTDIR"
+# One archive per plant (each stays small enough to bring back from a lent machine).
+tar czf "$OUTDIR/gpu_check_home.tar.gz" -C "$W" home ceilings.json 2>/dev/null
+for plant in $PLANTS; do
+    tar czf "$OUTDIR/gpu_check_$plant.tar.gz" -C "$W/runs" "$plant-planted" "$plant-fixed"
+done
+ls -la "$OUTDIR"
