@@ -19,7 +19,7 @@ from pinchpoint.analysis.gpu.launch import launch_stats
 from pinchpoint.analysis.gpu.memcpy import memcpy_stats
 from pinchpoint.analysis.gpu.memory import memory_stats
 from pinchpoint.analysis.gpu.ranks import compare_ranks
-from pinchpoint.analysis.gpu.steps import step_stats
+from pinchpoint.analysis.gpu.steps import step_bounds, step_stats
 from pinchpoint.analysis.gpu.sync import sync_stats
 from pinchpoint.analysis.gpu.tensor_cores import TensorCoreStatus, tensor_core_use
 from pinchpoint.ingest.kineto import read_trace
@@ -30,6 +30,8 @@ NW0 = "kineto_tb_plugin/resnet50_num_workers_0/worker0.1623143089861.pt.trace.js
 NW4 = "kineto_tb_plugin/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz"
 ALEXNET = "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
 RANKS = ("hta/trace_filter/sampled_rank-0.json.gz", "hta/trace_filter/sampled_rank-1.json.gz")
+H200_FP32 = "../rundirs/h200/fp32-planted/ranks/rank0/opwindow.json.gz"
+"""Our own capture: `pinchpoint run` of examples/cuda_train.py --plant fp32 on an H200 (2026-11-30)."""
 
 
 def _path(rel: str) -> Path:
@@ -75,13 +77,29 @@ def test_resnet_num_workers_4_is_not_input_bound() -> None:
 
 
 def test_dataloader_ranges_match_the_raw_json() -> None:
-    # 2021 schema: the DataLoader range is cat "Operator"; its raw durations, clipped to the step, by hand.
+    # 2021 schema: the DataLoader range is cat "Operator"; its raw durations, clipped to the steps, by hand.
     events = raw(NW0)
-    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name", "").startswith("ProfilerStep#")]
+    _, starts, ends = step_bounds(trace(NW0).events)
+    steps = list(zip((starts / 1000).tolist(), (ends / 1000).tolist(), strict=True))
     loads = [(e["ts"], e["ts"] + e["dur"]) for e in events if "DataLoader" in e.get("name", "")]
     inside = sum(max(0, min(b, d) - max(a, c)) for a, b in loads for c, d in steps)
     total = sum(d - c for c, d in steps)
-    assert step_stats(trace(NW0)).dataloader_share == pytest.approx(inside / total, rel=1e-9)
+    assert step_stats(trace(NW0)).dataloader_share == pytest.approx(inside / total, rel=1e-6)
+
+
+def test_steps_of_a_gpu_bound_program_follow_the_device() -> None:
+    # Captured by `pinchpoint run` on an H200 (examples/cuda_train.py --plant fp32): the host enqueues a
+    # step in ~4 ms, the GPU needs ~30 ms for it. Steps must be the GPU's 30 ms, not the host's 4 ms.
+    s = step_stats(trace(H200_FP32))
+    assert len(s.steps) == 3
+    assert s.median_step_ns == pytest.approx(30.4e6, rel=0.05)
+    assert s.gpu_busy_fraction > 0.9
+    host = [
+        e["dur"]
+        for e in raw(H200_FP32)
+        if e.get("name", "").startswith("ProfilerStep#") and e.get("cat") == "user_annotation"
+    ]
+    assert max(host) < 15_000  # µs: the host windows alone would have said ~4-12 ms
 
 
 # --- tensor cores ------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from pinchpoint.analysis.gpu.ranks import STRAGGLER_EXCESS
 from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis, analyze_traces
 from pinchpoint.diagnosis.engine import diagnose_gpu
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding
-from pinchpoint.diagnosis.gpu_rules import (
+from pinchpoint.diagnosis.gpu import (
     GPU_RULES,
     HIGH_SHARE,
     LOADER_OPS_PREPROCESS,

@@ -3,30 +3,57 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pinchpoint.analysis.gpu.trace_analysis import analyze_traces
+from pinchpoint.analysis.gpu._common import GPU_KINDS, kind_mask
+from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis, analyze_traces
 from pinchpoint.analysis.run_analysis import analyze_run
 from pinchpoint.diagnosis.engine import diagnose, diagnose_gpu
 from pinchpoint.errors import TraceError, UsageError
 from pinchpoint.ingest.kineto import read_trace, read_trace_dir
-from pinchpoint.ingest.rundir import read_run_dir
-from pinchpoint.report.gpu_report import build_gpu_report
+from pinchpoint.ingest.rundir import opwindow_file, rank_dirs, read_run_dir
+from pinchpoint.report.gpu_report import build_gpu_report, run_gpu_sections
 from pinchpoint.report.json_report import build_report, write_report
 
 REPORT_NAME = "report.json"
 
 
 def report_run_dir(run_dir: Path, *, json_path: Path | None = None) -> dict[str, Any]:
-    """Analyse `run_dir`, write its report.json (and a copy at `json_path`), return the report."""
+    """Analyse `run_dir`, write its report.json (and a copy at `json_path`), return the report.
+
+    When the op window of a CUDA program recorded kernels and copies, that window is analysed by the
+    same code as `pinchpoint analyze` and its device timeline decides the step-time findings."""
     run = read_run_dir(run_dir)
     analysis = analyze_run(run)
-    report = build_report(analysis, diagnose(analysis))
+    warnings: list[str] = []
+    gpu = gpu_window(run_dir, warnings)
+    report = build_report(analysis, diagnose(analysis, gpu=gpu))
+    if gpu is not None:
+        report["gpu"] = run_gpu_sections(gpu)
+    report["warnings"] = list(report.get("warnings") or []) + warnings
     write_report(report, run_dir / REPORT_NAME)
     if json_path is not None:
         write_report(report, json_path)
     return report
+
+
+def gpu_window(run_dir: Path, warnings: list[str]) -> GpuRunAnalysis | None:
+    """The op windows of a run directory that hold GPU work, analysed as traces; None if none do."""
+    traces = []
+    for rank, d in rank_dirs(run_dir):
+        path = opwindow_file(d)
+        if path is None:
+            continue
+        try:
+            trace = read_trace(path)
+        except TraceError as exc:
+            warnings.append(f"rank {rank}: the op window could not be read as a trace ({exc})")
+            continue
+        if kind_mask(trace.events, *GPU_KINDS).any():
+            traces.append(replace(trace, meta=replace(trace.meta, rank=rank, rank_known=True)))
+    return analyze_traces(traces) if traces else None
 
 
 def report_traces(

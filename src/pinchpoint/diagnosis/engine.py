@@ -7,8 +7,8 @@ from dataclasses import dataclass, replace
 
 from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis
 from pinchpoint.analysis.run_analysis import RankAnalysis, RunAnalysis
-from pinchpoint.diagnosis.finding import Finding
-from pinchpoint.diagnosis.gpu_rules import GPU_RULES, GpuRule
+from pinchpoint.diagnosis.finding import Category, Finding
+from pinchpoint.diagnosis.gpu import GPU_RULES, GpuRule
 from pinchpoint.diagnosis.registry import RULES
 from pinchpoint.diagnosis.rules.base import Rule
 
@@ -51,6 +51,20 @@ def _merge(by_id: dict[str, Finding], f: Finding) -> None:
     by_id[f.id.value] = replace(best, ranks=tuple(sorted(set(prev.ranks) | set(f.ranks))))
 
 
+def _with_loader_verdict(f: Finding, host: dict[str, Finding]) -> Finding:
+    """An input finding from the device timeline says how much the step waits; the run's own rules say
+    why (what the loading processes did): keep the device's share and the host's category and evidence."""
+    if f.id.value not in (Category.INPUT_FETCH.value, Category.INPUT_PREPROCESS.value):
+        return f
+    verdict = host.get(Category.INPUT_FETCH.value) or host.get(Category.INPUT_PREPROCESS.value)
+    if verdict is None:
+        return f
+    return replace(
+        f, id=verdict.id, title=verdict.title, evidence=f.evidence + verdict.evidence[1:],
+        fix=verdict.fix, snippet=verdict.snippet,
+    )
+
+
 def diagnose_gpu(analysis: GpuRunAnalysis, rules: Sequence[GpuRule] = GPU_RULES) -> Diagnosis:
     """The rules over profiler traces (`pinchpoint analyze`)."""
     by_id: dict[str, Finding] = {}
@@ -78,7 +92,31 @@ def diagnose_gpu(analysis: GpuRunAnalysis, rules: Sequence[GpuRule] = GPU_RULES)
     return Diagnosis(findings=findings, notes=tuple(dict.fromkeys(notes)))
 
 
-def diagnose(analysis: RunAnalysis, rules: Sequence[Rule] = RULES) -> Diagnosis:
+GPU_OWNED = frozenset(
+    c.value
+    for c in (
+        Category.INPUT_FETCH,
+        Category.INPUT_PREPROCESS,
+        Category.HOST_PYTHON,
+        Category.HOST_DISPATCH,
+        Category.HOST_SYNC,
+        Category.TRANSFER_H2D,
+        Category.COMPUTE_MATH,
+        Category.COMPUTE_MEMORY,
+        Category.COMM_EXPOSED,
+        Category.IMBALANCE_STRAGGLER,
+    )
+)
+"""On a CUDA program the host only enqueues work, so its phases say little about what limits a step:
+these categories are judged on the op window's device timeline. Host-level ones (memory, threads,
+checkpoints) stay with the run's own rules."""
+
+
+def diagnose(
+    analysis: RunAnalysis, rules: Sequence[Rule] = RULES, *, gpu: GpuRunAnalysis | None = None
+) -> Diagnosis:
+    """The rules over a run directory; with `gpu` (the op windows of a CUDA program, analysed as
+    traces) the step-time categories come from the GPU rules instead (GPU_OWNED)."""
     by_id: dict[str, Finding] = {}
     notes: list[str] = []
     for rank in analysis.ranks:
@@ -92,6 +130,17 @@ def diagnose(analysis: RunAnalysis, rules: Sequence[Rule] = RULES) -> Diagnosis:
                 continue
             for f in rule.check(analysis.environment, rank):
                 _merge(by_id, f)
+    if gpu is not None:
+        host = {k: by_id.pop(k) for k in list(by_id) if k in GPU_OWNED}
+        notes = [n for n in notes if n.split(":", 1)[0] not in GPU_OWNED]
+        device = diagnose_gpu(gpu)
+        for f in device.findings:
+            _merge(by_id, _with_loader_verdict(f, host))
+        notes.extend(n for n in device.notes if "ProfilerStep" not in n)
+        notes.append(
+            "CUDA program: step-time findings come from the op window's device timeline "
+            "(the host only enqueues work; its phase times show when it waited, not what limits the step)"
+        )
     findings = tuple(sorted(by_id.values(), key=sort_key))
     notes.extend(context_notes(analysis))
     return Diagnosis(findings=findings, notes=tuple(dict.fromkeys(notes)))

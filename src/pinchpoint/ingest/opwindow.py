@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,7 +46,10 @@ def matmul_flops(name: str, dims: Sequence[Sequence[int]]) -> int | None:
 
 def read_opwindow(path: Path, window_steps: int | None, wall_minus_mono_ns: int = 0) -> OpWindow:
     """`wall_minus_mono_ns` maps Kineto's wall-clock stamps onto CLOCK_MONOTONIC (0: keep them)."""
-    doc = json.loads(path.read_text())
+    raw_bytes = path.read_bytes()
+    if path.suffix == ".gz":
+        raw_bytes = gzip.decompress(raw_bytes)
+    doc = json.loads(raw_bytes)
     events = doc.get("traceEvents") if isinstance(doc, dict) else None
     if not isinstance(events, list):
         raise ValueError("no traceEvents list")

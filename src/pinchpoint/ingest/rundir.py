@@ -53,13 +53,26 @@ def read_run_dir(path: Path) -> Run:
     meta = _meta(meta_obj)
     env_obj = _load_json(path / "environment.json", warnings)
     environment = _environment(env_obj if isinstance(env_obj, dict) else {})
-    ranks = tuple(
-        _rank(d, warnings)
-        for d in sorted((path / "ranks").glob("rank*"), key=_rank_number)
-        if d.is_dir() and _rank_number(d) >= 0
-    )
+    ranks = tuple(_rank(d, warnings) for _, d in rank_dirs(path))
     system = tuple(_system_sample(o) for o in _jsonl(path / "system.jsonl", warnings))
     return Run(meta=meta, environment=environment, ranks=ranks, system=system, warnings=tuple(warnings))
+
+
+def opwindow_file(rank_dir: Path) -> Path | None:
+    """The rank's op-window trace (`opwindow.json`, or gzipped), or None."""
+    for name in ("opwindow.json", "opwindow.json.gz"):
+        if (rank_dir / name).is_file():
+            return rank_dir / name
+    return None
+
+
+def rank_dirs(run_dir: Path) -> list[tuple[int, Path]]:
+    """(rank, directory) of every `ranks/rankN` in a run directory, by rank."""
+    base = run_dir / "ranks"
+    if not base.is_dir():
+        return []
+    found = [(_rank_number(d), d) for d in base.iterdir() if d.is_dir() and d.name.startswith("rank")]
+    return sorted((r, d) for r, d in found if r >= 0)
 
 
 def _rank_number(d: Path) -> int:
@@ -190,17 +203,18 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
                 fetches.append(fetch)
     probes_obj = _load_json(d / "probes.json", warnings) if (d / "probes.json").is_file() else None
     window = None
-    if (d / "opwindow.json").is_file():
+    window_file = opwindow_file(d)
+    if window_file is not None:
         probe_meta: dict[str, Any] = probes_obj if isinstance(probes_obj, dict) else {}
         clock_obj = probe_meta.get("clock")
         clock: dict[str, Any] = clock_obj if isinstance(clock_obj, dict) else {}
         offset = (_int(clock.get("wall_time_ns"), 0) or 0) - (_int(clock.get("monotonic_ns"), 0) or 0)
         try:
             window = opwindow_reader.read_opwindow(
-                d / "opwindow.json", _int(probe_meta.get("window_steps")), offset
+                window_file, _int(probe_meta.get("window_steps")), offset
             )
         except (OSError, ValueError, TypeError, OverflowError, RecursionError) as exc:
-            warnings.append(f"rank{rank}/opwindow.json could not be read ({exc.__class__.__name__})")
+            warnings.append(f"rank{rank}/{window_file.name} could not be read ({exc.__class__.__name__})")
     return RankData(
         rank=rank,
         steps=tuple(steps),

@@ -89,6 +89,12 @@ def _gpu(rank: GpuRankAnalysis) -> dict[str, Any]:
     return out
 
 
+def run_gpu_sections(analysis: GpuRunAnalysis) -> list[dict[str, Any]]:
+    """`gpu[]` of a `pinchpoint run` report: each rank's op window as the device ran it, with the
+    window's own (device-aligned) steps and step-time split."""
+    return [{**_gpu(r), "window_steps": _steps(r), "window_breakdown": _breakdown(r)} for r in analysis.ranks]
+
+
 def _environment(run: GpuRunAnalysis) -> dict[str, Any]:
     first = run.ranks[0].trace.meta if run.ranks else None
     gpus = []

@@ -95,6 +95,21 @@ def _gpu_table(report: dict[str, Any]) -> Table:
     return table
 
 
+def _print_run_gpu(console: Console, report: dict[str, Any]) -> None:
+    """A CUDA run: the op window as the device ran it (the host's phases above only show when it waited)."""
+    first = report["gpu"][0]
+    steps = first.get("window_steps") or {}
+    head = "The op window on the GPU"
+    if steps.get("count"):
+        head += f" ({steps['count']} steps, median {steps['median_ms']:.1f} ms as the device runs them)"
+    console.print(Text(head, style="bold underline"))
+    console.print(_gpu_table(report))
+    window = first.get("window_breakdown") or {}
+    if window:
+        console.print(_breakdown({"breakdown": window, "steps": steps}))
+    console.print()
+
+
 def _header(report: dict[str, Any]) -> Text:
     if report["run"].get("mode") == "analyze":
         return _analyze_header(report)
@@ -198,6 +213,8 @@ def render(
     console.print(Text(title, style="bold underline"))
     console.print(_breakdown(report))
     console.print()
+    if report["run"].get("mode") != "analyze" and report.get("gpu"):
+        _print_run_gpu(console, report)
     console.print(Text("What holds it back (biggest predicted gain first)", style="bold underline"))
     console.print(_findings(report))
     for note in report.get("notes") or []:

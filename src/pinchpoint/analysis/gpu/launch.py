@@ -6,8 +6,8 @@ The runtime/driver launch call (`cudaLaunchKernel`, `cuLaunchKernel`, `hipLaunch
 - launch delay: kernel start − launch-call start (queueing plus the call itself);
 - launch cost: the launch call's own duration (a graph launch's cost is shared among its kernels);
 - short kernels: kernels that run for less time than their launch cost (HTA's "short kernel" signal);
-- launch-bound evidence: over the window in which the busiest launching thread issues launches, the GPU is
-  mostly idle, that thread is mostly busy, and the typical kernel is shorter than the typical launch call.
+- launch-bound evidence: over the window in which the launching threads issue launches, the GPU is
+  mostly idle, those threads are mostly busy in ops or API calls, and the typical kernel is shorter than the typical launch call.
   Then the host cannot issue work fast enough: fuse ops (torch.compile), use CUDA Graphs, or raise the batch.
 """
 
@@ -148,22 +148,30 @@ def launch_stats(trace: KinetoTrace) -> LaunchStats:
     )
 
 
+LAUNCHER_MIN_SHARE = 0.05
+"""A thread that issues at least 5% of the launches counts as a launching thread (CUDA training launches
+forward kernels from the main thread and backward kernels from autograd's device thread)."""
+
+
 def _launch_window(trace: KinetoTrace, launches: np.ndarray) -> tuple[int | None, int, float, float]:
-    """(tid, window length, GPU busy fraction, host-thread busy fraction) for the busiest launcher."""
+    """(busiest launching tid, window length, GPU busy fraction, host busy fraction) over the window from
+    the first to the last launch of the launching threads; host busy is the time at least one of them is
+    inside a CPU op or an API call."""
     ev = trace.events
     if launches.size == 0:
         return None, 0, 0.0, 0.0
     tids, counts = np.unique(ev.tid[launches], return_counts=True)
     tid = int(tids[np.argmax(counts)])
-    mine = launches[ev.tid[launches] == tid]
+    pid = int(ev.pid[launches[ev.tid[launches] == tid][0]])
+    launchers = tids[counts >= LAUNCHER_MIN_SHARE * launches.size]
+    mine = launches[np.isin(ev.tid[launches], launchers) & (ev.pid[launches] == pid)]
     lo, hi = int(ev.start_ns[mine].min()), int(ev.end_ns[mine].max())
     window = max(hi - lo, 1)
     lo_a, hi_a = np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64)
     gpu = int(busy_within(gpu_busy(ev), lo_a, hi_a)[0])
-    pid = int(ev.pid[mine[0]])
     # CPU ops and API calls; not step ranges (they span the idle time too) nor user annotations.
     not_step = ~ev.mask_names(lambda s: STEP_NAME.match(s) is not None)
-    host = kind_mask(ev, Kind.CPU_OP, *HOST_API_KINDS) & not_step & (ev.tid == tid) & (ev.pid == pid)
+    host = kind_mask(ev, Kind.CPU_OP, *HOST_API_KINDS) & not_step & np.isin(ev.tid, launchers) & (ev.pid == pid)
     host_iv = iv.union(ev.start_ns[host], ev.end_ns[host])
     host_ns = int(busy_within(host_iv, lo_a, hi_a)[0])
     return tid, hi - lo, gpu / window, host_ns / window

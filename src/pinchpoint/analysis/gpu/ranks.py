@@ -22,7 +22,7 @@ import numpy as np
 from pinchpoint.analysis.gpu import intervals as iv
 from pinchpoint.analysis.gpu._common import I64, busy_within, kind_mask
 from pinchpoint.analysis.gpu.kernels import is_communication_kernel
-from pinchpoint.analysis.gpu.steps import step_windows
+from pinchpoint.analysis.gpu.steps import step_bounds
 from pinchpoint.trace.kineto import Kind, KinetoTrace
 
 STRAGGLER_EXCESS = 0.10
@@ -81,7 +81,7 @@ def compare_ranks(traces: Sequence[KinetoTrace]) -> RankComparison:
 
     summaries = []
     for i, t in enumerate(traces):
-        numbers, s_starts, s_ends = step_windows(t.events)
+        numbers, s_starts, s_ends = step_bounds(t.events)
         compute = _compute_ns(t, s_starts, s_ends)
         n_steps = int(numbers.size)
         summaries.append(

@@ -1,6 +1,10 @@
 """Steps of a Kineto trace from its `ProfilerStep#N` ranges: duration, GPU busy time and DataLoader wait.
 
-A step is the host range `ProfilerStep#N` that `torch.profiler.profile.step()` records. Inside it, the
+A step is the host range `ProfilerStep#N` that `torch.profiler.profile.step()` records, seen from the
+device when the device lags: the host only enqueues kernels, and a GPU-bound program's host runs ahead,
+so its host steps are far shorter than its real ones (an fp32 MLP on an H200: 3.8 ms host steps, 30 ms of
+GPU work each). `step_bounds` therefore starts each step where the GPU starts the work that step
+launched (joined by correlation), and ends it where the next one starts. Inside the host step, the
 DataLoader's `__next__` range (`enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`, or the
 multi-process iterator) is the time the training loop waited for its batch. The part of that wait during
 which the GPU is idle too is *exposed*: removing it would shorten the step (the input-bound signal; the
@@ -16,7 +20,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from pinchpoint.analysis.gpu import intervals as iv
-from pinchpoint.analysis.gpu._common import HOST_RANGE_KINDS, I64, busy_within, gpu_busy, name_mask
+from pinchpoint.analysis.gpu._common import (
+    GPU_KINDS,
+    HOST_API_KINDS,
+    HOST_RANGE_KINDS,
+    I64,
+    busy_within,
+    gpu_busy,
+    join_by_key,
+    kind_mask,
+    name_mask,
+)
 from pinchpoint.trace.kineto import EventTable, KinetoTrace
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
@@ -33,6 +47,7 @@ class Step:
     """N of `ProfilerStep#N`."""
     start_ns: int
     dur_ns: int
+    """The step as `step_bounds` cuts it (device-aligned), not the host range alone."""
     gpu_busy_ns: int
     """Time inside the host step window during which any kernel, copy or memset ran (any device)."""
     dataloader_ns: int
@@ -85,6 +100,46 @@ def step_windows(ev: EventTable) -> tuple[I64, I64, I64]:
     return numbers, ev.start_ns[rows].copy(), ev.end_ns[rows]
 
 
+def step_bounds(ev: EventTable) -> tuple[I64, I64, I64]:
+    """(numbers, starts, ends) of the steps as the program lives them: contiguous windows, each from the
+    point its work starts on the device (the first kernel, copy or memset launched from inside its host
+    step; the host step's start when it launched nothing) to the next step's; the first starts no later
+    than its host step, the last ends when both its host step and its device work have ended."""
+    numbers, h_start, h_end = step_windows(ev)
+    if numbers.size == 0:
+        return numbers, h_start, h_end
+    d_start, d_end = _device_work(ev, h_start, h_end)
+    bound = np.maximum.accumulate(np.where(d_start >= 0, d_start, h_start))
+    starts = bound.copy()
+    starts[0] = min(int(h_start[0]), int(bound[0]))
+    ends = np.empty_like(starts)
+    ends[:-1] = bound[1:]
+    ends[-1] = max(int(h_end[-1]), int(d_end[-1]), int(starts[-1]))
+    return numbers, starts, ends
+
+
+def _device_work(ev: EventTable, h_start: I64, h_end: I64) -> tuple[I64, I64]:
+    """Per host step: (first start, last end) of the GPU activity launched from inside it; -1 if none."""
+    n = h_start.size
+    first = np.full(n, -1, dtype=np.int64)
+    last = np.full(n, -1, dtype=np.int64)
+    gpu = np.flatnonzero(kind_mask(ev, *GPU_KINDS) & (ev.correlation >= 0))
+    calls = np.flatnonzero(kind_mask(ev, *HOST_API_KINDS) & (ev.correlation >= 0))
+    hit = join_by_key(ev.correlation[gpu], ev.correlation[calls])
+    gpu, issued = gpu[hit >= 0], ev.start_ns[calls[hit[hit >= 0]]]
+    step = np.searchsorted(h_start, issued, side="right") - 1
+    ok = (step >= 0) & (issued < h_end[np.maximum(step, 0)])
+    if not ok.any():
+        return first, last
+    step, gpu = step[ok], gpu[ok]
+    big = np.iinfo(np.int64).max
+    lo = np.full(n, big, dtype=np.int64)
+    np.minimum.at(lo, step, ev.start_ns[gpu])
+    np.maximum.at(last, step, ev.end_ns[gpu])
+    first = np.where(lo == big, -1, lo)
+    return first, last
+
+
 def dataloader_intervals(ev: EventTable) -> iv.Intervals:
     m = name_mask(ev, is_dataloader_wait, *HOST_RANGE_KINDS)
     return iv.union(ev.start_ns[m], ev.end_ns[m])
@@ -92,7 +147,7 @@ def dataloader_intervals(ev: EventTable) -> iv.Intervals:
 
 def step_stats(trace: KinetoTrace) -> StepStats:
     ev = trace.events
-    numbers, starts, ends = step_windows(ev)
+    numbers, starts, ends = step_bounds(ev)
     loader = dataloader_intervals(ev)
     n_loader = int(np.count_nonzero(name_mask(ev, is_dataloader_wait, *HOST_RANGE_KINDS)))
     if numbers.size == 0:

@@ -25,7 +25,7 @@ from pinchpoint.analysis.gpu._common import (
     name_mask,
 )
 from pinchpoint.analysis.gpu.memcpy import blocking_copy_calls, memcpy_stats
-from pinchpoint.analysis.gpu.steps import STEP_NAME, is_dataloader_wait, step_windows
+from pinchpoint.analysis.gpu.steps import STEP_NAME, is_dataloader_wait, step_bounds
 from pinchpoint.trace.kineto import EventTable, Kind, KinetoTrace
 
 SYNC_APIS = frozenset(
@@ -104,7 +104,7 @@ def sync_stats(trace: KinetoTrace) -> SyncStats:
         c, t = sites.get((o, i), (0, 0))
         sites[(o, i)] = (c + 1, t + int(ev.dur_ns[row]))
 
-    numbers, s_starts, s_ends = step_windows(ev)
+    numbers, s_starts, s_ends = step_bounds(ev)
     per_step = share = None
     if numbers.size:
         b = iv.union(ev.start_ns[blocking], ev.end_ns[blocking])

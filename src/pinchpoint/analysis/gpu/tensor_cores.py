@@ -10,7 +10,7 @@ convolution took:
   Composable Kernel `xdlops`, Tensile `Cijk_..._MI16x16x1_...` (the MI field names the matrix instruction);
 - SIMT paths: fp32 `sgemm` (`volta_sgemm_128x64_nn`), `scudnn` (`volta_scudnn_128x64_relu_...`),
   cuDNN's `implicit_convolve_sgemm`, `dgrad_engine<float,...>`, `wgrad_alg0_engine<float,...>`, Winograd,
-  CUTLASS `simt`, Tensile `Cijk_*` without an `MI` field. Bare `cutlass` is not a GEMM marker: it appears
+  CUTLASS `simt`, cuBLAS xmma kernels with an `ffma` field, Tensile `Cijk_*` without an `MI` field. Bare `cutlass` is not a GEMM marker: it appears
   in the template arguments of non-GEMM kernels (a B200 MoE `finalizeKernel<cutlass::bfloat16_t>`).
 
 GEMM/convolution time off the matrix units on a device that has them (compute capability ≥ 7.0, AMD
@@ -39,6 +39,9 @@ MATRIX_UNIT = re.compile(
 )
 SIMT = re.compile(r"simt|sgemm|scudnn|dgemm")
 """Marks a kernel as SIMT even where a precision word matches MATRIX_UNIT (e.g. CUTLASS `simt_hgemm`)."""
+FFMA = re.compile(r"(?:^|_)ffma(?:_|$)")
+"""cuBLAS's fp32 kernels built on the xmma framework name their scalar FMA path: on an H200 an fp32
+matmul with TF32 off ran `sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_..._ffma_aligna4_...`, plain SIMT."""
 MOSTLY_USED = 0.9
 """Status USED when ≥ 90% of GEMM/conv time is on the matrix units."""
 
@@ -62,7 +65,7 @@ def is_gemm_conv(name: str) -> bool:
 def on_matrix_units(name: str) -> bool:
     """For a GEMM/conv kernel: does its name indicate the Tensor Core / MFMA path?"""
     n = name.lower()
-    if MATRIX_UNIT.search(n) is None:
+    if MATRIX_UNIT.search(n) is None or FFMA.search(n) is not None:
         return False
     # A SIMT marker wins unless the name also has an explicit MMA instruction or tile shape.
     strong = re.search(r"(?:^|_)[hsi](?:884|1688|16816|16832|161616|8816)|mma|tensorop|nvjet|gmma|xdl", n)

@@ -1,60 +1,25 @@
-"""Rules over a profiler trace's GPU analyses (`pinchpoint analyze`), in the categories of DESIGN.md.
-
-Shares are fractions of the steps' wall time (the ProfilerStep ranges; the GPU-activity span when a
-trace has no steps), measured so that the shares of different findings do not count the same instant
-twice: input wait and other GPU idle come from `StepTimeSplit`, which labels each instant once.
-Thresholds follow the TF/XProf input-pipeline analyzer's two levels (5% moderate, 20% high) unless
-noted; see `../shared/research/rules-catalog.md`.
-"""
+"""GPU rules about the host side of a step: input waits, launch-bound or Python-bound hosts, syncs, host→device copies."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 from pinchpoint.analysis.gpu import intervals as iv
 from pinchpoint.analysis.gpu._common import HOST_RANGE_KINDS, gpu_busy, name_mask
-from pinchpoint.analysis.gpu.kernels import kernel_function_name
 from pinchpoint.analysis.gpu.steps import dataloader_intervals, is_dataloader_wait
-from pinchpoint.analysis.gpu.tensor_cores import TensorCoreStatus
 from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis, GpuRunAnalysis
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding
+from pinchpoint.diagnosis.gpu.base import (
+    HIGH_SHARE,
+    LOADER_OPS_PREPROCESS,
+    MIN_SHARE,
+    confidence_for,
+    per_step,
+    window_ns,
+)
 from pinchpoint.diagnosis.rules.base import ms, pct, speedup_removing
 from pinchpoint.trace.kineto import CopyKind, Kind
-
-MIN_SHARE = 0.05
-"""A cause below 5% of the step is not reported (XProf's "moderately bound" level)."""
-HIGH_SHARE = 0.20
-"""At 20% and above a cause is "highly" bound: confidence high."""
-LOADER_OPS_PREPROCESS = 0.25
-"""Framework ops cover at least this much of the DataLoader wait: the loader computes (transforms)."""
-MATRIX_UNIT_GAIN = 2.0
-"""Conservative speed-up of GEMM/convolution kernels moved from fp32 SIMT to Tensor Cores (TF32 or
-bf16/fp16 AMP): NVIDIA lists 2-8x for these paths on V100/A100; we take the low end."""
-MEMORY_PRESSURE_PEAK = 0.90
-"""Peak reserved memory at 90% of the device's capacity leaves no room for a larger batch."""
-
-
-class GpuRule(Protocol):
-    id: ClassVar[Category]
-    title: ClassVar[str]
-
-    def check(self, rank: GpuRankAnalysis, run: GpuRunAnalysis) -> Iterable[Finding]: ...
-
-
-def _window_ns(rank: GpuRankAnalysis) -> int:
-    return rank.split.window_ns if rank.split is not None else 0
-
-
-def _per_step(rank: GpuRankAnalysis, share: float) -> str:
-    n = len(rank.steps.steps)
-    if n and rank.split is not None:
-        return f"{ms(share * rank.split.window_ns / n)} per step"
-    return ms(share * _window_ns(rank))
-
-
-def _confidence(share: float) -> Confidence:
-    return Confidence.HIGH if share >= HIGH_SHARE else Confidence.MEDIUM
 
 
 class GpuInputWait:
@@ -91,7 +56,7 @@ class GpuInputWait:
         preprocess = op_share >= LOADER_OPS_PREPROCESS
         evidence = [
             f"The host waits for the DataLoader while the GPU is idle for {pct(share)} of the step time "
-            f"({_per_step(rank, share)}; all DataLoader time: {pct(rank.steps.dataloader_share)})",
+            f"({per_step(rank, share)}; all DataLoader time: {pct(rank.steps.dataloader_share)})",
             f"Framework ops (transforms) run during {pct(op_share)} of the wait; the rest is Python or I/O "
             "the trace does not show",
         ]
@@ -119,7 +84,7 @@ class GpuInputWait:
             else "The GPU waits for input data",
             share=share,
             estimated_speedup=speedup_removing(share),
-            confidence=_confidence(share),
+            confidence=confidence_for(share),
             evidence=tuple(evidence),
             fix=fix,
             snippet="DataLoader(ds, batch_size=B, num_workers=4, pin_memory=True, persistent_workers=True)",
@@ -155,7 +120,7 @@ class GpuHostBound:
         la = rank.launch
         evidence = [
             f"The GPU is idle waiting for the host's next launch for {pct(share)} of the step time "
-            f"({_per_step(rank, share)}), not counting input waits and syncs",
+            f"({per_step(rank, share)}), not counting input waits and syncs",
             f"Median kernel {la.kernel.median_ns / 1000:.1f} µs vs median launch call "
             f"{la.launch_call.median_ns / 1000:.1f} µs; {pct(la.tiny_kernel_time_share)} of kernel time in "
             f"kernels under 10 µs"
@@ -173,7 +138,7 @@ class GpuHostBound:
                 title="Launch-bound: tiny kernels, the host cannot launch them fast enough",
                 share=share,
                 estimated_speedup=_host_floor_speedup(rank, share),
-                confidence=_confidence(share),
+                confidence=confidence_for(share),
                 evidence=tuple(evidence),
                 fix="Launch fewer, bigger kernels: capture the step in a CUDA graph or use "
                 "torch.compile(mode='reduce-overhead'); fuse small ops; use a larger batch.",
@@ -235,7 +200,7 @@ class GpuSync:
             title=self.title,
             share=share,
             estimated_speedup=speedup_removing(share),
-            confidence=_confidence(share),
+            confidence=confidence_for(share),
             evidence=(
                 f"{sy.calls + sy.sync_copies} blocking calls ({sy.calls} syncs, {sy.sync_copies} synchronous "
                 f"copies) hold the host for {ms(sy.blocked_ns)}; the GPU then idles for {pct(share)} of "
@@ -263,7 +228,7 @@ class GpuHostToDevice:
 
     def check(self, rank: GpuRankAnalysis, run: GpuRunAnalysis) -> Iterable[Finding]:
         h2d = next((d for d in rank.memcpy.by_direction if d.direction is CopyKind.H2D), None)
-        window = _window_ns(rank)
+        window = window_ns(rank)
         if h2d is None or window <= 0:
             return
         exposed_ns = _h2d_exposed_ns(rank)
@@ -276,7 +241,7 @@ class GpuHostToDevice:
             title=self.title,
             share=share,
             estimated_speedup=speedup_removing(share),
-            confidence=_confidence(share),
+            confidence=confidence_for(share),
             evidence=(
                 f"{h2d.count} host→device copies move {h2d.bytes / 1e6:,.0f} MB{bw}; "
                 f"{ms(exposed_ns)} of them overlap no kernel ({pct(share)} of the step time)",
@@ -306,194 +271,3 @@ def _h2d_exposed_ns(rank: GpuRankAnalysis) -> int:
         exposed = iv.subtract((ev.start_ns[c], ev.end_ns[c]), (ev.start_ns[k], ev.end_ns[k]))
         total += iv.total(iv.clip(exposed, lo, hi))
     return total
-
-
-class GpuTensorCores:
-    """Pattern: GEMM/convolution kernels run on fp32 SIMT units of a GPU that has Tensor Cores.
-    Why it's slow: Tensor Cores do the same math several times faster in TF32/bf16/fp16.
-    Fix: autocast (bf16/fp16) or TF32 for fp32 matmuls on Ampere and newer.
-    Reference: TensorBoard plugin "Tensor Cores eligible" recommendation; NVIDIA mixed-precision guide.
-    """
-
-    id: ClassVar[Category] = Category.COMPUTE_MATH
-    title: ClassVar[str] = "Matrix math does not use the GPU's Tensor Cores"
-
-    def check(self, rank: GpuRankAnalysis, run: GpuRunAnalysis) -> Iterable[Finding]:
-        tc, split = rank.tensor_cores, rank.split
-        if split is None or tc.status not in (TensorCoreStatus.UNUSED, TensorCoreStatus.PARTIAL):
-            return
-        if tc.kernel_ns <= 0:
-            return
-        off_ns = tc.gemm_conv_ns - tc.matrix_unit_ns
-        share = split.fractions["gpu_compute"] * off_ns / tc.kernel_ns
-        if share < MIN_SHARE:
-            return
-        gain = share * (1 - 1 / MATRIX_UNIT_GAIN)
-        cc = tc.compute_capability
-        ampere = cc is not None and cc >= (8, 0)
-        top = tc.top_off_matrix[0][0] if tc.top_off_matrix else ""
-        evidence = [
-            f"GEMM/convolution kernels are {pct(tc.gemm_conv_share)} of kernel time; "
-            f"{pct(1 - tc.matrix_unit_share)} of that runs off the Tensor Cores ({pct(share)} of the step time)",
-            f"{tc.device or 'GPU'} (compute capability {cc[0]}.{cc[1]})" if cc else f"{tc.device or 'GPU'}",
-        ]
-        if top:
-            evidence.append(f"Heaviest off-Tensor-Core kernel: {kernel_function_name(top)[:90]}")
-        yield Finding(
-            id=self.id,
-            title=self.title,
-            share=share,
-            estimated_speedup=speedup_removing(gain),
-            confidence=Confidence.MEDIUM,
-            evidence=tuple(evidence),
-            fix="Run the model under autocast (bf16 on Ampere and newer, fp16 with a GradScaler on Volta/Turing)"
-            + ("; for fp32 matmuls that must stay fp32, allow TF32." if ampere else "."),
-            snippet=(
-                "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(x)\n"
-                "torch.backends.cuda.matmul.allow_tf32 = True   # fp32 matmuls left outside autocast"
-                if ampere
-                else "scaler = torch.cuda.amp.GradScaler()\nwith torch.autocast('cuda', dtype=torch.float16):\n"
-                "    loss = model(x)\nscaler.scale(loss).backward(); scaler.step(opt); scaler.update()"
-            ),
-            ranks=(rank.rank,),
-        )
-
-
-class GpuCommExposed:
-    """Pattern: collective kernels run while no compute kernel does.
-    Why it's slow: the GPU waits on the network instead of overlapping communication with backward.
-    Fix: let DDP/FSDP overlap (bucket sizes, no sync points between buckets), fewer/larger collectives,
-    check stragglers first (their wait shows up as communication on the other ranks).
-    Reference: XProf CollectiveBoundRule (≥ 30%), device-collectives bound (≥ 3% / ≥ 15%).
-    """
-
-    id: ClassVar[Category] = Category.COMM_EXPOSED
-    title: ClassVar[str] = "Communication is not hidden behind compute"
-
-    def check(self, rank: GpuRankAnalysis, run: GpuRunAnalysis) -> Iterable[Finding]:
-        split, bd = rank.split, rank.breakdown
-        if split is None or bd is None:
-            return
-        wait = _straggler_wait(rank, run)
-        share = split.fractions["gpu_communication"] * (1 - wait)
-        if share < MIN_SHARE:
-            return
-        overlap = f"{pct(bd.comm_overlap)}" if bd.comm_overlap is not None else "none"
-        waiting = f"; {pct(wait)} of it, waiting for the straggler, is imbalance.straggler's" if wait else ""
-        yield Finding(
-            id=self.id,
-            title=self.title,
-            share=share,
-            estimated_speedup=speedup_removing(share),
-            confidence=_confidence(share),
-            evidence=(
-                f"Collectives run with no compute beside them for {pct(share)} of the step time "
-                f"({_per_step(rank, share)})",
-                f"Of all communication time ({ms(bd.communication_total_ns)}), {overlap} overlaps compute"
-                + waiting,
-            ),
-            fix="Overlap communication with compute: DDP buckets (bucket_cap_mb), gradient_as_bucket_view, "
-            "FSDP backward prefetch; avoid syncs between buckets; if one rank is slower, fix that first.",
-            ranks=(rank.rank,),
-        )
-
-
-def _straggler_wait(rank: GpuRankAnalysis, run: GpuRunAnalysis) -> float:
-    """Fraction of this rank's collective time spent waiting for a straggler: `imbalance.straggler`
-    reports it, so `comm.exposed` leaves it out (else the wait counts twice, and ×10 on a wait-bound rank)."""
-    cmp = run.comparison
-    if cmp is None or not cmp.stragglers or cmp.matched == 0:
-        return 0.0
-    me = next((r for r in cmp.ranks if r.rank == rank.rank), None)
-    return me.wait_ns / me.collective_ns if me is not None and me.collective_ns > 0 else 0.0
-
-
-class GpuStraggler:
-    """Pattern: one rank computes longer per step and the others wait in collectives for it.
-    Reference: XProf BarrierCoresRule / straggler detection; HTA's min-across-ranks collective trick.
-    """
-
-    id: ClassVar[Category] = Category.IMBALANCE_STRAGGLER
-    title: ClassVar[str] = "A straggler rank makes the others wait"
-
-    def check(self, rank: GpuRankAnalysis, run: GpuRunAnalysis) -> Iterable[Finding]:
-        cmp = run.comparison
-        # Without a matched collective nobody is seen waiting: a slower rank alone costs the others nothing.
-        if cmp is None or not cmp.stragglers or cmp.matched == 0 or rank.rank != run.ranks[0].rank:
-            return
-        share = cmp.wait_share
-        slow = [r for r in cmp.ranks if r.straggler]
-        fast = [r for r in cmp.ranks if not r.straggler and r.compute_per_step_ns]
-        med = sorted(r.compute_per_step_ns or 0 for r in fast)
-        evidence = [
-            f"Rank {r.rank} computes {ms(r.compute_per_step_ns or 0)} per step and arrives last at "
-            f"{r.last_arrivals} of {cmp.matched} collectives"
-            for r in slow
-        ]
-        if med:
-            evidence.append(f"The other ranks compute {ms(med[len(med) // 2])} per step (median)")
-        evidence.append(f"{pct(share)} of collective time is waiting for the last rank")
-        if cmp.note:
-            evidence.append(cmp.note)
-        step_share = share * split_comm(run)
-        if step_share < MIN_SHARE:
-            return
-        yield Finding(
-            id=self.id,
-            title=self.title,
-            share=step_share,
-            estimated_speedup=speedup_removing(step_share),
-            confidence=Confidence.MEDIUM,
-            evidence=tuple(evidence),
-            fix="Balance the work across ranks: equal batch shapes (pad or bucket sequence lengths), "
-            "balanced embedding shards, no extra work on rank 0 (logging, evaluation, checkpoints).",
-            ranks=tuple(r.rank for r in slow),
-        )
-
-
-def split_comm(run: GpuRunAnalysis) -> float:
-    """Mean share of step time in exposed communication across ranks (where the waiting shows)."""
-    fr = [r.split.fractions["gpu_communication"] for r in run.ranks if r.split is not None]
-    return sum(fr) / len(fr) if fr else 0.0
-
-
-class GpuMemoryPressure:
-    """Pattern: peak reserved device memory near the device's capacity.
-    Why it matters: no headroom for a larger batch; allocator retries and fragmentation; OOM risk.
-    Fix: activation checkpointing, smaller batch with gradient accumulation, expandable segments.
-    """
-
-    id: ClassVar[Category] = Category.MEMORY_PRESSURE
-    title: ClassVar[str] = "GPU memory is nearly full"
-
-    def check(self, rank: GpuRankAnalysis, run: GpuRunAnalysis) -> Iterable[Finding]:
-        for dev in rank.memory.devices:
-            if dev.peak_fraction is None or dev.peak_fraction < MEMORY_PRESSURE_PEAK:
-                continue
-            yield Finding(
-                id=self.id,
-                title=self.title,
-                share=0.0,
-                estimated_speedup=1.0,
-                confidence=Confidence.MEDIUM,
-                evidence=(
-                    f"Device {dev.device} peaks at {pct(dev.peak_fraction)} of its "
-                    f"{(dev.capacity_bytes or 0) / 2**30:.0f} GiB",
-                ),
-                fix="Make room: activation checkpointing, gradient accumulation with a smaller micro-batch, "
-                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation.",
-                ranks=(rank.rank,),
-            )
-            return
-
-
-GPU_RULES: tuple[GpuRule, ...] = (
-    GpuInputWait(),
-    GpuHostBound(),
-    GpuSync(),
-    GpuHostToDevice(),
-    GpuTensorCores(),
-    GpuCommExposed(),
-    GpuStraggler(),
-    GpuMemoryPressure(),
-)

@@ -1,0 +1,44 @@
+"""What the GPU rules share: thresholds, the rule protocol, step-time helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar, Protocol
+
+from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis, GpuRunAnalysis
+from pinchpoint.diagnosis.finding import Category, Confidence, Finding
+from pinchpoint.diagnosis.rules.base import ms
+
+MIN_SHARE = 0.05
+"""A cause below 5% of the step is not reported (XProf's "moderately bound" level)."""
+HIGH_SHARE = 0.20
+"""At 20% and above a cause is "highly" bound: confidence high."""
+LOADER_OPS_PREPROCESS = 0.25
+"""Framework ops cover at least this much of the DataLoader wait: the loader computes (transforms)."""
+MATRIX_UNIT_GAIN = 2.0
+"""Conservative speed-up of GEMM/convolution kernels moved from fp32 SIMT to Tensor Cores (TF32 or
+bf16/fp16 AMP): NVIDIA lists 2-8x for these paths on V100/A100; we take the low end."""
+MEMORY_PRESSURE_PEAK = 0.90
+"""Peak reserved memory at 90% of the device's capacity leaves no room for a larger batch."""
+
+
+class GpuRule(Protocol):
+    id: ClassVar[Category]
+    title: ClassVar[str]
+
+    def check(self, rank: GpuRankAnalysis, run: GpuRunAnalysis) -> Iterable[Finding]: ...
+
+
+def window_ns(rank: GpuRankAnalysis) -> int:
+    return rank.split.window_ns if rank.split is not None else 0
+
+
+def per_step(rank: GpuRankAnalysis, share: float) -> str:
+    n = len(rank.steps.steps)
+    if n and rank.split is not None:
+        return f"{ms(share * rank.split.window_ns / n)} per step"
+    return ms(share * window_ns(rank))
+
+
+def confidence_for(share: float) -> Confidence:
+    return Confidence.HIGH if share >= HIGH_SHARE else Confidence.MEDIUM

@@ -1,0 +1,98 @@
+"""GPU rules about the device's own work: Tensor Core use and memory near capacity."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar
+
+from pinchpoint.analysis.gpu.kernels import kernel_function_name
+from pinchpoint.analysis.gpu.tensor_cores import TensorCoreStatus
+from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis, GpuRunAnalysis
+from pinchpoint.diagnosis.finding import Category, Confidence, Finding
+from pinchpoint.diagnosis.gpu.base import (
+    MATRIX_UNIT_GAIN,
+    MEMORY_PRESSURE_PEAK,
+    MIN_SHARE,
+)
+from pinchpoint.diagnosis.rules.base import pct, speedup_removing
+
+
+class GpuTensorCores:
+    """Pattern: GEMM/convolution kernels run on fp32 SIMT units of a GPU that has Tensor Cores.
+    Why it's slow: Tensor Cores do the same math several times faster in TF32/bf16/fp16.
+    Fix: autocast (bf16/fp16) or TF32 for fp32 matmuls on Ampere and newer.
+    Reference: TensorBoard plugin "Tensor Cores eligible" recommendation; NVIDIA mixed-precision guide.
+    """
+
+    id: ClassVar[Category] = Category.COMPUTE_MATH
+    title: ClassVar[str] = "Matrix math does not use the GPU's Tensor Cores"
+
+    def check(self, rank: GpuRankAnalysis, run: GpuRunAnalysis) -> Iterable[Finding]:
+        tc, split = rank.tensor_cores, rank.split
+        if split is None or tc.status not in (TensorCoreStatus.UNUSED, TensorCoreStatus.PARTIAL):
+            return
+        if tc.kernel_ns <= 0:
+            return
+        off_ns = tc.gemm_conv_ns - tc.matrix_unit_ns
+        share = split.fractions["gpu_compute"] * off_ns / tc.kernel_ns
+        if share < MIN_SHARE:
+            return
+        gain = share * (1 - 1 / MATRIX_UNIT_GAIN)
+        cc = tc.compute_capability
+        ampere = cc is not None and cc >= (8, 0)
+        top = tc.top_off_matrix[0][0] if tc.top_off_matrix else ""
+        evidence = [
+            f"GEMM/convolution kernels are {pct(tc.gemm_conv_share)} of kernel time; "
+            f"{pct(1 - tc.matrix_unit_share)} of that runs off the Tensor Cores ({pct(share)} of the step time)",
+            f"{tc.device or 'GPU'} (compute capability {cc[0]}.{cc[1]})" if cc else f"{tc.device or 'GPU'}",
+        ]
+        if top:
+            evidence.append(f"Heaviest off-Tensor-Core kernel: {kernel_function_name(top)[:90]}")
+        yield Finding(
+            id=self.id,
+            title=self.title,
+            share=share,
+            estimated_speedup=speedup_removing(gain),
+            confidence=Confidence.MEDIUM,
+            evidence=tuple(evidence),
+            fix="Run the model under autocast (bf16 on Ampere and newer, fp16 with a GradScaler on Volta/Turing)"
+            + ("; for fp32 matmuls that must stay fp32, allow TF32." if ampere else "."),
+            snippet=(
+                "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(x)\n"
+                "torch.backends.cuda.matmul.allow_tf32 = True   # fp32 matmuls left outside autocast"
+                if ampere
+                else "scaler = torch.cuda.amp.GradScaler()\nwith torch.autocast('cuda', dtype=torch.float16):\n"
+                "    loss = model(x)\nscaler.scale(loss).backward(); scaler.step(opt); scaler.update()"
+            ),
+            ranks=(rank.rank,),
+        )
+
+
+class GpuMemoryPressure:
+    """Pattern: peak reserved device memory near the device's capacity.
+    Why it matters: no headroom for a larger batch; allocator retries and fragmentation; OOM risk.
+    Fix: activation checkpointing, smaller batch with gradient accumulation, expandable segments.
+    """
+
+    id: ClassVar[Category] = Category.MEMORY_PRESSURE
+    title: ClassVar[str] = "GPU memory is nearly full"
+
+    def check(self, rank: GpuRankAnalysis, run: GpuRunAnalysis) -> Iterable[Finding]:
+        for dev in rank.memory.devices:
+            if dev.peak_fraction is None or dev.peak_fraction < MEMORY_PRESSURE_PEAK:
+                continue
+            yield Finding(
+                id=self.id,
+                title=self.title,
+                share=0.0,
+                estimated_speedup=1.0,
+                confidence=Confidence.MEDIUM,
+                evidence=(
+                    f"Device {dev.device} peaks at {pct(dev.peak_fraction)} of its "
+                    f"{(dev.capacity_bytes or 0) / 2**30:.0f} GiB",
+                ),
+                fix="Make room: activation checkpointing, gradient accumulation with a smaller micro-batch, "
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation.",
+                ranks=(rank.rank,),
+            )
+            return

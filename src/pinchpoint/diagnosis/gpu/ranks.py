@@ -1,0 +1,113 @@
+"""GPU rules across ranks: exposed communication and stragglers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar
+
+from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis, GpuRunAnalysis
+from pinchpoint.diagnosis.finding import Category, Confidence, Finding
+from pinchpoint.diagnosis.gpu.base import (
+    MIN_SHARE,
+    confidence_for,
+    per_step,
+)
+from pinchpoint.diagnosis.rules.base import ms, pct, speedup_removing
+
+
+class GpuCommExposed:
+    """Pattern: collective kernels run while no compute kernel does.
+    Why it's slow: the GPU waits on the network instead of overlapping communication with backward.
+    Fix: let DDP/FSDP overlap (bucket sizes, no sync points between buckets), fewer/larger collectives,
+    check stragglers first (their wait shows up as communication on the other ranks).
+    Reference: XProf CollectiveBoundRule (≥ 30%), device-collectives bound (≥ 3% / ≥ 15%).
+    """
+
+    id: ClassVar[Category] = Category.COMM_EXPOSED
+    title: ClassVar[str] = "Communication is not hidden behind compute"
+
+    def check(self, rank: GpuRankAnalysis, run: GpuRunAnalysis) -> Iterable[Finding]:
+        split, bd = rank.split, rank.breakdown
+        if split is None or bd is None:
+            return
+        wait = _straggler_wait(rank, run)
+        share = split.fractions["gpu_communication"] * (1 - wait)
+        if share < MIN_SHARE:
+            return
+        overlap = f"{pct(bd.comm_overlap)}" if bd.comm_overlap is not None else "none"
+        waiting = f"; {pct(wait)} of it, waiting for the straggler, is imbalance.straggler's" if wait else ""
+        yield Finding(
+            id=self.id,
+            title=self.title,
+            share=share,
+            estimated_speedup=speedup_removing(share),
+            confidence=confidence_for(share),
+            evidence=(
+                f"Collectives run with no compute beside them for {pct(share)} of the step time "
+                f"({per_step(rank, share)})",
+                f"Of all communication time ({ms(bd.communication_total_ns)}), {overlap} overlaps compute"
+                + waiting,
+            ),
+            fix="Overlap communication with compute: DDP buckets (bucket_cap_mb), gradient_as_bucket_view, "
+            "FSDP backward prefetch; avoid syncs between buckets; if one rank is slower, fix that first.",
+            ranks=(rank.rank,),
+        )
+
+
+def _straggler_wait(rank: GpuRankAnalysis, run: GpuRunAnalysis) -> float:
+    """Fraction of this rank's collective time spent waiting for a straggler: `imbalance.straggler`
+    reports it, so `comm.exposed` leaves it out (else the wait counts twice, and ×10 on a wait-bound rank)."""
+    cmp = run.comparison
+    if cmp is None or not cmp.stragglers or cmp.matched == 0:
+        return 0.0
+    me = next((r for r in cmp.ranks if r.rank == rank.rank), None)
+    return me.wait_ns / me.collective_ns if me is not None and me.collective_ns > 0 else 0.0
+
+
+class GpuStraggler:
+    """Pattern: one rank computes longer per step and the others wait in collectives for it.
+    Reference: XProf BarrierCoresRule / straggler detection; HTA's min-across-ranks collective trick.
+    """
+
+    id: ClassVar[Category] = Category.IMBALANCE_STRAGGLER
+    title: ClassVar[str] = "A straggler rank makes the others wait"
+
+    def check(self, rank: GpuRankAnalysis, run: GpuRunAnalysis) -> Iterable[Finding]:
+        cmp = run.comparison
+        # Without a matched collective nobody is seen waiting: a slower rank alone costs the others nothing.
+        if cmp is None or not cmp.stragglers or cmp.matched == 0 or rank.rank != run.ranks[0].rank:
+            return
+        share = cmp.wait_share
+        slow = [r for r in cmp.ranks if r.straggler]
+        fast = [r for r in cmp.ranks if not r.straggler and r.compute_per_step_ns]
+        med = sorted(r.compute_per_step_ns or 0 for r in fast)
+        evidence = [
+            f"Rank {r.rank} computes {ms(r.compute_per_step_ns or 0)} per step and arrives last at "
+            f"{r.last_arrivals} of {cmp.matched} collectives"
+            for r in slow
+        ]
+        if med:
+            evidence.append(f"The other ranks compute {ms(med[len(med) // 2])} per step (median)")
+        evidence.append(f"{pct(share)} of collective time is waiting for the last rank")
+        if cmp.note:
+            evidence.append(cmp.note)
+        step_share = share * split_comm(run)
+        if step_share < MIN_SHARE:
+            return
+        yield Finding(
+            id=self.id,
+            title=self.title,
+            share=step_share,
+            estimated_speedup=speedup_removing(step_share),
+            confidence=Confidence.MEDIUM,
+            evidence=tuple(evidence),
+            fix="Balance the work across ranks: equal batch shapes (pad or bucket sequence lengths), "
+            "balanced embedding shards, no extra work on rank 0 (logging, evaluation, checkpoints).",
+            ranks=tuple(r.rank for r in slow),
+        )
+
+
+def split_comm(run: GpuRunAnalysis) -> float:
+    """Mean share of step time in exposed communication across ranks (where the waiting shows)."""
+    fr = [r.split.fractions["gpu_communication"] for r in run.ranks if r.split is not None]
+    return sum(fr) / len(fr) if fr else 0.0
