@@ -1,9 +1,10 @@
 """GPU bottlenecks, one per ``--plant``: a small CUDA training loop and the fix for each.
 
-  --plant sync    host.sync: per-layer activation statistics read with ``.item()`` every step, so
-                  the host waits for the GPU after every layer and the GPU then idles while the host
-                  launches the next layer. Fix: keep the statistics on the device, read them every
-                  50 steps.
+  --plant sync    host.sync: per-layer activation norms read with ``.item()`` every step, so the
+                  host waits for the GPU after every layer and the GPU then idles while the host
+                  launches the next one (batch sized so host and GPU take about as long per layer:
+                  the case where a sync costs most). Fix: stack the norms on the device, read them
+                  every 50 steps.
   --plant h2d     transfer.h2d: 150 MB fp32 image batches copied from pageable host memory with a
                   blocking ``.to("cuda")`` each step. Fix: pinned batches copied with
                   ``non_blocking=True`` one step ahead on a side stream.
@@ -12,11 +13,13 @@
   --plant launch  host.dispatch: 128 tiny per-group MLPs applied in a Python loop, ~3,000 kernels a
                   step, each a few microseconds of GPU work. Fix: two batched ``baddbmm`` calls.
 
-Prints ``steps=N mean_step_ms=X`` over the steps after warm-up (one synchronize around the timed
-steps, none inside them). Needs a CUDA device (``--device cpu`` runs the same code slowly, for a dry
+Prints ``steps=N mean_step_ms=X median_host_step_ms=Y`` over the steps after warm-up: the mean from
+one synchronize around the timed steps (none inside them), the median of the host's per-step times
+(meaningful when the host is the bottleneck, and robust to a few slow steps). Needs a CUDA device (``--device cpu`` runs the same code slowly, for a dry
 run of scripts/gpu_check.sh on a machine without one).
 """
 import argparse
+import statistics
 import time
 
 import torch
@@ -67,20 +70,22 @@ class SmallConvNet(nn.Module):
 def run_sync(args, dev):
     model = mlp(1024, 24).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    x = torch.randn(256, 1024, device=dev)
+    x = torch.randn(1024, 1024, device=dev)
     stats = torch.zeros(24, device=dev)
     history = []
 
     def step(i):
-        h = x
-        for j, layer in enumerate(model):
+        h, norms = x, []
+        for layer in model:
             h = layer(h)
             if isinstance(layer, nn.GELU):
                 norm = h.detach().norm()
                 if args.fix:
-                    stats[j // 3] += norm
+                    norms.append(norm)
                 else:
                     history.append(norm.item())  # a host read of a device value: waits for the GPU
+        if args.fix:
+            stats.add_(torch.stack(norms))
         loss = h.square().mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -174,11 +179,15 @@ def main():
         step(i)
     sync()
     t0 = time.perf_counter()
+    host = []
     for i in range(WARMUP, args.steps):
+        t1 = time.perf_counter()
         step(i)
+        host.append(time.perf_counter() - t1)
     sync()
     timed = max(1, args.steps - WARMUP)
-    print(f"steps={args.steps} mean_step_ms={(time.perf_counter() - t0) * 1000 / timed:.3f}")
+    print(f"steps={args.steps} mean_step_ms={(time.perf_counter() - t0) * 1000 / timed:.3f} "
+          f"median_host_step_ms={statistics.median(host) * 1000 if host else 0:.3f}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ PY=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}
 STEPS=${STEPS:-40}
 PLANTS=${PLANTS:-launch sync h2d fp32}
+VARIANTS=${VARIANTS:-planted fixed}
+OVERHEAD_ROUNDS=${OVERHEAD_ROUNDS:-3}   # plain / --opwindow off / default, interleaved, on the launch plant
 W=$(mktemp -d /tmp/pinchpoint-gpu-check.XXXXXX)
 mkdir -p "$OUTDIR" "$W/runs"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PINCHPOINT_HOME="$W/home"
@@ -34,7 +36,7 @@ check() {
     timeout 150 $PP calibrate $dev_args --json "$W/ceilings.json"; echo "rc=$?"
 
     for plant in $PLANTS; do
-        for variant in planted fixed; do
+        for variant in $VARIANTS; do
             if [ $variant = fixed ]; then fix=--fix; else fix=; fi
             prog="examples/cuda_train.py --plant $plant --device $DEVICE --steps $STEPS $fix"
             echo "== truth $plant $variant: $(timeout 90 $PY $prog 2>&1 | tail -1)"
@@ -47,7 +49,31 @@ check() {
             echo "rc=$?"
         done
     done
+    overhead
     echo "== done  $(date -u +%FT%TZ)"
+}
+
+# Overhead on the most host-sensitive plant (launch-bound: every microsecond added per op shows).
+# Prints the program's own median host step (robust to the 3 op-window steps) per arm and, for the
+# default arm, the steady steps before and after the op window (CUPTI left subscribed slows the latter).
+overhead() {
+    prog="examples/cuda_train.py --plant launch --device $DEVICE --steps $STEPS"
+    i=0
+    while [ $i -lt "$OVERHEAD_ROUNDS" ]; do
+        i=$((i + 1))
+        echo "== overhead round $i plain: $($PY $prog 2>&1 | tail -1)"
+        echo "== overhead round $i opwindow-off: $($PP run -q --force --opwindow off -o "$W/ovh-off" -- $PY $prog 2>&1 | grep steps= | tail -1)"
+        echo "== overhead round $i default: $($PP run -q --force -o "$W/ovh-def" -- $PY $prog 2>&1 | grep steps= | tail -1)"
+        $PY - "$W/ovh-def/ranks/rank0/steps.jsonl" <<'PYEOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+d = {r["step"]: (r["end_ns"] - r["start_ns"]) / 1e6 for r in rows if "end_ns" in r and "step" in r}
+def med(a, b):
+    xs = [d[i] for i in range(a, b) if i in d]
+    return statistics.median(xs) if xs else float("nan")
+print(f"   steps.jsonl median ms: before window (3-9) {med(3, 10):.2f}, after window (14+) {med(14, 10**6):.2f}")
+PYEOF
+    done
 }
 
 check 2>&1 | tee "$OUTDIR/gpu_check.log"

@@ -53,6 +53,10 @@ V100 = DeviceInfo(
     total_memory_bytes=32 * GIB,
     vendor="nvidia",
 )
+A100_UNLISTED = DeviceInfo(
+    index=0, name="NVIDIA A800 80GB", compute_capability=(8, 0), total_memory_bytes=80 * GIB, vendor="nvidia"
+)
+"""An Ampere part the datasheet table does not list."""
 P40 = DeviceInfo(
     index=0, name="Tesla P40", compute_capability=(6, 1), total_memory_bytes=24 * GIB, vendor="nvidia"
 )

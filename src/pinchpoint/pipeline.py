@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -9,9 +10,10 @@ from typing import Any
 
 from pinchpoint.analysis.gpu._common import GPU_KINDS, kind_mask
 from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis, analyze_traces
-from pinchpoint.analysis.run_analysis import analyze_run
+from pinchpoint.analysis.run_analysis import RunAnalysis, analyze_run
 from pinchpoint.diagnosis.engine import diagnose, diagnose_gpu
 from pinchpoint.errors import TraceError, UsageError
+from pinchpoint.ingest.ceilings import gpu_matmul_flops, load_cached, machine_key
 from pinchpoint.ingest.kineto import read_trace, read_trace_dir
 from pinchpoint.ingest.rundir import opwindow_file, rank_dirs, read_run_dir
 from pinchpoint.report.gpu_report import build_gpu_report, run_gpu_sections
@@ -28,7 +30,7 @@ def report_run_dir(run_dir: Path, *, json_path: Path | None = None) -> dict[str,
     run = read_run_dir(run_dir)
     analysis = analyze_run(run)
     warnings: list[str] = []
-    gpu = gpu_window(run_dir, warnings)
+    gpu = gpu_window(run_dir, warnings, matmul_flops=measured_gpu_matmul(run_dir, analysis))
     report = build_report(analysis, diagnose(analysis, gpu=gpu))
     if gpu is not None:
         report["gpu"] = run_gpu_sections(gpu)
@@ -39,7 +41,26 @@ def report_run_dir(run_dir: Path, *, json_path: Path | None = None) -> dict[str,
     return report
 
 
-def gpu_window(run_dir: Path, warnings: list[str]) -> GpuRunAnalysis | None:
+def measured_gpu_matmul(run_dir: Path, analysis: RunAnalysis) -> dict[str, float] | None:
+    """This machine's GPU matmul ceilings from `pinchpoint calibrate`'s cache, if it was run here with
+    the same torch (the key is read from the run's environment and its main process)."""
+    main = next((r.main for r in analysis.ranks if r.main is not None), None)
+    if main is None or main.torch is None or not main.cuda_devices:
+        return None
+    try:
+        env = json.loads((run_dir / "environment.json").read_text())
+        cpu = env.get("cpu") or {}
+        key = machine_key(
+            cpu.get("model"), cpu.get("logical_cores"), main.torch.version, [d.name for d in main.cuda_devices]
+        )
+    except (OSError, ValueError, AttributeError):
+        return None
+    return gpu_matmul_flops(load_cached(key), main.cuda_devices[0].name)
+
+
+def gpu_window(
+    run_dir: Path, warnings: list[str], *, matmul_flops: dict[str, float] | None = None
+) -> GpuRunAnalysis | None:
     """The op windows of a run directory that hold GPU work, analysed as traces; None if none do."""
     traces = []
     for rank, d in rank_dirs(run_dir):
@@ -53,7 +74,7 @@ def gpu_window(run_dir: Path, warnings: list[str]) -> GpuRunAnalysis | None:
             continue
         if kind_mask(trace.events, *GPU_KINDS).any():
             traces.append(replace(trace, meta=replace(trace.meta, rank=rank, rank_known=True)))
-    return analyze_traces(traces) if traces else None
+    return analyze_traces(traces, matmul_flops=matmul_flops) if traces else None
 
 
 def report_traces(

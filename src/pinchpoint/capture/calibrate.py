@@ -18,9 +18,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
-import hashlib
-import json
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -28,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from pinchpoint.capture.writer import write_json_atomic
+from pinchpoint.ingest.ceilings import SCHEMA, cache_path, machine_key
 
-SCHEMA = "pinchpoint.ceilings/1"
 CPU_MATMUL_MAX_N = 4096
 CPU_MATMUL_TARGET_NS = 30_000_000
 """Grow the CPU matmul until one product takes at least this long (or hits CPU_MATMUL_MAX_N)."""
@@ -38,35 +35,38 @@ COPY_BYTES = 256 << 20
 LAUNCH_OPS = 2000
 
 
-def home_dir() -> Path:
-    explicit = os.environ.get("PINCHPOINT_HOME")
-    if explicit:
-        return Path(explicit)
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "pinchpoint"
+def measure_this_machine(
+    devices: list[str] | None, progress: Callable[[str], None] | None = None
+) -> tuple[dict[str, Any], Path]:
+    """`pinchpoint calibrate`: import torch, check the devices asked for, measure, cache; return the
+    result and where it was cached. Raises UsageError for what cannot be measured here."""
+    from pinchpoint.capture import environment
+    from pinchpoint.errors import UsageError
 
-
-def machine_key(environment: dict[str, Any]) -> str:
-    """A short stable id of (CPU model, logical cores, torch version, GPU names) from an
-    environment.json-shaped dict whose ``torch`` part holds ``version`` and ``cuda_devices``."""
-    cpu = environment.get("cpu") or {}
-    torch_env = environment.get("torch") or {}
-    gpus = [str(g.get("name")) for g in torch_env.get("cuda_devices") or []]
-    text = json.dumps([cpu.get("model"), cpu.get("logical_cores"), torch_env.get("version"), gpus])
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def cache_path(key: str) -> Path:
-    return home_dir() / "ceilings" / f"{key}.json"
-
-
-def load_cached(key: str) -> dict[str, Any] | None:
-    """The cached ceilings for this machine key, or None (missing or unreadable)."""
     try:
-        data = json.loads(cache_path(key).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("schema") == SCHEMA else None
+        import torch
+    except ImportError:
+        raise UsageError(
+            "calibrate measures with PyTorch, which is not installed here (pip install 'pinchpoint[torch]')"
+        ) from None
+    for device in devices or []:
+        if device != "cpu" and not device.startswith("cuda"):
+            raise UsageError(f"unknown device {device!r}: use 'cpu' or 'cuda:N'")
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise UsageError(f"{device} asked for, but this PyTorch sees no CUDA device")
+    env = environment.collect_environment()
+    env["torch"] = environment.torch_info(torch, init_cuda=True)
+    result = calibrate(torch, env, devices=devices, progress=progress)
+    return result, save(result)
+
+
+def environment_key(environment: dict[str, Any]) -> str:
+    """machine_key of an environment.json-shaped dict whose ``torch`` part holds ``version`` and
+    ``cuda_devices`` (as `environment.torch_info` returns it)."""
+    cpu = environment.get("cpu") or {}
+    t = environment.get("torch") or {}
+    gpus = [str(g.get("name")) for g in t.get("cuda_devices") or []]
+    return machine_key(cpu.get("model"), cpu.get("logical_cores"), t.get("version"), gpus)
 
 
 def calibrate(
@@ -82,7 +82,7 @@ def calibrate(
         devices = ["cpu"] + [f"cuda:{i}" for i in range(_cuda_count(torch))]
     result: dict[str, Any] = {
         "schema": SCHEMA,
-        "machine_key": machine_key(environment),
+        "machine_key": environment_key(environment),
         "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "torch": getattr(torch, "__version__", None),
         "devices": [],

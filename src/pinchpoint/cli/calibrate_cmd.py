@@ -7,8 +7,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pinchpoint.errors import UsageError
-
 
 class CalibrateCommand:
     NAME = "calibrate"
@@ -24,30 +22,14 @@ class CalibrateCommand:
         parser.add_argument("-q", "--quiet", action="store_true", help="no table")
 
     def execute(self, args: argparse.Namespace) -> int:
-        from pinchpoint.capture import calibrate, environment
+        from pinchpoint.capture.calibrate import measure_this_machine
         from pinchpoint.capture.writer import write_json_atomic
-
-        try:
-            import torch
-        except ImportError:
-            raise UsageError(
-                "calibrate measures with PyTorch, which is not installed here "
-                "(pip install 'pinchpoint[torch]')"
-            ) from None
-        for device in args.device or []:
-            if device != "cpu" and not device.startswith("cuda"):
-                raise UsageError(f"unknown device {device!r}: use 'cpu' or 'cuda:N'")
-            if device.startswith("cuda") and not torch.cuda.is_available():
-                raise UsageError(f"{device} asked for, but this PyTorch sees no CUDA device")
-        env = environment.collect_environment()
-        env["torch"] = environment.torch_info(torch, init_cuda=True)
 
         def say(msg: str) -> None:
             if not args.quiet:
                 print(f"pinchpoint: {msg}", file=sys.stderr, flush=True)
 
-        result = calibrate.calibrate(torch, env, devices=args.device, progress=say)
-        path = calibrate.save(result)
+        result, path = measure_this_machine(args.device, progress=say)
         if args.json:
             write_json_atomic(Path(args.json), result)
         if not args.quiet:

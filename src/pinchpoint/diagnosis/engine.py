@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis
+from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis, GpuRunAnalysis
 from pinchpoint.analysis.run_analysis import RankAnalysis, RunAnalysis
 from pinchpoint.diagnosis.finding import Category, Finding
-from pinchpoint.diagnosis.gpu import GPU_RULES, GpuRule
+from pinchpoint.diagnosis.gpu import GPU_RULES, MIN_SHARE, GpuRule
 from pinchpoint.diagnosis.registry import RULES
-from pinchpoint.diagnosis.rules.base import Rule
+from pinchpoint.diagnosis.rules.base import Rule, ms, pct, speedup_removing
 
 MISSING_DATA = {
     "steps": "no steps were recorded (no optimizer step, model call or prof.step() was seen)",
@@ -49,6 +49,40 @@ def _merge(by_id: dict[str, Finding], f: Finding) -> None:
         return
     best = f if f.estimated_speedup > prev.estimated_speedup else prev
     by_id[f.id.value] = replace(best, ranks=tuple(sorted(set(prev.ranks) | set(f.ranks))))
+
+
+HOST_BOUND = (Category.HOST_PYTHON.value, Category.HOST_DISPATCH.value)
+
+
+def _outside_the_window(
+    f: Finding, windows: dict[int, GpuRankAnalysis], outside_ns: dict[int, int]
+) -> Finding | None:
+    """The profiler slows the host inside the op window (every op is recorded), so there the GPU waits
+    for the host more than it does in the program's ordinary steps. A host-bound share is therefore
+    re-judged against the steps outside the window: the GPU's work per step (from the window) against
+    the ordinary step time. None when the host does not hold the GPU back outside the window."""
+    if f.id.value not in HOST_BOUND or not f.ranks:
+        return f
+    rank = windows.get(f.ranks[0])
+    step = outside_ns.get(f.ranks[0])
+    if rank is None or rank.split is None or not rank.steps.steps or not step:
+        return f
+    busy_frac = 1.0 - rank.split.fractions["gpu_idle"] - rank.split.fractions["data_wait"]
+    busy_ns = busy_frac * rank.steps.median_step_ns
+    idle = 1.0 - busy_ns / step
+    if idle < MIN_SHARE:
+        return None
+    share = min(f.share, idle)
+    return replace(
+        f,
+        share=share,
+        estimated_speedup=min(f.estimated_speedup, speedup_removing(share)),
+        evidence=(
+            *f.evidence,
+            f"Outside the op window (which slows the host) a step takes {ms(step)} and its GPU work "
+            f"{ms(busy_ns)}: the GPU waits {pct(idle)} of the step",
+        ),
+    )
 
 
 def _with_loader_verdict(f: Finding, host: dict[str, Finding]) -> Finding:
@@ -134,8 +168,12 @@ def diagnose(
         host = {k: by_id.pop(k) for k in list(by_id) if k in GPU_OWNED}
         notes = [n for n in notes if n.split(":", 1)[0] not in GPU_OWNED]
         device = diagnose_gpu(gpu)
-        for f in device.findings:
-            _merge(by_id, _with_loader_verdict(f, host))
+        outside = {r.rank: r.steps.median_ns for r in analysis.ranks if r.steps is not None}
+        windows = {r.rank: r for r in gpu.ranks}
+        for found in device.findings:
+            judged = _outside_the_window(found, windows, outside)
+            if judged is not None:
+                _merge(by_id, _with_loader_verdict(judged, host))
         notes.extend(n for n in device.notes if "ProfilerStep" not in n)
         notes.append(
             "CUDA program: step-time findings come from the op window's device timeline "

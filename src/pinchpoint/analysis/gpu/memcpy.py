@@ -116,6 +116,13 @@ def blocking_copy_calls(ev: EventTable) -> I64:
     return np.unique(api_row[_synchronous(ev, copies, api_row) & (api_row >= 0)]).astype(np.int64)
 
 
+def blocking_h2d_calls(ev: EventTable) -> I64:
+    """Rows of the blocking copy API calls whose copy went host→device."""
+    copies, api_row = _copies_and_calls(ev)
+    h2d = _synchronous(ev, copies, api_row) & (api_row >= 0) & (ev.copy_kind[copies] == CopyKind.H2D)
+    return np.unique(api_row[h2d]).astype(np.int64)
+
+
 def _copies_and_calls(ev: EventTable) -> tuple[I64, I64]:
     """MEMCPY rows and, for each, the row of its API call by correlation (-1 when not found)."""
     copies = np.flatnonzero(kind_mask(ev, Kind.MEMCPY))

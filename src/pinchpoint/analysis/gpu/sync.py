@@ -24,7 +24,7 @@ from pinchpoint.analysis.gpu._common import (
     kind_mask,
     name_mask,
 )
-from pinchpoint.analysis.gpu.memcpy import blocking_copy_calls, memcpy_stats
+from pinchpoint.analysis.gpu.memcpy import blocking_copy_calls, blocking_h2d_calls, memcpy_stats
 from pinchpoint.analysis.gpu.steps import STEP_NAME, is_dataloader_wait, step_bounds
 from pinchpoint.trace.kineto import EventTable, Kind, KinetoTrace
 
@@ -87,6 +87,9 @@ class SyncStats:
     """Blocking calls (sync APIs + sync copies) per ProfilerStep; None without steps."""
     blocked_step_share: float | None = None
     """Blocked host time inside steps over total step time; None without steps."""
+    h2d_copy_blocked_ns: int = 0
+    """The part of `blocked_ns` spent in synchronous host→device copy calls (the `transfer.h2d` fix,
+    pinned memory and non_blocking, removes it; the `host.sync` fix does not)."""
 
 
 def sync_stats(trace: KinetoTrace) -> SyncStats:
@@ -129,6 +132,7 @@ def sync_stats(trace: KinetoTrace) -> SyncStats:
         ),
         calls_per_step=per_step,
         blocked_step_share=share,
+        h2d_copy_blocked_ns=int(ev.dur_ns[blocking_h2d_calls(ev)].sum()),
     )
 
 

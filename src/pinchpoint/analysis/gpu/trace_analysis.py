@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pinchpoint.analysis.gpu import intervals as iv
@@ -59,6 +59,8 @@ class GpuRankAnalysis:
 class GpuRunAnalysis:
     ranks: tuple[GpuRankAnalysis, ...]
     comparison: RankComparison | None
+    matmul_flops: Mapping[str, float] | None = None
+    """This machine's measured matmul FLOP/s per dtype on the GPU (`pinchpoint calibrate`), when known."""
 
 
 def step_time_split(trace: KinetoTrace, steps: StepStats) -> StepTimeSplit | None:
@@ -109,7 +111,9 @@ def analyze_trace(trace: KinetoTrace) -> GpuRankAnalysis:
     )
 
 
-def analyze_traces(traces: Sequence[KinetoTrace]) -> GpuRunAnalysis:
+def analyze_traces(
+    traces: Sequence[KinetoTrace], *, matmul_flops: Mapping[str, float] | None = None
+) -> GpuRunAnalysis:
     ranks = tuple(sorted((analyze_trace(t) for t in traces), key=lambda r: r.rank))
     comparison = None
     if len(traces) > 1:
@@ -117,4 +121,4 @@ def analyze_traces(traces: Sequence[KinetoTrace]) -> GpuRunAnalysis:
             comparison = compare_ranks(traces)
         except ValueError:
             comparison = None
-    return GpuRunAnalysis(ranks=ranks, comparison=comparison)
+    return GpuRunAnalysis(ranks=ranks, comparison=comparison, matmul_flops=matmul_flops)

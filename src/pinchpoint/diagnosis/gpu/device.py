@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import ClassVar
 
+from pinchpoint.analysis.datasheet import gpu_peaks
 from pinchpoint.analysis.gpu.kernels import kernel_function_name
 from pinchpoint.analysis.gpu.tensor_cores import TensorCoreStatus
 from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis, GpuRunAnalysis
@@ -15,6 +16,33 @@ from pinchpoint.diagnosis.gpu.base import (
     MIN_SHARE,
 )
 from pinchpoint.diagnosis.rules.base import pct, speedup_removing
+
+
+def matrix_unit_ratio(
+    device: str | None, measured: Mapping[str, float] | None, *, ampere: bool
+) -> tuple[float, str]:
+    """How much faster a matmul runs on the Tensor Cores than in fp32 SIMT on this device, and what the
+    figure rests on: this machine's measured ceilings (`pinchpoint calibrate`), else the datasheet, else
+    MATRIX_UNIT_GAIN (the conservative default)."""
+    fast = "bfloat16" if ampere else "float16"
+    if measured and measured.get("float32") and measured.get(fast):
+        r = measured[fast] / measured["float32"]
+        return r, (
+            f"Measured here (pinchpoint calibrate): {fast} matmul {measured[fast] / 1e12:.0f} TFLOP/s vs "
+            f"fp32 {measured['float32'] / 1e12:.1f} TFLOP/s ({r:.1f}x)"
+        )
+    peaks = gpu_peaks(device)
+    sheet = peaks.matmul_flops(fast) if peaks else None
+    if peaks is not None and sheet:
+        r = sheet / peaks.float32
+        return r, (
+            f"Datasheet ({peaks.name}): {fast} Tensor Cores {sheet / 1e12:.0f} TFLOP/s vs fp32 "
+            f"{peaks.float32 / 1e12:.1f} TFLOP/s ({r:.1f}x; run `pinchpoint calibrate` on it to measure)"
+        )
+    return MATRIX_UNIT_GAIN, (
+        f"Estimate assumes Tensor Core matmuls {MATRIX_UNIT_GAIN:.0f}x faster (device not in the "
+        "datasheet table; `pinchpoint calibrate` measures it)"
+    )
 
 
 class GpuTensorCores:
@@ -37,9 +65,10 @@ class GpuTensorCores:
         share = split.fractions["gpu_compute"] * off_ns / tc.kernel_ns
         if share < MIN_SHARE:
             return
-        gain = share * (1 - 1 / MATRIX_UNIT_GAIN)
         cc = tc.compute_capability
         ampere = cc is not None and cc >= (8, 0)
+        ratio, basis = matrix_unit_ratio(tc.device, run.matmul_flops, ampere=ampere)
+        gain = share * (1 - 1 / ratio)
         top = tc.top_off_matrix[0][0] if tc.top_off_matrix else ""
         evidence = [
             f"GEMM/convolution kernels are {pct(tc.gemm_conv_share)} of kernel time; "
@@ -48,6 +77,7 @@ class GpuTensorCores:
         ]
         if top:
             evidence.append(f"Heaviest off-Tensor-Core kernel: {kernel_function_name(top)[:90]}")
+        evidence.append(basis)
         yield Finding(
             id=self.id,
             title=self.title,

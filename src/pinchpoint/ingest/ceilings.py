@@ -1,0 +1,58 @@
+"""The cache `pinchpoint calibrate` writes: this machine's measured ceilings, one file per machine.
+
+Kept under the pinchpoint home (``$PINCHPOINT_HOME``, else ``$XDG_CACHE_HOME/pinchpoint``, else
+``~/.cache/pinchpoint``), keyed by the CPU model, core count, torch version and GPU names, so a
+different machine or torch build never reuses another's numbers. No torch needed to read it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "pinchpoint.ceilings/1"
+
+
+def home_dir() -> Path:
+    explicit = os.environ.get("PINCHPOINT_HOME")
+    if explicit:
+        return Path(explicit)
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "pinchpoint"
+
+
+def machine_key(
+    cpu_model: str | None, logical_cores: int | None, torch_version: str | None, gpu_names: Sequence[str]
+) -> str:
+    """A short stable id of (CPU model, logical cores, torch version, GPU names)."""
+    text = json.dumps([cpu_model, logical_cores, torch_version, [str(g) for g in gpu_names]])
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def cache_path(key: str) -> Path:
+    return home_dir() / "ceilings" / f"{key}.json"
+
+
+def load_cached(key: str) -> dict[str, Any] | None:
+    """The cached ceilings for this machine key, or None (missing or unreadable)."""
+    try:
+        data = json.loads(cache_path(key).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("schema") == SCHEMA else None
+
+
+def gpu_matmul_flops(ceilings: dict[str, Any] | None, device_name: str | None) -> dict[str, float] | None:
+    """Measured matmul FLOP/s per dtype of the first cached CUDA device named `device_name`."""
+    if not ceilings or not device_name:
+        return None
+    for dev in ceilings.get("devices") or []:
+        if str(dev.get("device", "")).startswith("cuda") and dev.get("name") == device_name:
+            flops = dev.get("matmul_flops")
+            if isinstance(flops, dict):
+                return {str(k): float(v) for k, v in flops.items() if isinstance(v, (int, float))}
+    return None
