@@ -137,7 +137,7 @@ class GpuHostBound:
                 id=Category.HOST_DISPATCH,
                 title="Launch-bound: tiny kernels, the host cannot launch them fast enough",
                 share=share,
-                estimated_speedup=_host_floor_speedup(rank, share),
+                estimated_speedup=_host_floor_speedup(rank, share, launches_stay=False),
                 confidence=confidence_for(share),
                 evidence=tuple(evidence),
                 fix="Launch fewer, bigger kernels: capture the step in a CUDA graph or use "
@@ -177,13 +177,16 @@ def _copy_sync_share(rank: GpuRankAnalysis) -> float:
     return _sync_share(rank) * min(1.0, sy.h2d_copy_blocked_ns / sy.blocked_ns)
 
 
-def _host_floor_speedup(rank: GpuRankAnalysis, share: float) -> float:
-    """Amdahl on the step, but a step never gets shorter than its GPU work or its launches."""
+def _host_floor_speedup(rank: GpuRankAnalysis, share: float, *, launches_stay: bool = True) -> float:
+    """Amdahl on the step, but a step never gets shorter than its GPU work, nor (when the fix keeps
+    them: less Python in the loop) than its launch calls. The launch-bound fix (CUDA graphs,
+    torch.compile, fewer bigger ops) removes the launches, so there only the GPU work is a floor;
+    batching shrinks the GPU work as well, so the estimate is conservative there."""
     split, la = rank.split, rank.launch
     if split is None or split.window_ns <= 0:
         return speedup_removing(share)
     busy = 1.0 - split.fractions["gpu_idle"] - split.fractions["data_wait"]
-    launches = la.launch_calls * la.launch_call.median_ns / split.window_ns
+    launches = la.launch_calls * la.launch_call.median_ns / split.window_ns if launches_stay else 0.0
     floor = max(busy, launches, 1e-6)
     return max(1.0, min(speedup_removing(share), 1.0 / max(floor, 1.0 - share)))
 
