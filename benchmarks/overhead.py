@@ -49,7 +49,9 @@ def main() -> int:
     ap.add_argument("examples", nargs="*", default=DEFAULT)
     ap.add_argument("--quads", type=int, default=6, help="ABBA quads per arm (4 runs each)")
     ap.add_argument("--steps", type=int, default=150, help="--steps passed to each example")
-    ap.add_argument("--arm", action="append", default=[], choices=["opwindow-off"])
+    ap.add_argument("--arm", action="append", default=[], choices=["opwindow-off", "aa", "sampler-normal", "no-sampler", "agent-only"])
+    ap.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
+                    help="instead of quads: ROUNDS rounds, each running bare and every arm once")
     ap.add_argument("--malloc", choices=["default", "pinned"], default="default")
     args = ap.parse_args()
     env = dict(os.environ)
@@ -58,12 +60,25 @@ def main() -> int:
     py = sys.executable
     pinchpoint = str(Path(py).with_name("pinchpoint"))
     arms: dict[str, list[str]] = {"default": []}
+    if "aa" in args.arm and not args.interleave:
+        ap.error("--arm aa needs --interleave")
     if "opwindow-off" in args.arm:
         arms["opwindow off"] = ["--opwindow", "off"]
+    if "aa" in args.arm:
+        arms["A/A"] = []  # the bare program again (interleaved mode only): the noise floor
+    if "sampler-normal" in args.arm:  # --opwindow off with the sampler at normal priority
+        arms["sampler normal"] = ["--opwindow", "off", "ENV:PINCHPOINT_SAMPLER_SCHED=normal"]
+    if "no-sampler" in args.arm:  # --opwindow off, one sample a minute: the hooks alone
+        arms["hooks only"] = ["--opwindow", "off", "--interval", "60"]
+    if "agent-only" in args.arm:  # the agent in the bare program: no launcher, no sampler, no window
+        arms["agent only"] = ["BARE", "ENV:PINCHPOINT_OPWINDOW=off"]
     print(f"{args.quads} ABBA quads per arm, --steps {args.steps}, {args.malloc} malloc")
     worst = 0.0
     for ex in args.examples:
         prog = [ex, "--steps", str(args.steps)]
+        if args.interleave:
+            worst = max(worst, interleaved(ex, prog, arms, args.interleave, py, pinchpoint, env))
+            continue
         for arm, opts in arms.items():
             ratios, bare_all, prof_all = [], [], []
             for q in range(args.quads):
@@ -90,6 +105,54 @@ def main() -> int:
             )
     print(f"worst default-mode overhead: {worst:.3f} (target ≤ 1.02)")
     return 0
+
+
+def interleaved(
+    ex: str, prog: list[str], arms: dict[str, list[str]], rounds: int, py: str, pinchpoint: str,
+    env: dict[str, str],
+) -> float:
+    """Every arm and the bare program once per round, in an order that rotates (and reverses every
+    other round), so each arm is compared with bare runs taken minutes, not quarters of an hour,
+    apart. Prints per arm the median ratio over rounds and a 95% bootstrap interval of the mean."""
+    import random
+
+    names = ["bare", *arms]
+    ratios: dict[str, list[float]] = {a: [] for a in arms}
+    for r in range(rounds):
+        k = r % len(names)
+        order = names[k:] + names[:k]
+        if (r // len(names)) % 2:
+            order.reverse()
+        got: dict[str, float] = {}
+        for name in order:
+            if name in ("bare", "A/A"):
+                got[name] = step_ms([py, *prog], env)
+            elif "BARE" in arms[name]:
+                extra = dict(o[4:].split("=", 1) for o in arms[name] if o.startswith("ENV:"))
+                with tempfile.TemporaryDirectory() as tmp:
+                    agent_env = {**env, **extra, "PINCHPOINT_RUN_DIR": tmp,
+                                 "PYTHONPATH": str(ROOT / "src/pinchpoint/capture/_bootstrap")}
+                    got[name] = step_ms([py, *prog], agent_env)
+            else:
+                opts = [o for o in arms[name] if not o.startswith("ENV:")]
+                extra = dict(o[4:].split("=", 1) for o in arms[name] if o.startswith("ENV:"))
+                with tempfile.TemporaryDirectory() as tmp:
+                    cmd = [pinchpoint, "run", "-q", *opts, "-o", f"{tmp}/run", *prog]
+                    got[name] = step_ms(cmd, {**env, **extra})
+        for a in arms:
+            ratios[a].append(got[a] / got["bare"])
+        print(f"  round {r + 1}: " + ", ".join(f"{a} {got[a] / got['bare']:.3f}" for a in arms), flush=True)
+    rng = random.Random(0)
+    worst = 0.0
+    for a, xs in ratios.items():
+        means = sorted(statistics.fmean(rng.choices(xs, k=len(xs))) for _ in range(2000))
+        lo, hi = means[50], means[1949]
+        med = statistics.median(xs)
+        if a == "default":
+            worst = max(worst, med)
+        print(f"{ex:28} {a:13} overhead median {med:.3f}, mean {statistics.fmean(xs):.3f} "
+              f"(95% interval of the mean {lo:.3f}-{hi:.3f}, {len(xs)} rounds)", flush=True)
+    return worst
 
 
 if __name__ == "__main__":

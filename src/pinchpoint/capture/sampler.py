@@ -359,7 +359,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     sampler.install_signal_handlers()
-    sampler.log.write(f"sampling pid {args.pid} every {sampler.interval_s}s")
+    policy = _yield_the_cpu()
+    sampler.log.write(f"sampling pid {args.pid} every {sampler.interval_s}s ({policy})")
     try:
         while True:
             try:
@@ -372,6 +373,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         sampler.log.write(f"stopped after {sampler.samples_written} samples")
         sampler.close()
     return 0
+
+
+SCHED_ENV = "PINCHPOINT_SAMPLER_SCHED"
+"""`normal` keeps the sampler at the default priority (for measuring what SCHED_IDLE saves)."""
+
+
+def _yield_the_cpu() -> str:
+    """Run the sampler under SCHED_IDLE: it then takes a core only when the program leaves one idle, so
+    it never preempts one of the program's compute threads (with OpenMP, one preempted thread holds up
+    the whole parallel region). A program that saturates every core delays samples, but they carry
+    their own timestamps, and a stuck program leaves cores idle."""
+    if os.environ.get(SCHED_ENV) == "normal":
+        return "normal priority"
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # type: ignore[attr-defined,unused-ignore]
+        return "SCHED_IDLE"
+    except (AttributeError, OSError):
+        with contextlib.suppress(OSError):
+            os.nice(19)
+        return "nice 19"
 
 
 def _child_env() -> dict[str, str]:
