@@ -49,7 +49,7 @@ def main() -> int:
     ap.add_argument("examples", nargs="*", default=DEFAULT)
     ap.add_argument("--quads", type=int, default=6, help="ABBA quads per arm (4 runs each)")
     ap.add_argument("--steps", type=int, default=150, help="--steps passed to each example")
-    ap.add_argument("--arm", action="append", default=[], choices=["opwindow-off", "aa", "sampler-normal", "no-sampler", "agent-only"])
+    ap.add_argument("--arm", action="append", default=[], choices=["opwindow-off", "aa", "sampler-normal", "no-sampler", "agent-only", "kineto"])
     ap.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
                     help="instead of quads: ROUNDS rounds, each running bare and every arm once")
     ap.add_argument("--malloc", choices=["default", "pinned"], default="default")
@@ -70,6 +70,8 @@ def main() -> int:
         arms["sampler normal"] = ["--opwindow", "off", "ENV:PINCHPOINT_SAMPLER_SCHED=normal"]
     if "no-sampler" in args.arm:  # --opwindow off, one sample a minute: the hooks alone
         arms["hooks only"] = ["--opwindow", "off", "--interval", "60"]
+    if "kineto" in args.arm:  # the op window recorded by torch.profiler instead of the op census
+        arms["kineto window"] = ["ENV:PINCHPOINT_OP_RECORDER=kineto"]
     if "agent-only" in args.arm:  # the agent in the bare program: no launcher, no sampler, no window
         arms["agent only"] = ["BARE", "ENV:PINCHPOINT_OPWINDOW=off"]
     print(f"{args.quads} ABBA quads per arm, --steps {args.steps}, {args.malloc} malloc")

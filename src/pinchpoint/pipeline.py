@@ -65,8 +65,8 @@ def gpu_window(
     traces = []
     for rank, d in rank_dirs(run_dir):
         path = opwindow_file(d)
-        if path is None:
-            continue
+        if path is None or _probed_device(d) == "cpu":
+            continue  # a CPU program's window (the op census): no device timeline to analyse
         try:
             trace = read_trace(path)
         except TraceError as exc:
@@ -75,6 +75,14 @@ def gpu_window(
         if kind_mask(trace.events, *GPU_KINDS).any():
             traces.append(replace(trace, meta=replace(trace.meta, rank=rank, rank_known=True)))
     return analyze_traces(traces, matmul_flops=matmul_flops) if traces else None
+
+
+def _probed_device(rank_dir: Path) -> str | None:
+    try:
+        device = json.loads((rank_dir / "probes.json").read_text()).get("device")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return device if isinstance(device, str) else None
 
 
 def report_traces(

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pinchpoint.capture import opcensus
 from pinchpoint.capture.writer import write_json_atomic
 
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
@@ -28,11 +29,17 @@ MATMUL_PROBE_BUDGET_NS = 200_000_000
 """Upper bound on the time the matmul probe may take (it shrinks the shape to fit)."""
 
 
+RECORDER_ENV = "PINCHPOINT_OP_RECORDER"
+"""`kineto` records a CPU program's window with torch.profiler too (op durations as Kineto sees them,
+at the price of a slower rest of the run); the default on CPU is the census (`opcensus`)."""
+
+
 class OpWindow:
     def __init__(self, rank_dir: Path, spec: tuple[int, int] | None) -> None:
         self.rank_dir = rank_dir
         self.spec = spec
         self.prof: Any = None
+        self.census: opcensus.Census | None = None
         self.active = False
         self.done = spec is None
         self.on_cuda = False
@@ -43,6 +50,10 @@ class OpWindow:
         self.done = True
         self.active = False
         self.prof = None
+        if self.census is not None:
+            with contextlib.suppress(Exception):
+                self.census.stop()
+            self.census = None
         self._step_range = None
 
     def on_step_end(self, torch: Any, next_step: int) -> bool:
@@ -64,6 +75,8 @@ class OpWindow:
     def _mark_step(self, torch: Any, step: int) -> None:
         """Close the previous step's `ProfilerStep#N` range and open this one's (N = pinchpoint's step
         index), so the trace carries its steps like one from `torch.profiler` with a schedule."""
+        if self.prof is None:
+            return
         self._close_step()
         with contextlib.suppress(Exception):
             rf = torch.profiler.record_function(f"ProfilerStep#{step}")
@@ -77,11 +90,23 @@ class OpWindow:
                 rf.__exit__(None, None, None)
 
     def _start(self, torch: Any) -> None:
+        self.on_cuda = _cuda_in_use(torch)
+        if (
+            not self.on_cuda
+            and os.environ.get(RECORDER_ENV, "census") != "kineto"
+            and opcensus.available(torch)
+        ):
+            try:
+                self.census = opcensus.Census(torch)
+                self.census.start()
+                self.active = True
+            except Exception:
+                self.disable()
+            return
         try:
             from torch.profiler import ProfilerActivity, profile
 
             activities = [ProfilerActivity.CPU]
-            self.on_cuda = _cuda_in_use(torch)
             if self.on_cuda:
                 activities.append(ProfilerActivity.CUDA)
                 # Without teardown Kineto leaves CUPTI subscribed after the window, and every later
@@ -96,6 +121,9 @@ class OpWindow:
             self.disable()
 
     def stop(self, torch: Any) -> None:
+        if self.active and self.census is not None:
+            self._stop_census(torch)
+            return
         if not self.active or self.prof is None:
             return
         self._close_step()
@@ -115,6 +143,23 @@ class OpWindow:
             probes["window_steps"] = self.spec[1] if self.spec else None
             # Kineto stamps events in wall-clock time (baseTimeNanoseconds + ts); this pair maps
             # them onto the monotonic clock of the step records.
+            probes["clock"] = {"wall_time_ns": time.time_ns(), "monotonic_ns": time.monotonic_ns()}
+            write_json_atomic(self.rank_dir / "probes.json", probes)
+
+    def _stop_census(self, torch: Any) -> None:
+        census, self.census = self.census, None
+        self.active = False
+        self.done = True
+        if census is None:
+            return
+        with contextlib.suppress(Exception):
+            events = census.stop()
+            self.rank_dir.mkdir(parents=True, exist_ok=True)
+            opcensus.write_trace(self.rank_dir / "opwindow.json", events)
+            probes = run_probes(torch, opcensus.heaviest_matmul(events))
+            probes["device"] = "cpu"
+            probes["recorder"] = "census"
+            probes["window_steps"] = self.spec[1] if self.spec else None
             probes["clock"] = {"wall_time_ns": time.time_ns(), "monotonic_ns": time.monotonic_ns()}
             write_json_atomic(self.rank_dir / "probes.json", probes)
 
