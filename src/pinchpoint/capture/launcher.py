@@ -19,6 +19,7 @@ from typing import Any
 import pinchpoint
 from pinchpoint.capture import environment
 from pinchpoint.capture.agent import OPWINDOW_ENV, RUN_DIR_ENV
+from pinchpoint.capture.opwindow import RECORDER_ENV
 from pinchpoint.capture.sampler import spawn_sampler, stop_sampler
 from pinchpoint.capture.writer import write_json_atomic
 
@@ -86,8 +87,10 @@ def _world_size(command: list[str]) -> int:
     return nproc * nnodes
 
 
-def child_environment(run_dir: Path, opwindow: str | None) -> dict[str, str]:
+def child_environment(run_dir: Path, opwindow: str | None, *, kineto: bool = False) -> dict[str, str]:
     env = dict(os.environ)
+    if kineto:
+        env[RECORDER_ENV] = "kineto"
     env[RUN_DIR_ENV] = str(run_dir.resolve())
     env["PINCHPOINT_PKG_PARENT"] = str(PKG_PARENT)
     if opwindow is not None:
@@ -98,11 +101,16 @@ def child_environment(run_dir: Path, opwindow: str | None) -> dict[str, str]:
 
 
 def launch(
-    command: list[str], run_dir: Path, *, opwindow: str | None = None, sample_interval_s: float = 0.1
+    command: list[str],
+    run_dir: Path,
+    *,
+    opwindow: str | None = None,
+    sample_interval_s: float = 0.1,
+    kineto: bool = False,
 ) -> LaunchResult:
     """Run `command` to completion under capture, writing `run_dir`. Never raises for the child's sake."""
     meta = start_run_dir(run_dir, command, "run")
-    env = child_environment(run_dir, opwindow)
+    env = child_environment(run_dir, opwindow, kineto=kineto)
     try:
         proc = subprocess.Popen(command, env=env)
     except OSError as exc:
