@@ -39,6 +39,11 @@ class StepStats:
     """Main thread's on-CPU time / step time."""
     main_runq_fraction: float | None = None
     """Main thread's time waiting for a CPU / step time."""
+    device_timed: bool = False
+    """median/p90/mean are the steps as the GPU ran them (CUDA events); `breakdown` and `phase_ns` stay
+    the host's view (what the host did while enqueueing), over the host's step time."""
+    host_median_ns: int = 0
+    """The host's median step (equal to `median_ns` unless `device_timed`)."""
 
     def share(self, phase: str) -> float:
         return float(self.breakdown.get(phase, 0.0))
@@ -88,12 +93,20 @@ def _percentile(sorted_values: Sequence[int], q: float) -> int:
     return sorted_values[idx]
 
 
+DEVICE_TIMED_MIN = 0.8
+"""Steps are timed on the GPU when at least this share of the steady steps has a device duration."""
+
+
 def step_stats(rank: RankData) -> StepStats | None:
     steps = steady_steps(rank.steps)
     if not steps:
         return None
-    durs = sorted(s.dur_ns for s in steps)
-    total = sum(durs)
+    host = sorted(s.dur_ns for s in steps)
+    total = sum(host)
+    device = [s.device_ns for s in steps if s.device_ns is not None]
+    device_timed = len(device) >= DEVICE_TIMED_MIN * len(steps)
+    durs = sorted(device) if device_timed else host
+    timed_total = sum(durs)
     sums: dict[str, int] = {}
     for s in steps:
         for name, ns in exposed_by_phase(s).items():
@@ -106,11 +119,13 @@ def step_stats(rank: RankData) -> StepStats | None:
         count=len(steps),
         median_ns=_percentile(durs, 0.5),
         p90_ns=_percentile(durs, 0.9),
-        mean_ns=total / len(steps),
+        mean_ns=timed_total / len(durs),
         breakdown={k: v / total for k, v in sums.items()} if total else {},
         phase_ns={k: v / len(steps) for k, v in sums.items()},
         start_ns=min(s.start_ns for s in steps),
         end_ns=max(s.end_ns for s in steps),
         main_cpu_fraction=sum(cpu) / total if len(cpu) == len(steps) and total else None,
         main_runq_fraction=sum(runq) / total if len(runq) == len(steps) and total else None,
+        device_timed=device_timed,
+        host_median_ns=_percentile(host, 0.5),
     )

@@ -91,6 +91,9 @@ class Agent:
         self.opt_start_ns = 0
         self.autocast_dtype: str | None = None
         self.steps = JsonlWriter(self.rank_dir / "steps.jsonl")
+        self.device_clock: Any = None
+        """CUDA events at step boundaries (`cuda_steps.DeviceStepClock`), once the program uses CUDA."""
+        self.device_clock_failed = False
         self.loaders = JsonlWriter(self.rank_dir / "loaders.jsonl")
         self.fetches = JsonlWriter(self.rank_dir / f"fetch-{os.getpid()}.jsonl")
         self.window = opwindow.OpWindow(self.rank_dir, window)
@@ -156,6 +159,9 @@ class Agent:
         for w in (self.steps, self.loaders, self.fetches):
             with contextlib.suppress(OSError):
                 w.close()
+        if self.device_clock is not None:
+            with contextlib.suppress(Exception):
+                self.device_clock.close()
 
     # ---- intervals and steps ---------------------------------------------------------------------
 
@@ -191,6 +197,7 @@ class Agent:
         )
         self.steps.flush()
         self.fetches.flush()  # batches fetched in this process (num_workers=0)
+        self._mark_device_step()
         self.intervals = []
         self.step_index += 1
         if self.window.on_step_end(self.torch, self.step_index):
@@ -201,6 +208,21 @@ class Agent:
         self.step_cpu_start = _thread_cpu()
         self.step_sched_start = _read_schedstat()
         self.step_faults_start = _minor_faults()
+
+    def _mark_device_step(self) -> None:
+        """On a CUDA program, an event at the step boundary (never initialises CUDA; never raises)."""
+        if self.device_clock_failed or self.torch is None or self.role != "main":
+            return
+        try:
+            if self.device_clock is None:
+                if not self.torch.cuda.is_initialized():
+                    return
+                from pinchpoint.capture.cuda_steps import DeviceStepClock
+
+                self.device_clock = DeviceStepClock(self.torch, self.rank_dir)
+            self.device_clock.mark(self.step_index)
+        except Exception:
+            self.device_clock_failed = True
 
     def partial_step(self) -> None:
         """Write the step in progress (at exit); analysis treats it like the others."""

@@ -10,6 +10,7 @@ import json
 import math
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -182,10 +183,18 @@ def _environment(o: dict[str, Any]) -> Environment:
 
 def _rank(d: Path, warnings: list[str]) -> RankData:
     rank = _rank_number(d)
+    device_ns: dict[int, int] = {}
+    if (d / "device_steps.jsonl").is_file():
+        for o in _jsonl(d / "device_steps.jsonl", warnings):
+            n, ns = _int(o.get("step")), _int(o.get("device_ns"))
+            if n is not None and ns is not None and ns >= 0:
+                device_ns[n] = ns
     steps = []
     for o in _jsonl(d / "steps.jsonl", warnings):
         step = _step(o)
         if step is not None:
+            if step.index in device_ns:
+                step = replace(step, device_ns=device_ns[step.index])
             steps.append(step)
     processes = []
     for p in sorted(d.glob("process-*.json")):

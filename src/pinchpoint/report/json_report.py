@@ -30,6 +30,11 @@ def _steps(stats: StepStats | None) -> dict[str, Any]:
         "median_ms": rounded(stats.median_ns / 1e6, 3),
         "mean_ms": rounded(stats.mean_ns / 1e6, 3),
         "p90_ms": rounded(stats.p90_ns / 1e6, 3),
+        **(
+            {"timed_on": "gpu", "host_median_ms": rounded(stats.host_median_ns / 1e6, 3)}
+            if stats.device_timed
+            else {}
+        ),
     }
 
 

@@ -130,6 +130,12 @@ def _header(report: dict[str, Any]) -> Text:
             f"{steps.get('total', steps['count'])} {steps['kind']} steps · median {steps['median_ms']:.1f} ms "
             f"· p90 {steps['p90_ms']:.1f} ms ({steps['count']} steady steps measured)\n"
         )
+        if steps.get("timed_on") == "gpu":
+            t.append(
+                f"steps timed on the GPU (CUDA events); the host enqueues one in {steps['host_median_ms']:.1f} ms, "
+                "and the breakdown below is the host's view\n",
+                style="dim",
+            )
     cpu = env.get("cpu") or {}
     parts = [f"{cpu.get('model', '?')}, {cpu.get('usable_cores', '?')} usable cores"]
     if cpu.get("matrix_units"):

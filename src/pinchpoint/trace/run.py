@@ -77,6 +77,9 @@ class Step:
     rss_bytes: int | None = None
     minor_faults: int | None = None
     """Minor page faults of the whole process during the step (fresh pages mapped and zeroed)."""
+    device_ns: int | None = None
+    """On a CUDA program: the step as the GPU ran it (between the CUDA events recorded at its
+    boundaries). The host's `dur_ns` is only the time to enqueue it when the GPU is the slower side."""
 
     @property
     def dur_ns(self) -> int:
