@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
 import importlib.abc
 import importlib.machinery
 import os
@@ -24,7 +23,6 @@ import resource
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -105,7 +103,9 @@ class Agent:
     def attach(self, torch: Any) -> None:
         """Called once `torch` is importable: wrap its entry points and write process-{pid}.json."""
         self.torch = torch
-        _install_hooks(self, torch)
+        from pinchpoint.capture.hooks import install_hooks
+
+        install_hooks(self, torch)
         self.write_process_info()
         os.register_at_fork(after_in_child=self._after_fork)
         atexit.register(self.close)
@@ -252,196 +252,6 @@ def parse_window(spec: str | None) -> tuple[int, int] | None:
         return int(start), max(1, int(steps))
     except ValueError:
         return DEFAULT_OPWINDOW
-
-
-def timed(
-    agent: Agent, phase: str, fn: Callable[..., Any], when: Callable[..., bool] | None = None
-) -> Callable[..., Any]:
-    """Wrap `fn` so each call on the training thread records a `phase` interval (only when `when` holds)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if agent.role != "main" or threading.get_ident() != agent.tid:
-            return fn(*args, **kwargs)
-        if when is not None and not when(*args, **kwargs):
-            return fn(*args, **kwargs)
-        t0 = _now()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            agent.interval(phase, t0, _now())
-
-    return wrapper
-
-
-def _install_hooks(agent: Agent, torch: Any) -> None:
-    from torch.utils.data import dataloader as dl_mod
-    from torch.utils.data._utils import fetch as fetch_mod
-
-    # DataLoader: time blocked in __next__, record the settings of every iterator.
-    it_cls = dl_mod._BaseDataLoaderIter
-    orig_next = it_cls.__next__
-
-    def next_wrapper(self: Any) -> Any:
-        if agent.role != "main" or threading.get_ident() != agent.tid:
-            return orig_next(self)
-        t0 = _now()
-        try:
-            return orig_next(self)
-        finally:
-            agent.interval("data_wait", t0, _now())
-            if not getattr(self, "_pinchpoint_seen", False):
-                self._pinchpoint_seen = True
-                _record_loader(agent, self)
-
-    setattr(it_cls, "__next__", next_wrapper)  # noqa: B010 (mypy: assigning to a method)
-
-    # Dataset fetchers: wall, on-CPU and run-queue time of each batch, in whichever process loads.
-    for name in ("_MapDatasetFetcher", "_IterableDatasetFetcher"):
-        cls = getattr(fetch_mod, name, None)
-        if cls is not None:
-            cls.fetch = _fetch_wrapper(agent, cls.fetch)
-
-    # Top-level module calls: forward, and inference step ends.
-    module_cls = torch.nn.Module
-    orig_call = module_cls.__call__
-
-    def call_wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if agent.in_module or agent.role != "main" or threading.get_ident() != agent.tid:
-            return orig_call(self, *args, **kwargs)
-        agent.in_module = True
-        if agent.autocast_dtype is None:
-            agent.note_autocast()
-        t0 = _now()
-        try:
-            return orig_call(self, *args, **kwargs)
-        finally:
-            agent.in_module = False
-            t1 = _now()
-            agent.interval("forward", t0, t1)
-            _after_top_level_call(agent, torch, self, t1)
-
-    module_cls.__call__ = call_wrapper
-
-    torch.autograd.backward = _backward_wrapper(agent, torch.autograd.backward)
-    torch.autograd.grad = _backward_wrapper(agent, torch.autograd.grad)
-    torch.save = timed(agent, "checkpoint_io", torch.save)
-
-    from torch.optim import optimizer as opt_mod
-
-    def pre_hook(opt: Any, args: Any, kwargs: Any) -> None:
-        if agent.role == "main" and threading.get_ident() == agent.tid:
-            agent.opt_start_ns = _now()
-
-    def post_hook(opt: Any, args: Any, kwargs: Any) -> None:
-        if agent.role != "main" or threading.get_ident() != agent.tid:
-            return
-        t1 = _now()
-        agent.interval("optimizer", agent.opt_start_ns or t1, t1)
-        if agent.lead_optimizer is None:
-            agent.lead_optimizer = id(opt)
-        if agent.mode in ("unknown", "inference"):
-            agent.mode = "train"
-        if agent.mode == "train" and id(opt) == agent.lead_optimizer:
-            agent.end_step("train", t1)
-
-    opt_mod.register_optimizer_step_pre_hook(pre_hook)
-    opt_mod.register_optimizer_step_post_hook(post_hook)
-
-    from pinchpoint.capture import cuda_hooks
-
-    cuda_hooks.install(agent, torch)
-
-
-def _after_top_level_call(agent: Agent, torch: Any, module: Any, t1: int) -> None:
-    if agent.mode == "inference":
-        agent.end_step("inference", t1)
-        return
-    if agent.mode != "unknown":
-        return
-    if not torch.is_grad_enabled():
-        agent.mode = "inference"
-        agent.end_step("inference", t1)
-        return
-    key = id(module)
-    n = agent.calls_without_backward.get(key, 0) + 1
-    agent.calls_without_backward[key] = n
-    if n >= INFERENCE_AFTER_CALLS:
-        agent.mode = "inference"
-        agent.end_step("inference", t1)
-
-
-def _backward_wrapper(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if agent.role != "main" or threading.get_ident() != agent.tid:
-            return fn(*args, **kwargs)
-        agent.calls_without_backward.clear()
-        if agent.mode in ("unknown", "inference"):
-            agent.mode = "train"
-        t0 = _now()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            agent.interval("backward", t0, _now())
-
-    return wrapper
-
-
-def _fetch_wrapper(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def wrapper(self: Any, possibly_batched_index: Any) -> Any:
-        s0 = _read_schedstat()
-        c0 = _thread_cpu()
-        t0 = _now()
-        try:
-            return fn(self, possibly_batched_index)
-        finally:
-            t1 = _now()
-            c1 = _thread_cpu()
-            s1 = _read_schedstat()
-            runq = s1[1] - s0[1] if (s0 is not None and s1 is not None) else None
-            agent.fetches.add(
-                {
-                    "start_ns": t0,
-                    "end_ns": t1,
-                    "cpu_ns": c1 - c0,
-                    "runq_ns": runq,
-                    "worker_id": _worker_id(agent),
-                }
-            )
-            # Workers flush per batch (they can be killed at any time); the main process per step.
-            if agent.role == "worker":
-                agent.fetches.flush()
-
-    return wrapper
-
-
-def _worker_id(agent: Agent) -> int | None:
-    with contextlib.suppress(Exception):
-        info = agent.torch.utils.data.get_worker_info()
-        if info is not None:
-            return int(info.id)
-    return None
-
-
-def _record_loader(agent: Agent, it: Any) -> None:
-    with contextlib.suppress(Exception):
-        sampler = getattr(it, "_index_sampler", None)
-        workers = getattr(it, "_workers", None) or []
-        agent.loaders.add(
-            {
-                "t_ns": _now(),
-                "num_workers": int(getattr(it, "_num_workers", 0)),
-                "pin_memory": bool(getattr(it, "_pin_memory", False)),
-                "prefetch_factor": getattr(it, "_prefetch_factor", None),
-                "persistent_workers": bool(getattr(it, "_persistent_workers", False)),
-                "batch_size": getattr(sampler, "batch_size", None),
-                "dataset": type(getattr(it, "_dataset", None)).__name__,
-                "worker_pids": [int(w.pid) for w in workers if getattr(w, "pid", None)],
-            }
-        )
-        agent.loaders.flush()
 
 
 # ---- installation ---------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ _now = time.monotonic_ns
 
 
 def install(agent: Any, torch: Any) -> bool:
-    from pinchpoint.capture.agent import timed
+    from pinchpoint.capture.hooks import timed
 
     try:
         if not torch.cuda.is_available():
