@@ -79,6 +79,7 @@ def test_a_run_with_device_steps_reports_the_gpu_step_time(tmp_path: Path) -> No
     assert steps["timed_on"] == "gpu"
     assert steps["median_ms"] == pytest.approx(250.0)
     assert steps["host_median_ms"] == pytest.approx(100.0)
+    assert steps["host_mean_ms"] == pytest.approx(100.0)  # the breakdown's milliseconds are the host's
 
 
 def test_without_device_steps_the_host_times_the_steps(tmp_path: Path) -> None:

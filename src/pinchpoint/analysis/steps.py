@@ -44,6 +44,8 @@ class StepStats:
     the host's view (what the host did while enqueueing), over the host's step time."""
     host_median_ns: int = 0
     """The host's median step (equal to `median_ns` unless `device_timed`)."""
+    host_mean_ns: float = 0.0
+    """The host's mean step: what `breakdown` fractions are fractions of."""
 
     def share(self, phase: str) -> float:
         return float(self.breakdown.get(phase, 0.0))
@@ -128,4 +130,5 @@ def step_stats(rank: RankData) -> StepStats | None:
         main_runq_fraction=sum(runq) / total if len(runq) == len(steps) and total else None,
         device_timed=device_timed,
         host_median_ns=_percentile(host, 0.5),
+        host_mean_ns=total / len(steps),
     )

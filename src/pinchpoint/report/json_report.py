@@ -31,7 +31,11 @@ def _steps(stats: StepStats | None) -> dict[str, Any]:
         "mean_ms": rounded(stats.mean_ns / 1e6, 3),
         "p90_ms": rounded(stats.p90_ns / 1e6, 3),
         **(
-            {"timed_on": "gpu", "host_median_ms": rounded(stats.host_median_ns / 1e6, 3)}
+            {
+                "timed_on": "gpu",
+                "host_median_ms": rounded(stats.host_median_ns / 1e6, 3),
+                "host_mean_ms": rounded(stats.host_mean_ns / 1e6, 3),
+            }
             if stats.device_timed
             else {}
         ),

@@ -156,7 +156,9 @@ def _header(report: dict[str, Any]) -> Text:
 
 def _breakdown(report: dict[str, Any]) -> Table | Text:
     bd = report.get("breakdown") or {}
-    mean = report["steps"].get("mean_ms") or report["steps"].get("median_ms") or 0.0
+    steps = report["steps"]
+    # Device-timed steps: the breakdown is the host's view, so its milliseconds are the host's.
+    mean = steps.get("host_mean_ms") or steps.get("mean_ms") or steps.get("median_ms") or 0.0
     if not bd:
         return Text("No steps were recorded, so there is no step breakdown.", style="yellow")
     table = Table.grid(padding=(0, 2))
