@@ -41,6 +41,34 @@ def sort_key(f: Finding) -> tuple[float, int, float]:
     return (-round(f.estimated_speedup, 3), 1 if informational else 0, -f.share)
 
 
+def _net_compute_summary(by_id: dict[str, Finding]) -> None:
+    """The "compute-bound" summary counts every millisecond of forward, backward and optimizer; when
+    per-op overhead (host.dispatch) was found inside those phases, that part is not math: take it off,
+    so the shares of one step add up."""
+    compute = by_id.get(Category.COMPUTE_MATH.value)
+    dispatch = by_id.get(Category.HOST_DISPATCH.value)
+    if compute is None or dispatch is None or compute.estimated_speedup > 1.0:
+        return
+    share = max(0.0, compute.share - dispatch.share)
+    by_id[Category.COMPUTE_MATH.value] = replace(
+        compute,
+        share=share,
+        evidence=(
+            *compute.evidence,
+            f"{pct(dispatch.share)} of the step is per-op overhead inside those phases (host.dispatch): "
+            f"the math itself is {pct(share)}",
+        ),
+    )
+
+
+def _nothing_to_judge(rule: Rule, rank: RankAnalysis) -> bool:
+    """An input rule on a program that never waits for data (no DataLoader, or batches already in
+    memory) has nothing to judge: saying its data was missing would only mislead."""
+    if rule.id not in (Category.INPUT_FETCH, Category.INPUT_PREPROCESS) or rank.steps is None:
+        return False
+    return rank.steps.share("data_wait") < 0.005
+
+
 def _merge(by_id: dict[str, Finding], f: Finding) -> None:
     """One finding per category: the rank with the biggest predicted gain speaks, every rank is listed."""
     prev = by_id.get(f.id.value)
@@ -159,7 +187,7 @@ def diagnose(
             if missing:
                 reason = MISSING_DATA.get(missing[0], f"missing {missing[0]}")
                 note = f"{rule.id.value}: not judged on rank {rank.rank}: {reason}"
-                if rank.rank == 0 or len(analysis.ranks) == 1:
+                if (rank.rank == 0 or len(analysis.ranks) == 1) and not _nothing_to_judge(rule, rank):
                     notes.append(note)
                 continue
             for f in rule.check(analysis.environment, rank):
@@ -179,6 +207,7 @@ def diagnose(
             "CUDA program: step-time findings come from the op window's device timeline "
             "(the host only enqueues work; its phase times show when it waited, not what limits the step)"
         )
+    _net_compute_summary(by_id)
     findings = tuple(sorted(by_id.values(), key=sort_key))
     notes.extend(context_notes(analysis))
     return Diagnosis(findings=findings, notes=tuple(dict.fromkeys(notes)))
