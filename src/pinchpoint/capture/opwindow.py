@@ -1,11 +1,13 @@
-"""A short `torch.profiler` window over a few steps, then micro-benchmarks of this machine.
+"""A short op window over a few steps, then micro-benchmarks of this machine.
 
-The window records CPU ops with shapes and FLOPs (and, when the program uses CUDA, its kernels and
-copies) for `steps` steps starting at step `start` and exports them as a Kineto trace
-(`opwindow.json`, which `pinchpoint analyze` also reads). Right after, in the same process and with the
-program's own thread settings, it measures what one framework op costs to dispatch and what the
-window's heaviest matmul costs in fp32 vs bf16 (`probes.json`). Steps inside the window are marked
-`profiled` and left out of timing statistics.
+The window records framework ops with shapes and dtypes for `steps` steps starting at step `start`
+and writes them as a Chrome trace (`opwindow.json`). On a CPU program the recorder is the op census
+(`opcensus`: a TorchDispatchMode, which leaves nothing behind); on a CUDA program it is
+`torch.profiler` with CPU and CUDA activities, whose kernels and copies `pinchpoint report` analyses
+like `pinchpoint analyze` would (`--kineto` asks for it on CPU too). Right after, in the same process
+and with the program's own thread settings, it measures what one framework op costs to dispatch and,
+on CPU, what the window's heaviest matmul costs in fp32 vs bf16 (`probes.json`). Steps inside the
+window are marked `profiled` and left out of timing statistics.
 """
 
 from __future__ import annotations
