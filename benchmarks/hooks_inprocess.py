@@ -6,8 +6,9 @@ One process trains `examples/healthy.py`'s model; `pinchpoint.profile()` attache
 off, one system sample a minute), then blocks of 10 steps alternate (ABBA) between the agent's hooks
 installed and the originals restored. Prints the mean step with and without, and the paired median
 ratio. `--part` toggles one hook alone (the others stay on): top-level module calls, backward, or the
-optimizer hooks (which also end each step: counters, the steps.jsonl line). This measures the agent's
-own cost; `overhead.py` measures everything (launcher, sampler, op window) between processes.
+optimizer hooks (which also end each step: counters, the steps.jsonl line); `--part sampler` pauses
+and resumes the system sampler process instead (SIGSTOP/SIGCONT), at the default interval. This
+measures the agent's and the sampler's own cost; `overhead.py` measures everything between processes.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ sys.path.insert(0, str(ROOT / "examples"))
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--blocks", type=int, default=80, help="blocks of 10 steps (half with hooks)")
-    ap.add_argument("--part", choices=["all", "module", "backward", "optim"], default="all")
+    ap.add_argument("--part", choices=["all", "module", "backward", "optim", "sampler"], default="all")
+    ap.add_argument("--interval", type=float, default=0.1, help="sampling interval for --part sampler")
     args = ap.parse_args()
 
     import healthy  # examples/healthy.py: the model and the tuned allocator
@@ -66,15 +68,21 @@ def main() -> int:
     orig_call, orig_backward = nn.Module.__call__, autograd.backward
     for _ in range(3):
         block()
+    interval = args.interval if args.part == "sampler" else 60.0
     prof = pinchpoint.profile(
-        out=Path(tempfile.mkdtemp()) / "run", opwindow="off", sample_interval_s=60, print_report=False
+        out=Path(tempfile.mkdtemp()) / "run", opwindow="off", sample_interval_s=interval, print_report=False
     )
     prof.__enter__()
     hooked_call, hooked_backward = nn.Module.__call__, autograd.backward
     pre = dict(optim_mod._global_optimizer_pre_hooks)
     post = dict(optim_mod._global_optimizer_post_hooks)
 
+    import signal
+
     def hooks(on: bool) -> None:
+        if args.part == "sampler":  # the system sampler (default interval) paused or running
+            os.kill(prof._sampler.pid, signal.SIGCONT if on else signal.SIGSTOP)
+            return
         if args.part in ("all", "module"):
             nn.Module.__call__ = hooked_call if on else orig_call  # type: ignore[method-assign]
         if args.part in ("all", "backward"):

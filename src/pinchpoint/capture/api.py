@@ -26,7 +26,7 @@ class Profile:
         out: str | os.PathLike[str] | None = None,
         *,
         opwindow: str = "10:3",
-        sample_interval_s: float = 0.1,
+        sample_interval_s: float | None = None,
         print_report: bool = True,
     ) -> None:
         self.out = Path(out) if out is not None else None
@@ -46,12 +46,12 @@ class Profile:
             self._agent, self._joined, self.run_dir = existing, True, existing.run_dir
             return self
         from pinchpoint.capture.launcher import start_run_dir
-        from pinchpoint.capture.sampler import spawn_sampler
+        from pinchpoint.capture.sampler import DEFAULT_INTERVAL_S, spawn_sampler
 
         self.run_dir = self.out or _default_dir()
         self._meta = start_run_dir(self.run_dir, [sys.executable, *sys.argv], "api")
         self._agent = agent_mod.start(self.run_dir, window=self.opwindow)
-        self._sampler = spawn_sampler(self.run_dir, os.getpid(), self.sample_interval_s)
+        self._sampler = spawn_sampler(self.run_dir, os.getpid(), self.sample_interval_s or DEFAULT_INTERVAL_S)
         return self
 
     def step(self) -> None:

@@ -20,7 +20,7 @@ import pinchpoint
 from pinchpoint.capture import environment
 from pinchpoint.capture.agent import OPWINDOW_ENV, RUN_DIR_ENV
 from pinchpoint.capture.opwindow import RECORDER_ENV
-from pinchpoint.capture.sampler import spawn_sampler, stop_sampler
+from pinchpoint.capture.sampler import DEFAULT_INTERVAL_S, spawn_sampler, stop_sampler
 from pinchpoint.capture.writer import write_json_atomic
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
@@ -105,7 +105,7 @@ def launch(
     run_dir: Path,
     *,
     opwindow: str | None = None,
-    sample_interval_s: float = 0.1,
+    sample_interval_s: float | None = None,
     kineto: bool = False,
 ) -> LaunchResult:
     """Run `command` to completion under capture, writing `run_dir`. Never raises for the child's sake."""
@@ -118,7 +118,7 @@ def launch(
         return LaunchResult(exit_code=127, signal=None, started=False, error=f"{exc.strerror}: {command[0]}")
     meta["child_pid"] = proc.pid
     write_json_atomic(run_dir / "meta.json", meta)
-    sampler = spawn_sampler(run_dir, proc.pid, sample_interval_s)
+    sampler = spawn_sampler(run_dir, proc.pid, sample_interval_s or DEFAULT_INTERVAL_S)
 
     def forward(signum: int, frame: Any) -> None:
         if proc.poll() is None:

@@ -40,7 +40,9 @@ class RunCommand:
             help="record a CPU program's op window with torch.profiler rather than the op census "
             "(Kineto's op timings, but the rest of the run is ~3%% slower; CUDA programs always use it)",
         )
-        parser.add_argument("--interval", type=float, default=0.1, help="system sampling interval, seconds")
+        parser.add_argument(
+            "--interval", type=float, default=None, help="system sampling interval, seconds (default 0.5)"
+        )
         parser.add_argument("-q", "--quiet", action="store_true", help="don't print the report")
         parser.add_argument("--no-color", action="store_true", help="plain text report")
 
@@ -53,7 +55,7 @@ class RunCommand:
         run_dir = _run_dir(args.out, command, args.force)
         result = launch(
             command, run_dir, opwindow=args.opwindow, sample_interval_s=args.interval, kineto=args.kineto
-        )
+        )  # interval None: the sampler's default
         if not result.started:
             shutil.rmtree(run_dir, ignore_errors=True)
             raise UsageError(f"could not start the program: {result.error}")
