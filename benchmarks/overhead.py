@@ -49,7 +49,7 @@ def main() -> int:
     ap.add_argument("examples", nargs="*", default=DEFAULT)
     ap.add_argument("--quads", type=int, default=6, help="ABBA quads per arm (4 runs each)")
     ap.add_argument("--steps", type=int, default=150, help="--steps passed to each example")
-    ap.add_argument("--arm", action="append", default=[], choices=["opwindow-off", "aa", "sampler-normal", "no-sampler", "agent-only", "kineto"])
+    ap.add_argument("--arm", action="append", default=[], choices=["opwindow-off", "aa", "sampler-normal", "no-sampler", "agent-only", "kineto", "bootstrap-noop"])
     ap.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
                     help="instead of quads: ROUNDS rounds, each running bare and every arm once")
     ap.add_argument("--malloc", choices=["default", "pinned"], default="default")
@@ -70,6 +70,8 @@ def main() -> int:
         arms["sampler normal"] = ["--opwindow", "off", "ENV:PINCHPOINT_SAMPLER_SCHED=normal"]
     if "no-sampler" in args.arm:  # --opwindow off, one sample a minute: the hooks alone
         arms["hooks only"] = ["--opwindow", "off", "--interval", "60"]
+    if "bootstrap-noop" in args.arm:  # the bare program with the bootstrap on PYTHONPATH, agent not started
+        arms["bootstrap no-op"] = ["BARE", "NOAGENT"]
     if "kineto" in args.arm:  # the op window recorded by torch.profiler instead of the op census
         arms["kineto window"] = ["ENV:PINCHPOINT_OP_RECORDER=kineto"]
     if "agent-only" in args.arm:  # the agent in the bare program: no launcher, no sampler, no window
@@ -134,6 +136,8 @@ def interleaved(
                 with tempfile.TemporaryDirectory() as tmp:
                     agent_env = {**env, **extra, "PINCHPOINT_RUN_DIR": tmp,
                                  "PYTHONPATH": str(ROOT / "src/pinchpoint/capture/_bootstrap")}
+                    if "NOAGENT" in arms[name]:
+                        del agent_env["PINCHPOINT_RUN_DIR"]
                     got[name] = step_ms([py, *prog], agent_env)
             else:
                 opts = [o for o in arms[name] if not o.startswith("ENV:")]
