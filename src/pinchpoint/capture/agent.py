@@ -46,9 +46,8 @@ def _read_schedstat() -> tuple[int, int] | None:
     """(on-CPU ns, run-queue wait ns) of the calling thread, or None where Linux doesn't say."""
     try:
         with open("/proc/thread-self/schedstat", "rb") as f:
-            parts = f.read().split()
-        return int(parts[0]), int(parts[1])
-    except (OSError, ValueError, IndexError):
+            return _schedstat_of(f.read())
+    except OSError:
         return None
 
 

@@ -23,7 +23,6 @@ from typing import Any
 from pinchpoint.capture import opcensus
 from pinchpoint.capture.writer import write_json_atomic
 
-MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 DISPATCH_PROBE_OPS = 2000
 FAULT_PROBE_BYTES = 64 << 20
 """Large enough to time 16k faults (~30 ms here), small enough to not disturb the program."""
@@ -194,23 +193,14 @@ def _quiet_stderr() -> Iterator[None]:
 
 
 def _heaviest_matmul(prof: Any) -> tuple[int, int, int] | None:
-    """(M, K, N) of the matmul op with the most total CPU time in the window."""
-    best: tuple[float, tuple[int, int, int]] | None = None
-    totals: dict[tuple[int, int, int], float] = {}
-    for ev in prof.events():
-        if ev.name not in MATMUL_OPS:
-            continue
-        shapes = [s for s in (ev.input_shapes or []) if s]
-        mats = [s for s in shapes if len(s) >= 2]
-        if len(mats) < 2:
-            continue
-        a, b = mats[-2], mats[-1]
-        mkn = (int(a[-2]), int(a[-1]), int(b[-1]))
-        totals[mkn] = totals.get(mkn, 0.0) + float(ev.cpu_time_total)
-    for mkn, total in totals.items():
-        if best is None or total > best[0]:
-            best = (total, mkn)
-    return best[1] if best else None
+    """(M, K, N) of the matmul op with the most total CPU time in a Kineto window (the census's rule,
+    fed with the profiler's events)."""
+    events: list[opcensus.Event] = [
+        (ev.name, 0, int(ev.cpu_time_total * 1000), 0, [], [list(d) for d in (ev.input_shapes or []) if d])
+        for ev in prof.events()
+        if ev.name in opcensus.MATMUL_OPS
+    ]
+    return opcensus.heaviest_matmul(events)
 
 
 def run_probes(torch: Any, shape: tuple[int, int, int] | None) -> dict[str, Any]:
