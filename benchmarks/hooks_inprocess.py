@@ -1,12 +1,14 @@
 """In-process cost of pinchpoint's hooks, without the noise between processes.
 
-    .venv/bin/python benchmarks/hooks_inprocess.py [--blocks 80] [--part all|module|backward|optim]
+    .venv/bin/python benchmarks/hooks_inprocess.py [--blocks 80] [--part all|module|backward|optim|loader]
 
 One process trains `examples/healthy.py`'s model; `pinchpoint.profile()` attaches the agent (op window
 off, one system sample a minute), then blocks of 10 steps alternate (ABBA) between the agent's hooks
 installed and the originals restored. Prints the mean step with and without, and the paired median
 ratio. `--part` toggles one hook alone (the others stay on): top-level module calls, backward, or the
-optimizer hooks (which also end each step: counters, the steps.jsonl line); `--part sampler` pauses
+optimizer hooks (which also end each step: counters, the steps.jsonl line), or the DataLoader's
+(`__next__` and the dataset fetch, which records each batch's wall, CPU and run-queue time); the batches
+come from a DataLoader as in `healthy.py`. `--part sampler` pauses
 and resumes the system sampler process instead (SIGSTOP/SIGCONT), at the default interval. This
 measures the agent's and the sampler's own cost; `overhead.py` measures everything between processes.
 """
@@ -28,7 +30,9 @@ sys.path.insert(0, str(ROOT / "examples"))
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--blocks", type=int, default=80, help="blocks of 10 steps (half with hooks)")
-    ap.add_argument("--part", choices=["all", "module", "backward", "optim", "sampler"], default="all")
+    ap.add_argument(
+        "--part", choices=["all", "module", "backward", "optim", "loader", "sampler"], default="all"
+    )
     ap.add_argument("--interval", type=float, default=0.1, help="sampling interval for --part sampler")
     args = ap.parse_args()
 
@@ -37,6 +41,9 @@ def main() -> int:
     import torch.autograd as autograd
     from torch import nn
     from torch.optim import optimizer as optim_mod
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler
+    from torch.utils.data import dataloader as dl_mod
+    from torch.utils.data._utils import fetch as fetch_mod
 
     import pinchpoint
 
@@ -47,12 +54,14 @@ def main() -> int:
     model = healthy.SeqClassifier(dim, 2, classes)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
-    xs, ys = torch.randn(2048, seq, dim), torch.randint(0, classes, (2048,))
+    ds = healthy.InMemoryBatches(torch.randn(2048, seq, dim), torch.randint(0, classes, (2048,)))
+    sampler = RandomSampler(ds, replacement=True, num_samples=10**9)
+    loader = iter(DataLoader(ds, sampler=BatchSampler(sampler, bs, drop_last=True), batch_size=None))
 
     def step() -> None:
-        idx = torch.randint(0, 2048, (bs,))
+        x, y = next(loader)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = loss_fn(model(xs[idx]), ys[idx])
+            loss = loss_fn(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -66,6 +75,7 @@ def main() -> int:
         return statistics.median(times) * 1000
 
     orig_call, orig_backward = nn.Module.__call__, autograd.backward
+    orig_next, orig_fetch = dl_mod._BaseDataLoaderIter.__next__, fetch_mod._MapDatasetFetcher.fetch
     for _ in range(3):
         block()
     interval = args.interval if args.part == "sampler" else 60.0
@@ -74,6 +84,7 @@ def main() -> int:
     )
     prof.__enter__()
     hooked_call, hooked_backward = nn.Module.__call__, autograd.backward
+    hooked_next, hooked_fetch = dl_mod._BaseDataLoaderIter.__next__, fetch_mod._MapDatasetFetcher.fetch
     pre = dict(optim_mod._global_optimizer_pre_hooks)
     post = dict(optim_mod._global_optimizer_post_hooks)
 
@@ -87,6 +98,9 @@ def main() -> int:
             nn.Module.__call__ = hooked_call if on else orig_call  # type: ignore[method-assign]
         if args.part in ("all", "backward"):
             autograd.backward = hooked_backward if on else orig_backward
+        if args.part in ("all", "loader"):
+            dl_mod._BaseDataLoaderIter.__next__ = hooked_next if on else orig_next  # type: ignore[method-assign]
+            fetch_mod._MapDatasetFetcher.fetch = hooked_fetch if on else orig_fetch  # type: ignore[method-assign]
         if args.part in ("all", "optim"):
             optim_mod._global_optimizer_pre_hooks.clear()
             optim_mod._global_optimizer_post_hooks.clear()

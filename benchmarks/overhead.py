@@ -49,9 +49,27 @@ def main() -> int:
     ap.add_argument("examples", nargs="*", default=DEFAULT)
     ap.add_argument("--quads", type=int, default=6, help="ABBA quads per arm (4 runs each)")
     ap.add_argument("--steps", type=int, default=150, help="--steps passed to each example")
-    ap.add_argument("--arm", action="append", default=[], choices=["opwindow-off", "aa", "sampler-normal", "no-sampler", "agent-only", "kineto", "bootstrap-noop"])
-    ap.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
-                    help="instead of quads: ROUNDS rounds, each running bare and every arm once")
+    ap.add_argument(
+        "--arm",
+        action="append",
+        default=[],
+        choices=[
+            "opwindow-off",
+            "aa",
+            "sampler-normal",
+            "no-sampler",
+            "agent-only",
+            "kineto",
+            "bootstrap-noop",
+        ],
+    )
+    ap.add_argument(
+        "--interleave",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="instead of quads: ROUNDS rounds, each running bare and every arm once",
+    )
     ap.add_argument("--malloc", choices=["default", "pinned"], default="default")
     args = ap.parse_args()
     env = dict(os.environ)
@@ -112,7 +130,12 @@ def main() -> int:
 
 
 def interleaved(
-    ex: str, prog: list[str], arms: dict[str, list[str]], rounds: int, py: str, pinchpoint: str,
+    ex: str,
+    prog: list[str],
+    arms: dict[str, list[str]],
+    rounds: int,
+    py: str,
+    pinchpoint: str,
     env: dict[str, str],
 ) -> float:
     """Every arm and the bare program once per round, in an order that rotates (and reverses every
@@ -134,8 +157,12 @@ def interleaved(
             elif "BARE" in arms[name]:
                 extra = dict(o[4:].split("=", 1) for o in arms[name] if o.startswith("ENV:"))
                 with tempfile.TemporaryDirectory() as tmp:
-                    agent_env = {**env, **extra, "PINCHPOINT_RUN_DIR": tmp,
-                                 "PYTHONPATH": str(ROOT / "src/pinchpoint/capture/_bootstrap")}
+                    agent_env = {
+                        **env,
+                        **extra,
+                        "PINCHPOINT_RUN_DIR": tmp,
+                        "PYTHONPATH": str(ROOT / "src/pinchpoint/capture/_bootstrap"),
+                    }
                     if "NOAGENT" in arms[name]:
                         del agent_env["PINCHPOINT_RUN_DIR"]
                     got[name] = step_ms([py, *prog], agent_env)
@@ -156,8 +183,11 @@ def interleaved(
         med = statistics.median(xs)
         if a == "default":
             worst = max(worst, med)
-        print(f"{ex:28} {a:13} overhead median {med:.3f}, mean {statistics.fmean(xs):.3f} "
-              f"(95% interval of the mean {lo:.3f}-{hi:.3f}, {len(xs)} rounds)", flush=True)
+        print(
+            f"{ex:28} {a:13} overhead median {med:.3f}, mean {statistics.fmean(xs):.3f} "
+            f"(95% interval of the mean {lo:.3f}-{hi:.3f}, {len(xs)} rounds)",
+            flush=True,
+        )
     return worst
 
 

@@ -51,7 +51,10 @@ def measured_gpu_matmul(run_dir: Path, analysis: RunAnalysis) -> dict[str, float
         env = json.loads((run_dir / "environment.json").read_text())
         cpu = env.get("cpu") or {}
         key = machine_key(
-            cpu.get("model"), cpu.get("logical_cores"), main.torch.version, [d.name for d in main.cuda_devices]
+            cpu.get("model"),
+            cpu.get("logical_cores"),
+            main.torch.version,
+            [d.name for d in main.cuda_devices],
         )
     except (OSError, ValueError, AttributeError):
         return None

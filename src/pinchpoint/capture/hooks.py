@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pinchpoint.capture.agent import INFERENCE_AFTER_CALLS, _read_schedstat
+from pinchpoint.capture.agent import INFERENCE_AFTER_CALLS, thread_schedstat
 
 if TYPE_CHECKING:
     from pinchpoint.capture.agent import Agent
@@ -157,7 +157,7 @@ def _backward_wrapper(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any
 def _fetch_wrapper(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(self: Any, possibly_batched_index: Any) -> Any:
-        s0 = _read_schedstat()
+        s0 = thread_schedstat()
         c0 = _thread_cpu()
         t0 = _now()
         try:
@@ -165,7 +165,7 @@ def _fetch_wrapper(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             t1 = _now()
             c1 = _thread_cpu()
-            s1 = _read_schedstat()
+            s1 = thread_schedstat()
             runq = s1[1] - s0[1] if (s0 is not None and s1 is not None) else None
             agent.fetches.add(
                 {

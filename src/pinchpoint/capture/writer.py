@@ -8,8 +8,25 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+
+def _line_encoder() -> Callable[[Any], bytes]:
+    """Compact JSON as bytes. msgspec's encoder takes ~0.5 µs for a step record against ~5 µs for
+    `json.dumps` (and ten times that inside a busy step on the reference machine, where the agent
+    writes); `json` stays as the fallback for a program whose Python cannot load pinchpoint's msgspec."""
+    try:
+        import msgspec
+
+        return msgspec.json.Encoder().encode
+    except Exception:  # ImportError, or a build for another Python
+        encode = json.JSONEncoder(separators=(",", ":")).encode
+        return lambda obj: encode(obj).encode()
+
+
+encode_line = _line_encoder()
 
 
 class JsonlWriter:
@@ -17,16 +34,16 @@ class JsonlWriter:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._lines: list[str] = []
+        self._lines: list[bytes] = []
         self._fd: int | None = None
 
     def add(self, obj: Any) -> None:
-        self._lines.append(json.dumps(obj, separators=(",", ":")))
+        self._lines.append(encode_line(obj))
 
     def flush(self) -> None:
         if not self._lines:
             return
-        data = ("\n".join(self._lines) + "\n").encode()
+        data = b"\n".join(self._lines) + b"\n"
         self._lines.clear()
         if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -122,8 +122,12 @@ def _with_loader_verdict(f: Finding, host: dict[str, Finding]) -> Finding:
     if verdict is None:
         return f
     return replace(
-        f, id=verdict.id, title=verdict.title, evidence=f.evidence + verdict.evidence[1:],
-        fix=verdict.fix, snippet=verdict.snippet,
+        f,
+        id=verdict.id,
+        title=verdict.title,
+        evidence=f.evidence + verdict.evidence[1:],
+        fix=verdict.fix,
+        snippet=verdict.snippet,
     )
 
 

@@ -219,9 +219,7 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
         clock: dict[str, Any] = clock_obj if isinstance(clock_obj, dict) else {}
         offset = (_int(clock.get("wall_time_ns"), 0) or 0) - (_int(clock.get("monotonic_ns"), 0) or 0)
         try:
-            window = opwindow_reader.read_opwindow(
-                window_file, _int(probe_meta.get("window_steps")), offset
-            )
+            window = opwindow_reader.read_opwindow(window_file, _int(probe_meta.get("window_steps")), offset)
         except (OSError, ValueError, TypeError, OverflowError, RecursionError) as exc:
             warnings.append(f"rank{rank}/{window_file.name} could not be read ({exc.__class__.__name__})")
     return RankData(

@@ -171,7 +171,9 @@ def _launch_window(trace: KinetoTrace, launches: np.ndarray) -> tuple[int | None
     gpu = int(busy_within(gpu_busy(ev), lo_a, hi_a)[0])
     # CPU ops and API calls; not step ranges (they span the idle time too) nor user annotations.
     not_step = ~ev.mask_names(lambda s: STEP_NAME.match(s) is not None)
-    host = kind_mask(ev, Kind.CPU_OP, *HOST_API_KINDS) & not_step & np.isin(ev.tid, launchers) & (ev.pid == pid)
+    host = (
+        kind_mask(ev, Kind.CPU_OP, *HOST_API_KINDS) & not_step & np.isin(ev.tid, launchers) & (ev.pid == pid)
+    )
     host_iv = iv.union(ev.start_ns[host], ev.end_ns[host])
     host_ns = int(busy_within(host_iv, lo_a, hi_a)[0])
     return tid, hi - lo, gpu / window, host_ns / window
