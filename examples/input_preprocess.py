@@ -102,12 +102,13 @@ def main():
     p.add_argument("--fix", action="store_true", help="vectorise the augmentation over the batch")
     p.add_argument("--steps", type=int, default=250)
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (the plant uses 0)")
     args = p.parse_args()
 
     torch.manual_seed(0)
     ds = AugmentedImages(2048, 10, vectorised=args.fix)
     sampler = RandomSampler(ds, replacement=True, num_samples=args.steps * args.batch_size)
-    loader = DataLoader(ds, batch_size=args.batch_size, sampler=sampler, num_workers=0,
+    loader = DataLoader(ds, batch_size=args.batch_size, sampler=sampler, num_workers=args.workers,
                         collate_fn=batch_transform if args.fix else None)
     model = PatchMLP(128, 4, 10)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

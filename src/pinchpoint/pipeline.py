@@ -16,6 +16,7 @@ from pinchpoint.errors import TraceError, UsageError
 from pinchpoint.ingest.ceilings import gpu_matmul_flops, load_cached, machine_key
 from pinchpoint.ingest.kineto import read_trace, read_trace_dir
 from pinchpoint.ingest.rundir import opwindow_file, rank_dirs, read_run_dir
+from pinchpoint.report.flamegraph import write_stack_views
 from pinchpoint.report.gpu_report import build_gpu_report, run_gpu_sections
 from pinchpoint.report.json_report import build_report, write_report
 
@@ -35,10 +36,33 @@ def report_run_dir(run_dir: Path, *, json_path: Path | None = None) -> dict[str,
     if gpu is not None:
         report["gpu"] = run_gpu_sections(gpu)
     report["warnings"] = list(report.get("warnings") or []) + warnings
+    if analysis.run.stacks is not None:
+        report["stack_files"] = _write_stack_views(analysis, run_dir, report["warnings"])
     write_report(report, run_dir / REPORT_NAME)
     if json_path is not None:
         write_report(report, json_path)
     return report
+
+
+def _write_stack_views(analysis: RunAnalysis, run_dir: Path, warnings: list[str]) -> list[str]:
+    """flamegraph.svg and stacks.speedscope.json beside the report, processes named by their role."""
+    run = analysis.run
+    assert run.stacks is not None
+    names: dict[int, str] = {}
+    for r in run.ranks:
+        rank = f"rank {r.rank} " if len(run.ranks) > 1 else ""
+        for c in r.loaders:
+            for i, pid in enumerate(c.worker_pids):
+                names[pid] = f"{rank}DataLoader worker {i} (pid {pid})"
+        if r.main is not None:
+            names[r.main.pid] = f"{rank}training process (pid {r.main.pid})"
+    title = " ".join(run.meta.command) or "program"
+    try:
+        paths = write_stack_views(run.stacks, run_dir, title=f"{title} — Python stacks", process_names=names)
+    except OSError as exc:
+        warnings.append(f"the stack views could not be written ({exc.strerror})")
+        return []
+    return [p.name for p in paths]
 
 
 def measured_gpu_matmul(run_dir: Path, analysis: RunAnalysis) -> dict[str, float] | None:

@@ -8,6 +8,7 @@ from pinchpoint.analysis.cpu import CpuUsage, cpu_usage
 from pinchpoint.analysis.loader import LoaderActivity, loader_activity
 from pinchpoint.analysis.memory import MemoryTrend, PageFaults, memory_trend, page_faults
 from pinchpoint.analysis.ops import OpStats, op_stats
+from pinchpoint.analysis.stacks import StackSummary, stack_summary
 from pinchpoint.analysis.steps import StepStats, steady_steps, step_stats
 from pinchpoint.trace.run import Environment, Probes, ProcessInfo, RankData, Run
 
@@ -24,6 +25,8 @@ class RankAnalysis:
     faults: PageFaults | None = None
     workers: tuple[ProcessInfo, ...] = ()
     probes: Probes = field(default_factory=Probes)
+    stacks: StackSummary | None = None
+    """Where the Python stack samples landed (`pinchpoint run --stacks`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +47,10 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         loader = loader_activity(rank, stats.start_ns, stats.end_ns)
         cpu = cpu_usage(run, stats.start_ns, stats.end_ns, main.pid if main else None)
     ops = op_stats(rank.opwindow, rank.probes, rank.steps) if rank.opwindow is not None else None
+    stacks = None
+    if run.stacks is not None and main is not None:
+        workers = {p for c in rank.loaders for p in c.worker_pids} | {f.pid for f in rank.fetches}
+        stacks = stack_summary(run.stacks, [main.pid], workers - {main.pid}, run.meta.cwd)
     return RankAnalysis(
         rank=rank.rank,
         steps=stats,
@@ -59,6 +66,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         main=main,
         workers=tuple(p for p in rank.processes if p is not main),
         probes=rank.probes,
+        stacks=stacks,
     )
 
 

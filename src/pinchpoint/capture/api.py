@@ -27,12 +27,16 @@ class Profile:
         *,
         opwindow: str = "10:3",
         sample_interval_s: float | None = None,
+        stacks: bool = False,
         print_report: bool = True,
     ) -> None:
         self.out = Path(out) if out is not None else None
         self.opwindow = opwindow
         self.sample_interval_s = sample_interval_s
         self.print_report = print_report
+        self.stacks = stacks
+        """Sample Python stacks with py-spy (as `pinchpoint run --stacks`)."""
+        self._stack_sampler: Any = None
         self.report: dict[str, Any] | None = None
         self.run_dir: Path | None = None
         self._agent: agent_mod.Agent | None = None
@@ -52,6 +56,10 @@ class Profile:
         self._meta = start_run_dir(self.run_dir, [sys.executable, *sys.argv], "api")
         self._agent = agent_mod.start(self.run_dir, window=self.opwindow)
         self._sampler = spawn_sampler(self.run_dir, os.getpid(), self.sample_interval_s or DEFAULT_INTERVAL_S)
+        if self.stacks:
+            from pinchpoint.capture.stacks import spawn_stack_sampler
+
+            self._stack_sampler = spawn_stack_sampler(self.run_dir, os.getpid())
         return self
 
     def step(self) -> None:
@@ -72,6 +80,10 @@ class Profile:
         self._agent.role = "off"  # the hooks stay installed but record nothing more
         agent_mod.AGENT = None
         stop_sampler(self._sampler)
+        if self._stack_sampler is not None:
+            from pinchpoint.capture.stacks import stop_stack_sampler
+
+            stop_stack_sampler(self._stack_sampler, program_ended=False)
         finish_run_dir(self.run_dir, self._meta, 0 if exc_type is None else 1, None)
         try:
             self.report = report_run_dir(self.run_dir)

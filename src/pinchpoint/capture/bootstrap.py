@@ -26,8 +26,10 @@ def start_from_environment(run_dir: str) -> None:
         m in joined for m in LAUNCHER_MARKERS[1:]
     ):
         return  # torchrun's elastic agent: its children (the ranks) start their own agents
-    from pinchpoint.capture import agent
+    from pinchpoint.capture import agent, stacks
 
+    if os.environ.get(stacks.STACKS_ENV):
+        stacks.allow_ptrace_from_any()
     a = agent.start(Path(run_dir))
     if any(m in joined for m in SPAWNED_WORKER_MARKERS):
         a.role = "worker"

@@ -21,6 +21,7 @@ from pinchpoint.capture import environment
 from pinchpoint.capture.agent import OPWINDOW_ENV, RUN_DIR_ENV
 from pinchpoint.capture.opwindow import RECORDER_ENV
 from pinchpoint.capture.sampler import DEFAULT_INTERVAL_S, spawn_sampler, stop_sampler
+from pinchpoint.capture.stacks import STACKS_ENV, spawn_stack_sampler, stop_stack_sampler
 from pinchpoint.capture.writer import write_json_atomic
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
@@ -87,10 +88,14 @@ def _world_size(command: list[str]) -> int:
     return nproc * nnodes
 
 
-def child_environment(run_dir: Path, opwindow: str | None, *, kineto: bool = False) -> dict[str, str]:
+def child_environment(
+    run_dir: Path, opwindow: str | None, *, kineto: bool = False, stacks: bool = False
+) -> dict[str, str]:
     env = dict(os.environ)
     if kineto:
         env[RECORDER_ENV] = "kineto"
+    if stacks:
+        env[STACKS_ENV] = "1"
     env[RUN_DIR_ENV] = str(run_dir.resolve())
     env["PINCHPOINT_PKG_PARENT"] = str(PKG_PARENT)
     if opwindow is not None:
@@ -107,10 +112,13 @@ def launch(
     opwindow: str | None = None,
     sample_interval_s: float | None = None,
     kineto: bool = False,
+    stacks: bool = False,
 ) -> LaunchResult:
-    """Run `command` to completion under capture, writing `run_dir`. Never raises for the child's sake."""
+    """Run `command` to completion under capture, writing `run_dir`. Never raises for the child's sake.
+
+    `stacks`: sample Python stacks of the whole process tree with py-spy (`capture/stacks.py`)."""
     meta = start_run_dir(run_dir, command, "run")
-    env = child_environment(run_dir, opwindow, kineto=kineto)
+    env = child_environment(run_dir, opwindow, kineto=kineto, stacks=stacks)
     try:
         proc = subprocess.Popen(command, env=env)
     except OSError as exc:
@@ -119,6 +127,7 @@ def launch(
     meta["child_pid"] = proc.pid
     write_json_atomic(run_dir / "meta.json", meta)
     sampler = spawn_sampler(run_dir, proc.pid, sample_interval_s or DEFAULT_INTERVAL_S)
+    stack_sampler = spawn_stack_sampler(run_dir, proc.pid) if stacks else None
 
     def forward(signum: int, frame: Any) -> None:
         if proc.poll() is None:
@@ -133,6 +142,7 @@ def launch(
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)
         stop_sampler(sampler)
+        stop_stack_sampler(stack_sampler)
     sig_name = None
     if rc < 0:
         sig_name = signal.Signals(-rc).name

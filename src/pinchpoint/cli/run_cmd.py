@@ -17,7 +17,7 @@ from pathlib import Path
 from pinchpoint.errors import PinchpointError, UsageError
 
 VALUE_OPTIONS = {"-o", "--out", "--json", "--opwindow", "--interval"}
-FLAG_OPTIONS = {"--force", "--quiet", "-q", "--no-color", "-h", "--help"}
+FLAG_OPTIONS = {"--force", "--quiet", "-q", "--no-color", "--kineto", "--stacks", "-h", "--help"}
 
 
 class RunCommand:
@@ -41,6 +41,12 @@ class RunCommand:
             "(Kineto's op timings, but the rest of the run is ~3%% slower; CUDA programs always use it)",
         )
         parser.add_argument(
+            "--stacks",
+            action="store_true",
+            help="sample Python stacks of the program and its DataLoader workers with py-spy (100 Hz); "
+            "writes flamegraph.svg and stacks.speedscope.json and names the hottest functions",
+        )
+        parser.add_argument(
             "--interval", type=float, default=None, help="system sampling interval, seconds (default 0.5)"
         )
         parser.add_argument("-q", "--quiet", action="store_true", help="don't print the report")
@@ -54,7 +60,12 @@ class RunCommand:
         command: list[str] = args.target
         run_dir = _run_dir(args.out, command, args.force)
         result = launch(
-            command, run_dir, opwindow=args.opwindow, sample_interval_s=args.interval, kineto=args.kineto
+            command,
+            run_dir,
+            opwindow=args.opwindow,
+            sample_interval_s=args.interval,
+            kineto=args.kineto,
+            stacks=args.stacks,
         )  # interval None: the sampler's default
         if not result.started:
             shutil.rmtree(run_dir, ignore_errors=True)

@@ -6,6 +6,7 @@ become `Run.warnings`, not errors. Only a directory with no meta.json at all is 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -14,8 +15,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pinchpoint.errors import RunDirError
+from pinchpoint.errors import RunDirError, TraceError
 from pinchpoint.ingest import opwindow as opwindow_reader
+from pinchpoint.ingest.stacks import read_folded
 from pinchpoint.trace.run import (
     CpuInfo,
     CudaDevice,
@@ -39,6 +41,7 @@ from pinchpoint.trace.run import (
     ThreadSettings,
     TorchBuild,
 )
+from pinchpoint.trace.stacks import Stacks
 
 
 def read_run_dir(path: Path) -> Run:
@@ -56,7 +59,42 @@ def read_run_dir(path: Path) -> Run:
     environment = _environment(env_obj if isinstance(env_obj, dict) else {})
     ranks = tuple(_rank(d, warnings) for _, d in rank_dirs(path))
     system = tuple(_system_sample(o) for o in _jsonl(path / "system.jsonl", warnings))
-    return Run(meta=meta, environment=environment, ranks=ranks, system=system, warnings=tuple(warnings))
+    stacks = _stacks(path, warnings)
+    return Run(
+        meta=meta,
+        environment=environment,
+        ranks=ranks,
+        system=system,
+        stacks=stacks,
+        warnings=tuple(warnings),
+    )
+
+
+def _stacks(path: Path, warnings: list[str]) -> Stacks | None:
+    """`stacks.folded` (py-spy), when the run asked for stacks; what went wrong otherwise."""
+    meta = _load_json(path / "stacks.json", []) if (path / "stacks.json").is_file() else None
+    if not isinstance(meta, dict):
+        return None
+    folded = path / "stacks.folded"
+    if not folded.is_file() or folded.stat().st_size == 0:
+        why = ""
+        with contextlib.suppress(OSError):
+            why = (path / "stacks.log").read_text(errors="replace").strip().splitlines()[-1]
+        warnings.append(f"stacks were asked for but none were recorded{': ' + why if why else ''}")
+        return None
+    rate = meta.get("rate_hz")
+    try:
+        stacks, bad = read_folded(
+            folded,
+            rate_hz=float(rate) if isinstance(rate, (int, float)) and rate > 0 else None,
+            source="py-spy",
+        )
+    except TraceError as exc:
+        warnings.append(str(exc))
+        return None
+    if bad:
+        warnings.append(f"{folded.name}: {bad} line(s) could not be read and were skipped")
+    return stacks
 
 
 def opwindow_file(rank_dir: Path) -> Path | None:

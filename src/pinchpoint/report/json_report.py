@@ -133,6 +133,25 @@ def _loader(rank: RankAnalysis) -> dict[str, Any] | None:
     }
 
 
+def _stacks(rank: RankAnalysis) -> dict[str, Any] | None:
+    """Where the Python stack samples of this rank landed: per scope, the hottest functions."""
+    if rank.stacks is None:
+        return None
+    out: dict[str, Any] = {}
+    for scope in (rank.stacks.loader, rank.stacks.host):
+        if scope is None:
+            continue
+        out[scope.name] = {
+            "samples": scope.samples,
+            "seconds": None if scope.seconds is None else rounded(scope.seconds, 2),
+            "top": [
+                {"function": h.label, "share": rounded(h.share, 3), "calls_into": h.calls_into}
+                for h in scope.top
+            ],
+        }
+    return out
+
+
 def build_report(analysis: RunAnalysis, diagnosis: Diagnosis) -> dict[str, Any]:
     run = analysis.run
     first = analysis.ranks[0] if analysis.ranks else None
@@ -156,6 +175,7 @@ def build_report(analysis: RunAnalysis, diagnosis: Diagnosis) -> dict[str, Any]:
         "breakdown": _breakdown(first.steps if first else None),
         "ranks": [
             {"rank": r.rank, "steps": _steps(r.steps), "breakdown": _breakdown(r.steps)}
+            | ({"stacks": _stacks(r)} if r.stacks is not None else {})
             for r in analysis.ranks
         ],
         "findings": [finding_dict(f) for f in diagnosis.findings],

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from pinchpoint.trace.stacks import Stacks
+
 
 class Phase(str, Enum):
     """A measured phase of a step. Values are the names used in the run directory and report."""
@@ -279,5 +281,7 @@ class Run:
     environment: Environment
     ranks: tuple[RankData, ...] = ()
     system: tuple[SystemSample, ...] = ()
+    stacks: Stacks | None = None
+    """Python stack samples of the whole process tree (`pinchpoint run --stacks`)."""
     warnings: tuple[str, ...] = ()
     """Problems met while reading the run directory (truncated files, missing parts)."""

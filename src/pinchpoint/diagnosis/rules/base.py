@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import ClassVar, Protocol
 
 from pinchpoint.analysis.run_analysis import RankAnalysis
+from pinchpoint.analysis.stacks import StackScope
 from pinchpoint.diagnosis.finding import Category, Finding
 from pinchpoint.trace.run import Environment
 
@@ -36,3 +37,15 @@ def pct(frac: float) -> str:
 def speedup_removing(share: float) -> float:
     """Step-time ratio if a fraction `share` of the step disappeared (Amdahl)."""
     return 1.0 / max(1e-6, 1.0 - min(share, 0.95))
+
+
+def stack_evidence(scope: StackScope | None, where: str) -> str | None:
+    """One evidence line naming the hottest Python functions of a stack scope, or None without stacks."""
+    if scope is None or not scope.top:
+        return None
+    amount = f"{scope.seconds:.1f} s" if scope.seconds is not None else f"{scope.samples} samples"
+    parts = []
+    for h in scope.top:
+        inside = f", mostly inside {h.calls_into}" if h.calls_into else ""
+        parts.append(f"{h.label} {pct(h.share)}{inside}")
+    return f"Python stacks ({amount} of samples {where}): " + "; ".join(parts)

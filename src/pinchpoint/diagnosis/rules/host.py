@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding
-from pinchpoint.diagnosis.rules.base import ms, pct, speedup_removing
+from pinchpoint.diagnosis.rules.base import ms, pct, speedup_removing, stack_evidence
 from pinchpoint.trace.run import HOST_OTHER, Environment, Phase
 
 HOST_SHARE_MIN = 0.05
@@ -64,6 +64,9 @@ class HostPython:
                 if steps.main_cpu_fraction >= 0.5
                 else f"The main thread is on a CPU only {pct(steps.main_cpu_fraction)} of the step"
             )
+        stacks = stack_evidence(rank.stacks.host if rank.stacks else None, "in the loop, outside the phases")
+        if stacks:
+            evidence.append(stacks)
         yield Finding(
             id=self.id,
             title=self.title,

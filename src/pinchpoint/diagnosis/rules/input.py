@@ -14,7 +14,7 @@ from typing import ClassVar
 from pinchpoint.analysis.loader import LoaderActivity
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding
-from pinchpoint.diagnosis.rules.base import ms, pct, speedup_removing
+from pinchpoint.diagnosis.rules.base import ms, pct, speedup_removing, stack_evidence
 from pinchpoint.trace.run import Environment, Phase
 
 INPUT_SHARE_MIN = 0.05
@@ -55,6 +55,14 @@ def _loader_evidence(loader: LoaderActivity) -> str:
         f"Loading a batch takes {ms(loader.per_batch_ns)} in {where}: {pct(loader.cpu_fraction)} on a CPU, "
         f"{pct(loader.runq_fraction)} waiting for a CPU, {pct(loader.sleep_fraction)} asleep (I/O, latency)"
     )
+
+
+def _loader_stacks(rank: RankAnalysis) -> str | None:
+    loader = rank.loader
+    where = (
+        "in the training process's dataset fetches" if loader and loader.in_main_process else "in the loaders"
+    )
+    return stack_evidence(rank.stacks.loader if rank.stacks else None, where)
 
 
 def _settings(loader: LoaderActivity | None) -> str | None:
@@ -103,6 +111,9 @@ class InputFetch:
             workers = max(current + 2, 4)
             speedup = speedup_removing(share)
             confidence = Confidence.LOW
+        stacks = _loader_stacks(rank)
+        if stacks:
+            evidence.append(stacks)
         settings = _settings(loader)
         if settings:
             evidence.append(settings)
@@ -165,6 +176,9 @@ class InputPreprocess:
             f"More workers: predicted ×{speedup_workers:.2f} (workers share the {cores} cores with compute); "
             f"cheaper or cached preprocessing: up to ×{speedup_cheaper:.2f}",
         ]
+        stacks = _loader_stacks(rank)
+        if stacks:
+            evidence.append(stacks)
         settings = _settings(loader)
         if settings:
             evidence.append(settings)

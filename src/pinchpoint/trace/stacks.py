@@ -1,0 +1,44 @@
+"""Python stack samples of a run (py-spy, or any folded-stack file), aggregated by identical stack."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    function: str
+    file: str = ""
+    """As the sampler wrote it: a path, or a short file name."""
+    line: int | None = None
+
+    @property
+    def label(self) -> str:
+        """`function (file.py:12)`: the form py-spy and flame graphs use."""
+        if not self.file:
+            return self.function
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        return f"{self.function} ({where})"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StackSample:
+    frames: tuple[Frame, ...]
+    """Root first."""
+    count: int
+    pid: int | None = None
+    thread: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stacks:
+    samples: tuple[StackSample, ...]
+    rate_hz: float | None = None
+    """Samples per second per thread, when known: turns counts into seconds."""
+    source: str = ""
+    idle_included: bool = False
+    """False: waiting threads (I/O, locks, sleeping) were not sampled, as py-spy does by default."""
+
+    @property
+    def total(self) -> int:
+        return sum(s.count for s in self.samples)
