@@ -25,6 +25,7 @@ FOLDED = "\n".join(
         f"accuracy (/w/train.py:40);<listcomp> (/w/train.py:41) 30",
         # the training loop inside the model: a timed phase, not host Python
         f'process {MAIN}:"python train.py";<module> (/w/train.py:90);main (/w/train.py:80);'
+        f"call_wrapper ({SITE}/pinchpoint/capture/hooks.py:80);"  # pinchpoint's own pass-through
         f"_call_impl ({SITE}/torch/nn/modules/module.py:1750);forward (/w/model.py:12) 50",
         # a DataLoader worker: the transform, mostly inside numpy
         f'process {MAIN}:"python train.py";process {WORKER}:"python train.py";<module> (/w/train.py:90);'
@@ -50,6 +51,7 @@ def test_parse_folded_reads_processes_frames_and_counts() -> None:
     leaf = max(worker, key=lambda s: s.count).frames[-1]
     assert leaf == Frame("rot90", f"{SITE}/numpy/lib/function_base.py", 200)
     assert leaf.label == f"rot90 ({SITE}/numpy/lib/function_base.py:200)"
+    assert not any("pinchpoint" in f.file for s in stacks.samples for f in s.frames)
 
 
 def test_parse_folded_merges_identical_stacks_and_keeps_odd_frames() -> None:

@@ -5,6 +5,9 @@ One line per distinct stack, `frame;frame;...;leaf COUNT`, root first. py-spy fr
 frames, the process's ancestors first (a DataLoader worker: the training process, then itself); with
 `--threads` a `thread (0xTID)` frame follows. Any other frame text is kept as a function name.
 Malformed lines are counted, not fatal: a sampler killed mid-write leaves half a line.
+
+pinchpoint's own wrappers around framework entry points (`capture/hooks.py`) pass straight through;
+their frames are dropped so the stacks read as the program runs without pinchpoint.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pinchpoint.trace.stacks import Frame, Stacks, StackSample
 _FRAME = re.compile(r"^(?P<fn>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 _PROCESS = re.compile(r"^process (?P<pid>\d+):")
 _THREAD = re.compile(r"^thread \((?P<tid>[^)]*)\)$")
+_OWN_HOOKS = "pinchpoint/capture/"
 MAX_BYTES = 512 * 1024 * 1024
 MAX_DEPTH = 2000
 
@@ -61,7 +65,9 @@ def parse_folded(text: str, *, rate_hz: float | None = None, source: str = "") -
             if not frames and thread is None and (t := _THREAD.match(part)):
                 thread = t.group("tid")
                 continue
-            frames.append(_frame(part))
+            frame = _frame(part)
+            if _OWN_HOOKS not in frame.file:
+                frames.append(frame)
         key = (pid, thread, tuple(frames))
         merged[key] = merged.get(key, 0) + int(count_text)
     samples = tuple(
