@@ -61,6 +61,7 @@ def main() -> int:
             "agent-only",
             "kineto",
             "bootstrap-noop",
+            "stacks",
         ],
     )
     ap.add_argument(
@@ -92,6 +93,8 @@ def main() -> int:
         arms["bootstrap no-op"] = ["BARE", "NOAGENT"]
     if "kineto" in args.arm:  # the op window recorded by torch.profiler instead of the op census
         arms["kineto window"] = ["ENV:PINCHPOINT_OP_RECORDER=kineto"]
+    if "stacks" in args.arm:  # deep mode: py-spy samples the program's stacks at 100 Hz
+        arms["stacks"] = ["--stacks"]
     if "agent-only" in args.arm:  # the agent in the bare program: no launcher, no sampler, no window
         arms["agent only"] = ["BARE", "ENV:PINCHPOINT_OPWINDOW=off"]
     print(f"{args.quads} ABBA quads per arm, --steps {args.steps}, {args.malloc} malloc")
@@ -145,6 +148,7 @@ def interleaved(
 
     names = ["bare", *arms]
     ratios: dict[str, list[float]] = {a: [] for a in arms}
+    in_window: dict[str, list[float]] = {}
     for r in range(rounds):
         k = r % len(names)
         order = names[k:] + names[:k]
@@ -172,6 +176,9 @@ def interleaved(
                 with tempfile.TemporaryDirectory() as tmp:
                     cmd = [pinchpoint, "run", "-q", *opts, "-o", f"{tmp}/run", *prog]
                     got[name] = step_ms(cmd, {**env, **extra})
+                    w = window_ratio(Path(tmp) / "run")
+                    if w is not None:
+                        in_window.setdefault(name, []).append(w)
         for a in arms:
             ratios[a].append(got[a] / got["bare"])
         print(f"  round {r + 1}: " + ", ".join(f"{a} {got[a] / got['bare']:.3f}" for a in arms), flush=True)
@@ -188,7 +195,34 @@ def interleaved(
             f"(95% interval of the mean {lo:.3f}-{hi:.3f}, {len(xs)} rounds)",
             flush=True,
         )
+    for a, ws in in_window.items():
+        print(
+            f"{ex:28} {a:13} steps inside the op window: median {statistics.median(ws):.3f} of the others "
+            f"(same run; {len(ws)} runs)",
+            flush=True,
+        )
     return worst
+
+
+def window_ratio(run_dir: Path) -> float | None:
+    """Median step inside the op window over the median step outside it, within one profiled run
+    (the steps after warm-up; the step that runs the window's probes is neither)."""
+    import json
+
+    try:
+        steps = [json.loads(line) for line in (run_dir / "ranks/rank0/steps.jsonl").read_text().splitlines()]
+        n = int(json.loads((run_dir / "ranks/rank0/probes.json").read_text()).get("window_steps") or 0)
+    except (OSError, ValueError):
+        return None
+    profiled = sorted(s["step"] for s in steps if s.get("profiled"))[:n]
+    dur = {s["step"]: s["end_ns"] - s["start_ns"] for s in steps}
+    inside = [dur[i] for i in profiled]
+    outside = [
+        d for i, d in dur.items() if i >= 3 and not any(s["step"] == i and s.get("profiled") for s in steps)
+    ]
+    if not inside or not outside:
+        return None
+    return statistics.median(inside) / statistics.median(outside)
 
 
 if __name__ == "__main__":

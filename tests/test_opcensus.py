@@ -62,4 +62,25 @@ def test_census_records_nothing_after_stop() -> None:
     torch.ones(3).add(1)
     n = len(census.stop())
     torch.ones(3).add(1)
-    assert len(census.events) == n > 0
+    assert len(census.stop()) == n > 0
+
+
+def test_census_keeps_no_tensor_alive() -> None:
+    """It records dtypes and shapes, never the tensors (a window over an optimizer's foreach ops
+    would otherwise hold every gradient until it ends)."""
+    import gc
+    import weakref
+
+    census = opcensus.Census(torch)
+    census.start()
+    a, b = torch.ones(64), torch.ones(64)
+    torch.cat([a, b]).add_(1)
+    refs = [weakref.ref(a), weakref.ref(b)]
+    del a, b
+    gc.collect()
+    assert all(r() is None for r in refs)
+    events = census.stop()
+    cat = next(e for e in events if e[0] == "aten::cat")
+    assert cat[4][0] == "TensorList"
+    add = next(e for e in events if e[0] == "aten::add_")
+    assert add[4] == ["float", "Scalar"] and add[5] == [[128], []]

@@ -34,6 +34,9 @@ DTYPE_NAMES = {
 }
 """torch dtypes by the names Kineto writes in `Input type`, so the analysis reads both alike."""
 
+_TENSOR, _TENSORS, _SCALAR = object(), object(), object()
+"""Markers in a recorded op's arguments: (_TENSOR, dtype, shape), a list of tensors, a number."""
+
 Event = tuple[str, int, int, int, list[str], list[list[int]]]
 """(op name, start ns, duration ns, thread id, input types, input dims)."""
 
@@ -65,38 +68,27 @@ class Census:
 
         base: Any = importlib.import_module("torch.utils._python_dispatch").TorchDispatchMode
 
-        events: list[Event] = []
-        self.events = events
-        tensor_type = torch.Tensor
+        raw: list[tuple[Any, int, int, tuple[Any, ...]]] = []
+        self._raw = raw
+        self._tid = threading.get_native_id()
         now = time.monotonic_ns
-        tid = threading.get_native_id()
+        tensor_type = torch.Tensor
 
-        def describe(args: Any) -> tuple[list[str], list[list[int]]]:
-            types: list[str] = []
-            dims: list[list[int]] = []
-            for a in args:
-                if isinstance(a, tensor_type):
-                    name = str(a.dtype).removeprefix("torch.")
-                    types.append(DTYPE_NAMES.get(name, name))
-                    dims.append(list(a.shape))
-                elif isinstance(a, (list, tuple)) and a and isinstance(a[0], tensor_type):
-                    types.append("TensorList")
-                    dims.append([])
-                elif isinstance(a, (int, float, bool)):
-                    types.append("Scalar")
-                    dims.append([])
-                else:
-                    types.append("")
-                    dims.append([])
-            return types, dims
+        def meta(a: Any) -> Any:
+            # Only what is cheap to take now (dtype objects and torch.Size tuples, not strings: the
+            # window's steps pay for every line of this, once per op), and no reference to a tensor.
+            if isinstance(a, tensor_type):
+                return (_TENSOR, a.dtype, a.shape)
+            if isinstance(a, (list, tuple)):
+                return _TENSORS if a and isinstance(a[0], tensor_type) else None
+            return _SCALAR if isinstance(a, (int, float, bool)) else None
 
         class _Mode(base):  # type: ignore[misc]
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
                 t0 = now()
                 out = func(*args, **(kwargs or {}))
                 t1 = now()
-                in_types, in_dims = describe(args)
-                events.append((func._schema.name, t0, t1 - t0, tid, in_types, in_dims))
+                raw.append((func, t0, t1, tuple(map(meta, args))))
                 return out
 
         self._mode: Any = _Mode()
@@ -110,7 +102,23 @@ class Census:
         if self._active:
             self._active = False
             self._mode.__exit__(None, None, None)
-        return self.events
+        tid = self._tid
+        return [(func._schema.name, t0, t1 - t0, tid, *_describe(args)) for func, t0, t1, args in self._raw]
+
+
+def _describe(args: tuple[Any, ...]) -> tuple[list[str], list[list[int]]]:
+    """Input types (Kineto's names) and dims of one op's recorded arguments."""
+    types: list[str] = []
+    dims: list[list[int]] = []
+    for a in args:
+        if isinstance(a, tuple) and a[0] is _TENSOR:
+            name = str(a[1]).removeprefix("torch.")
+            types.append(DTYPE_NAMES.get(name, name))
+            dims.append(list(a[2]))
+        else:
+            types.append("TensorList" if a is _TENSORS else "Scalar" if a is _SCALAR else "")
+            dims.append([])
+    return types, dims
 
 
 def write_trace(path: Path, events: list[Event]) -> None:
