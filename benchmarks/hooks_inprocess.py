@@ -31,9 +31,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--blocks", type=int, default=80, help="blocks of 10 steps (half with hooks)")
     ap.add_argument(
-        "--part", choices=["all", "module", "backward", "optim", "loader", "sampler"], default="all"
+        "--part", choices=["all", "module", "backward", "optim", "loader", "sampler", "stacks"], default="all"
     )
     ap.add_argument("--interval", type=float, default=0.1, help="sampling interval for --part sampler")
+    ap.add_argument("--rate", type=int, default=100, help="py-spy samples per second for --part stacks")
     args = ap.parse_args()
 
     import healthy  # examples/healthy.py: the model and the tuned allocator
@@ -90,7 +91,19 @@ def main() -> int:
 
     import signal
 
+    spy = None
+    if args.part == "stacks":  # py-spy on this process, as `pinchpoint run --stacks` starts it
+        from pinchpoint.capture.stacks import spawn_stack_sampler
+
+        assert prof.run_dir is not None
+        spy = spawn_stack_sampler(prof.run_dir, os.getpid(), rate_hz=args.rate)
+        assert spy is not None
+        time.sleep(1.0)
+
     def hooks(on: bool) -> None:
+        if spy is not None:
+            spy.send_signal(signal.SIGCONT if on else signal.SIGSTOP)
+            return
         if args.part == "sampler":  # the system sampler (default interval) paused or running
             os.kill(prof._sampler.pid, signal.SIGCONT if on else signal.SIGSTOP)
             return
@@ -114,6 +127,9 @@ def main() -> int:
         hooks(on)
         (with_hooks if on else without).append(block())
     hooks(True)
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(timeout=30)
     prof.__exit__(None, None, None)
     ratio = statistics.median(a / b for a, b in zip(with_hooks, without, strict=False))
     print(

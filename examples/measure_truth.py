@@ -36,6 +36,7 @@ EXAMPLES = {
     "host_python": ("host.python", [("--fix", ["--fix"])]),
     "host_dispatch": ("host.dispatch", [("--fix", ["--fix"])]),
     "compute_math": ("compute.math", [("--fix", ["--fix"])]),
+    "compute_memory": ("compute.memory", [("--fix", ["--fix"])]),
     "cpu_oversubscription": ("cpu.oversubscription", [("--fix", ["--fix"])]),
     "cpu_underuse": ("cpu.underuse", [("--fix", ["--fix"])]),
     "io_checkpoint": ("io.checkpoint", [("--fix", ["--fix"])]),

@@ -14,6 +14,7 @@ from pinchpoint.analysis.cpu import CpuUsage
 from pinchpoint.analysis.loader import LoaderActivity, loader_activity
 from pinchpoint.analysis.memory import MemoryTrend, PageFaults
 from pinchpoint.analysis.ops import OpStats
+from pinchpoint.analysis.roofline import MemoryTraffic
 from pinchpoint.analysis.run_analysis import RankAnalysis, RunAnalysis
 from pinchpoint.analysis.steps import step_stats
 from pinchpoint.trace.run import (
@@ -279,6 +280,7 @@ def make_rank_analysis(
     cpu_ms: float | None = None,
     runq_ms: float | None = None,
     faults: PageFaults | None = None,
+    traffic: MemoryTraffic | None = None,
 ) -> RankAnalysis:
     """A rank whose step statistics come from `step_stats` over `n_steps` identical synthetic steps."""
     if steps is None:
@@ -295,6 +297,7 @@ def make_rank_analysis(
         workers=workers,
         probes=Probes() if probes is None else probes,
         faults=faults,
+        traffic=traffic,
     )
 
 

@@ -32,6 +32,7 @@ from conftest import (
 )
 from pinchpoint.analysis.memory import PageFaults, memory_trend, page_faults
 from pinchpoint.analysis.ops import op_stats
+from pinchpoint.analysis.roofline import Chain, MemoryTraffic
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.diagnosis.engine import MISSING_DATA, diagnose
@@ -42,6 +43,7 @@ from pinchpoint.diagnosis.rules.compute import (
     AUTOCAST_OVERHEAD,
     COMPUTE_BOUND_SHARE,
     FP32_MATMUL_SHARE_MIN,
+    MEMORY_BOUND_SHARE_MIN,
     MIN_PROBE_GAIN,
 )
 from pinchpoint.diagnosis.rules.cpu import (
@@ -71,7 +73,7 @@ from pinchpoint.diagnosis.rules.memory import (
     LEAK_MIN_R2,
     LEAK_MIN_SLOPE,
 )
-from pinchpoint.trace.run import Environment, OpEvent, OpWindow, Role
+from pinchpoint.trace.run import Environment, OpEvent, OpWindow, Probes, Role
 
 STEP_MS = 100.0
 EPS = 0.001  # a tenth of a millisecond in a 100 ms step
@@ -669,12 +671,63 @@ MEMORY_PRESSURE = {
     "no-counts": Case(rank_of({}), False),
 }
 
+
+
+def _traffic(elementwise_ms: float, chains: tuple[tuple[float, float], ...] = ()) -> MemoryTraffic:
+    """Elementwise time per step and chains as (ms per step, ms fused)."""
+    return MemoryTraffic(
+        elementwise_ns_per_step=elementwise_ms * MS,
+        elementwise_ops_per_step=50,
+        bytes_per_step=2e9,
+        chains=tuple(
+            Chain(
+                ops=("mul",) * 8 + ("tanh",), shape=(32, 512, 256), dtype="float", ns_per_step=ms * MS,
+                bytes_per_step=1e9, fused_ns_per_step=fused * MS,
+            )
+            for ms, fused in chains
+        ),
+        top_ops=(("mul", 20 * MS), ("add", 10 * MS)),
+    )  # fmt: skip
+
+
+COMPUTE_MEMORY = {
+    # 100 ms steps. A 30 ms chain that fuses to 5 ms gives back 25 ms: ×1.33.
+    "fusable-chain": Case(
+        rank_of({}, traffic=_traffic(40, ((30, 5),))),
+        True,
+        evidence=(
+            "take 40% of the step (40.0 ms): 50 ops per step moving 2.00 GB at 50.0 GB/s",
+            "9 elementwise ops in a row on 32×512×256 (float) tensors: mul, mul",
+            "30.0 ms → 5.00 ms per step",
+        ),
+        check=_all(_eq("share", 0.40), _eq("estimated_speedup", 100 / 75)),
+    ),
+    "bandwidth-measured-here": Case(
+        rank_of({}, traffic=_traffic(40, ((30, 5),)), probes=Probes(memory_bytes_per_s=26e9)),
+        True,
+        evidence=("this machine copies memory at 26.0 GB/s, measured",),
+    ),
+    # Elementwise time spread over single ops: said, but no gain is claimed.
+    "no-chain": Case(
+        rank_of({}, traffic=_traffic(30)),
+        True,
+        evidence=("Most of it: mul 20.0 ms, add 10.0 ms per step",),
+        check=_all(_eq("estimated_speedup", 1.0), _eq("share", 0.30)),
+    ),
+    "chain-gain-below-min": Case(
+        rank_of({}, traffic=_traffic(30, ((6, 1),))), True, check=_eq("estimated_speedup", 1.0)
+    ),
+    "share-at-min": Case(rank_of({}, traffic=_traffic(MEMORY_BOUND_SHARE_MIN * 100)), True),
+    "share-below-min": Case(rank_of({}, traffic=_traffic(MEMORY_BOUND_SHARE_MIN * 100 - 0.01)), False),
+}
+
 CASES: dict[str, dict[str, Case]] = {
     "input.fetch": INPUT_FETCH,
     "input.preprocess": INPUT_PREPROCESS,
     "host.python": HOST_PYTHON,
     "host.dispatch": HOST_DISPATCH,
     "compute.math": COMPUTE_MATH,
+    "compute.memory": COMPUTE_MEMORY,
     "cpu.oversubscription": CPU_OVERSUBSCRIPTION,
     "cpu.underuse": CPU_UNDERUSE,
     "io.checkpoint": IO_CHECKPOINT,

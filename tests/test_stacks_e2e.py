@@ -26,7 +26,7 @@ def _run(tmp_path: Path, *args: str) -> tuple[Path, dict[str, Any]]:
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "PINCHPOINT_RUN_DIR"}
     res = subprocess.run(
-        [sys.executable, "-m", "pinchpoint", "run", "-q", "--stacks", "-o", str(out), *args],
+        [sys.executable, "-m", "pinchpoint", "run", "-q", "--stacks-rate", "50", "-o", str(out), *args],
         cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]

@@ -8,6 +8,7 @@ from pinchpoint.analysis.cpu import CpuUsage, cpu_usage
 from pinchpoint.analysis.loader import LoaderActivity, loader_activity
 from pinchpoint.analysis.memory import MemoryTrend, PageFaults, memory_trend, page_faults
 from pinchpoint.analysis.ops import OpStats, op_stats
+from pinchpoint.analysis.roofline import MemoryTraffic, memory_traffic
 from pinchpoint.analysis.stacks import StackSummary, stack_summary
 from pinchpoint.analysis.steps import StepStats, steady_steps, step_stats
 from pinchpoint.trace.run import Environment, Probes, ProcessInfo, RankData, Run
@@ -25,6 +26,8 @@ class RankAnalysis:
     faults: PageFaults | None = None
     workers: tuple[ProcessInfo, ...] = ()
     probes: Probes = field(default_factory=Probes)
+    traffic: MemoryTraffic | None = None
+    """Elementwise memory traffic and fusion chains in the op window."""
     stacks: StackSummary | None = None
     """Where the Python stack samples landed (`pinchpoint run --stacks`)."""
 
@@ -67,6 +70,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         workers=tuple(p for p in rank.processes if p is not main),
         probes=rank.probes,
         stacks=stacks,
+        traffic=memory_traffic(rank.opwindow) if rank.opwindow is not None else None,
     )
 
 

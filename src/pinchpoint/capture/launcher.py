@@ -21,7 +21,7 @@ from pinchpoint.capture import environment
 from pinchpoint.capture.agent import OPWINDOW_ENV, RUN_DIR_ENV
 from pinchpoint.capture.opwindow import RECORDER_ENV
 from pinchpoint.capture.sampler import DEFAULT_INTERVAL_S, spawn_sampler, stop_sampler
-from pinchpoint.capture.stacks import STACKS_ENV, spawn_stack_sampler, stop_stack_sampler
+from pinchpoint.capture.stacks import DEFAULT_RATE_HZ, STACKS_ENV, spawn_stack_sampler, stop_stack_sampler
 from pinchpoint.capture.writer import write_json_atomic
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
@@ -113,6 +113,7 @@ def launch(
     sample_interval_s: float | None = None,
     kineto: bool = False,
     stacks: bool = False,
+    stacks_rate_hz: int | None = None,
 ) -> LaunchResult:
     """Run `command` to completion under capture, writing `run_dir`. Never raises for the child's sake.
 
@@ -127,7 +128,9 @@ def launch(
     meta["child_pid"] = proc.pid
     write_json_atomic(run_dir / "meta.json", meta)
     sampler = spawn_sampler(run_dir, proc.pid, sample_interval_s or DEFAULT_INTERVAL_S)
-    stack_sampler = spawn_stack_sampler(run_dir, proc.pid) if stacks else None
+    stack_sampler = (
+        spawn_stack_sampler(run_dir, proc.pid, stacks_rate_hz or DEFAULT_RATE_HZ) if stacks else None
+    )
 
     def forward(signum: int, frame: Any) -> None:
         if proc.poll() is None:

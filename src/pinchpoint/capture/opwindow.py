@@ -204,15 +204,42 @@ def _heaviest_matmul(prof: Any) -> tuple[int, int, int] | None:
 
 
 def run_probes(torch: Any, shape: tuple[int, int, int] | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"dispatch_ns_per_op": None, "matmul": [], "page_fault_ns": None}
+    out: dict[str, Any] = {
+        "dispatch_ns_per_op": None,
+        "matmul": [],
+        "page_fault_ns": None,
+        "memory_bytes_per_s": None,
+    }
     with contextlib.suppress(Exception):
         out["dispatch_ns_per_op"] = _probe_dispatch(torch)
+    with contextlib.suppress(Exception):
+        out["memory_bytes_per_s"] = _probe_memory_bandwidth(torch)
     with contextlib.suppress(Exception):
         out["page_fault_ns"] = _probe_page_faults()
     if shape is not None:
         with contextlib.suppress(Exception):
             out["matmul"] = _probe_matmul(torch, shape)
     return out
+
+
+BANDWIDTH_PROBE_BYTES = 64 << 20
+"""Copied to measure memory bandwidth: beyond the last-level cache of the CPUs this runs on."""
+
+
+def _probe_memory_bandwidth(torch: Any) -> float:
+    """Bytes read + written per second by a large tensor copy (with the program's threads), the
+    memory speed elementwise ops can reach here; ~10 ms."""
+    with torch.no_grad():
+        src = torch.ones(BANDWIDTH_PROBE_BYTES // 4)
+        dst = torch.empty_like(src)
+        dst.copy_(src)
+        samples = []
+        for _ in range(5):
+            t0 = time.perf_counter_ns()
+            dst.copy_(src)
+            samples.append(time.perf_counter_ns() - t0)
+    samples.sort()
+    return 2 * BANDWIDTH_PROBE_BYTES / (samples[len(samples) // 2] / 1e9)
 
 
 def _probe_dispatch(torch: Any) -> int:

@@ -22,9 +22,11 @@ STACKS_ENV = "PINCHPOINT_STACKS"
 FOLDED_FILE = "stacks.folded"
 META_FILE = "stacks.json"
 LOG_FILE = "stacks.log"
-DEFAULT_RATE_HZ = 100
-"""py-spy's default: a sample every 10 ms per thread; at ≤ 100 Hz its cost is at noise level
-(../shared/research/python-profilers.md)."""
+DEFAULT_RATE_HZ = 20
+"""Samples per second. Each sample costs the program ~0.7 ms of a core on the reference machine
+(2 cores, both busy): measured in one process with py-spy paused and resumed in blocks
+(`benchmarks/hooks_inprocess.py --part stacks`), 100 Hz (py-spy's default) slowed steps by 6.6-7.8%,
+50 Hz by 4.4-5.6%, 20 Hz by ~2%. Twenty a second still gives a thousand samples a minute."""
 
 
 def find_py_spy() -> str | None:

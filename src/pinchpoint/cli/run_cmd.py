@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pinchpoint.errors import PinchpointError, UsageError
 
-VALUE_OPTIONS = {"-o", "--out", "--json", "--opwindow", "--interval"}
+VALUE_OPTIONS = {"-o", "--out", "--json", "--opwindow", "--interval", "--stacks-rate"}
 FLAG_OPTIONS = {"--force", "--quiet", "-q", "--no-color", "--kineto", "--stacks", "-h", "--help"}
 
 
@@ -43,8 +43,15 @@ class RunCommand:
         parser.add_argument(
             "--stacks",
             action="store_true",
-            help="sample Python stacks of the program and its DataLoader workers with py-spy (100 Hz); "
-            "writes flamegraph.svg and stacks.speedscope.json and names the hottest functions",
+            help="sample Python stacks of the program and its DataLoader workers with py-spy; writes "
+            "flamegraph.svg and stacks.speedscope.json and names the hottest functions (~2%% slower at 20 Hz)",
+        )
+        parser.add_argument(
+            "--stacks-rate",
+            type=int,
+            default=None,
+            metavar="HZ",
+            help="stack samples per second (default 20)",
         )
         parser.add_argument(
             "--interval", type=float, default=None, help="system sampling interval, seconds (default 0.5)"
@@ -65,7 +72,8 @@ class RunCommand:
             opwindow=args.opwindow,
             sample_interval_s=args.interval,
             kineto=args.kineto,
-            stacks=args.stacks,
+            stacks=args.stacks or args.stacks_rate is not None,
+            stacks_rate_hz=args.stacks_rate,
         )  # interval None: the sampler's default
         if not result.started:
             shutil.rmtree(run_dir, ignore_errors=True)

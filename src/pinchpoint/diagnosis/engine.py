@@ -15,6 +15,7 @@ from pinchpoint.diagnosis.rules.base import Rule, ms, pct, speedup_removing
 MISSING_DATA = {
     "steps": "no steps were recorded (no optimizer step, model call or prof.step() was seen)",
     "ops": "needs an op window (the run had too few steps, or it was turned off)",
+    "traffic": "needs an op window with tensor shapes (the run had too few steps, or it was turned off)",
     "loader": "the DataLoader's fetch activity was not recorded",
     "cpu": "needs system samples over the steps (run too short?)",
     "memory": "needs RSS at five or more steps",
@@ -37,26 +38,37 @@ def _missing(rule: Rule, rank: RankAnalysis) -> list[str]:
 def sort_key(f: Finding) -> tuple[float, int, float]:
     # Biggest predicted gain first; among equal gains, problems before the "compute-bound" summary
     # (which has no fix to gain from), then by share.
-    informational = f.estimated_speedup <= 1.0 and f.share > 0 and f.id.value == "compute.math"
+    informational = (
+        f.estimated_speedup <= 1.0 and f.share > 0 and f.id.value in ("compute.math", "compute.memory")
+    )
     return (-round(f.estimated_speedup, 3), 1 if informational else 0, -f.share)
 
 
 def _net_compute_summary(by_id: dict[str, Finding]) -> None:
     """The "compute-bound" summary counts every millisecond of forward, backward and optimizer; when
-    per-op overhead (host.dispatch) was found inside those phases, that part is not math: take it off,
-    so the shares of one step add up."""
+    per-op overhead (host.dispatch) or memory-bound elementwise work (compute.memory) was found inside
+    those phases, that part is not math: take it off, so the shares of one step add up."""
     compute = by_id.get(Category.COMPUTE_MATH.value)
-    dispatch = by_id.get(Category.HOST_DISPATCH.value)
-    if compute is None or dispatch is None or compute.estimated_speedup > 1.0:
+    if compute is None or compute.estimated_speedup > 1.0:
         return
-    share = max(0.0, compute.share - dispatch.share)
+    share = compute.share
+    notes = []
+    for cid, what in (
+        (Category.HOST_DISPATCH, "per-op overhead"),
+        (Category.COMPUTE_MEMORY, "memory-bound elementwise work"),
+    ):
+        other = by_id.get(cid.value)
+        if other is not None:
+            share = max(0.0, share - other.share)
+            notes.append(f"{pct(other.share)} {what} ({cid.value})")
+    if not notes:
+        return
     by_id[Category.COMPUTE_MATH.value] = replace(
         compute,
         share=share,
         evidence=(
             *compute.evidence,
-            f"{pct(dispatch.share)} of the step is per-op overhead inside those phases (host.dispatch): "
-            f"the math itself is {pct(share)}",
+            f"Of those phases, {' and '.join(notes)}: the math itself is {pct(share)} of the step",
         ),
     )
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pinchpoint.diagnosis.rules.base import Rule
-from pinchpoint.diagnosis.rules.compute import ComputeMath
+from pinchpoint.diagnosis.rules.compute import ComputeMath, ComputeMemory
 from pinchpoint.diagnosis.rules.cpu import CpuOversubscription, CpuUnderuse
 from pinchpoint.diagnosis.rules.host import HostDispatch, HostPython
 from pinchpoint.diagnosis.rules.input import InputFetch, InputPreprocess
@@ -16,6 +16,7 @@ RULES: tuple[Rule, ...] = (
     HostPython(),
     HostDispatch(),
     ComputeMath(),
+    ComputeMemory(),
     CpuOversubscription(),
     CpuUnderuse(),
     IoCheckpoint(),

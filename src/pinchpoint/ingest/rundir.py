@@ -392,10 +392,14 @@ def _probes(o: dict[str, Any]) -> Probes:
             if min(a, b, c) > 0:
                 mm.append(MatmulProbe(shape=(a, b, c), dtype=str(m.get("dtype")), ns=ns))
     fault_ns = _int(o.get("page_fault_ns"))
+    bw = o.get("memory_bytes_per_s")
     return Probes(
         dispatch_ns_per_op=_int(o.get("dispatch_ns_per_op")),
         matmul=tuple(mm),
         page_fault_ns=fault_ns if fault_ns is not None and fault_ns > 0 else None,
+        memory_bytes_per_s=float(bw)
+        if isinstance(bw, (int, float)) and math.isfinite(bw) and bw > 0
+        else None,
     )
 
 

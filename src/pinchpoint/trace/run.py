@@ -192,6 +192,8 @@ class Probes:
     dispatch_ns_per_op: int | None = None
     matmul: tuple[MatmulProbe, ...] = ()
     page_fault_ns: int | None = None
+    memory_bytes_per_s: float | None = None
+    """Bytes read + written per second copying a large tensor on this machine, at the op window."""
     """Wall-clock cost of one minor page fault on a fresh tensor, with the program's threads."""
 
 

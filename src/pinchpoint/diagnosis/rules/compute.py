@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
+from pinchpoint.analysis.roofline import Chain
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding
 from pinchpoint.diagnosis.rules.base import ms, pct
@@ -19,6 +20,13 @@ rules-catalog §5b, and XProf's lower-precision suggestion, §1e)."""
 COMPUTE_BOUND_SHARE = 0.50
 """Forward + backward + optimizer above half the step: the step is compute-bound (XProf §1e)."""
 BF16_UNITS = ("amx_bf16", "avx512_bf16", "sme", "bf16")
+MEMORY_BOUND_SHARE_MIN = 0.10
+"""Elementwise ops on large tensors above 10% of the step (XProf flags memory-bound op time,
+rules-catalog §1e; HTA/DLProf name fusion candidates the same way)."""
+FUSION_GAIN_MIN = 1.10
+"""Predict a gain from fusing only when the chains would give back at least ~10% of the step; below
+that the finding says where the memory time goes and claims no speedup (an optimizer's update and
+autocast's casts are elementwise too, in any healthy program)."""
 AUTOCAST_OVERHEAD = 1.15
 """Autocast adds casts around each matmul; the probe's pure matmul ratio is scaled by this."""
 
@@ -54,11 +62,17 @@ class ComputeMath:
         ]
         if autocast:
             evidence.append(f"Autocast runs matmuls in {autocast} already")
-        if ops is not None and ops.matmul_flops_per_step and ops.window_step_ns:
-            gflops = ops.matmul_flops_per_step / ops.window_step_ns
-            evidence.append(
-                f"Matmuls do {ops.matmul_flops_per_step / 1e9:.2f} GFLOP per step (≥ {gflops:.0f} GFLOP/s)"
-            )
+        if ops is not None and ops.matmul_flops_per_step and steps.mean_ns:
+            achieved = ops.matmul_flops_per_step / (steps.mean_ns / 1e9)
+            line = f"Matmuls do {ops.matmul_flops_per_step / 1e9:.2f} GFLOP per step: {achieved / 1e9:.0f} GFLOP/s"
+            peak = _probe_flops(rank, "bfloat16" if autocast == "bfloat16" else "float32")
+            if peak:
+                line += (
+                    f" over the whole step, {pct(achieved / peak)} of what this machine's matmuls reach in "
+                    f"{'bf16' if autocast == 'bfloat16' else 'fp32'} ({peak / 1e9:.0f} GFLOP/s measured on the "
+                    "window's heaviest matmul shape)"
+                )
+            evidence.append(line)
         yield Finding(
             id=self.id,
             title=f"Compute-bound: the step is model math ({dtype})",
@@ -113,9 +127,97 @@ class ComputeMath:
         )
 
 
+def _probe_flops(rank: RankAnalysis, dtype: str) -> float | None:
+    """FLOP/s of the matmul probe in `dtype` (the window's heaviest matmul shape, this machine)."""
+    for m in rank.probes.matmul:
+        if m.dtype == dtype and m.ns > 0:
+            a, b, c = m.shape
+            return 2 * a * b * c / (m.ns / 1e9)
+    return None
+
+
 def _probe_gain(rank: RankAnalysis) -> float:
     """fp32/bf16 time ratio the matmul probe measured; assumed worthwhile (inf) when not probed."""
     probe = {m.dtype: m.ns for m in rank.probes.matmul if m.ns > 0}
     if probe.get("float32") and probe.get("bfloat16"):
         return probe["float32"] / probe["bfloat16"]
     return float("inf")
+
+
+class ComputeMemory:
+    """Pattern: elementwise ops on large tensors take a large part of the step; runs of them over the same
+    tensor (an activation or normalisation written out in tensor ops, and their backward).
+    Why it's slow: each op reads and writes the whole tensor at memory speed for ~1 operation per
+    element; a chain of k ops moves the tensor through memory k times where one pass would do.
+    Fix: the fused op (F.gelu(approximate="tanh"), F.silu, F.layer_norm, ...) or torch.compile.
+    Reference: rules-catalog §1e (memory-bound ops), §6 (fusion candidates).
+    """
+
+    id: ClassVar[Category] = Category.COMPUTE_MEMORY
+    title: ClassVar[str] = "Memory-bound elementwise ops: chains that fusion would collapse"
+    requires: ClassVar[frozenset[str]] = frozenset({"steps", "traffic"})
+
+    def check(self, env: Environment, rank: RankAnalysis) -> Iterable[Finding]:
+        steps, traffic = rank.steps, rank.traffic
+        if steps is None or traffic is None or steps.mean_ns <= 0:
+            return
+        step_ns = steps.mean_ns
+        share = min(1.0, traffic.elementwise_ns_per_step / step_ns)
+        if share < MEMORY_BOUND_SHARE_MIN:
+            return
+        rate = traffic.achieved_bytes_per_s
+        evidence = [
+            f"Elementwise ops on large tensors take {pct(share)} of the step "
+            f"({ms(traffic.elementwise_ns_per_step)}): {traffic.elementwise_ops_per_step:.0f} ops per step moving "
+            f"{traffic.bytes_per_step / 1e9:.2f} GB at {rate / 1e9:.1f} GB/s"
+            + (
+                f" (this machine copies memory at {rank.probes.memory_bytes_per_s / 1e9:.1f} GB/s, measured)"
+                if rank.probes.memory_bytes_per_s
+                else ""
+            )
+        ]
+        if traffic.top_ops:
+            evidence.append(
+                "Most of it: " + ", ".join(f"{name} {ms(ns)}" for name, ns in traffic.top_ops) + " per step"
+            )
+        saving = min(traffic.fusion_saving_ns_per_step, 0.95 * step_ns)
+        speedup = step_ns / (step_ns - saving) if saving > 0 else 1.0
+        fusable = speedup >= FUSION_GAIN_MIN
+        for c in traffic.chains[:2] if fusable else ():
+            evidence.append(_chain_line(c))
+        if fusable:
+            evidence.append(
+                f"Fused, each chain would read and write its tensor once, like its slowest op alone: "
+                f"{ms(traffic.chain_ns_per_step)} → {ms(traffic.chain_ns_per_step - saving)} per step"
+            )
+        yield Finding(
+            id=self.id,
+            title=self.title if fusable else "Memory-bound elementwise ops (no long chain to fuse)",
+            share=share,
+            estimated_speedup=max(1.0, speedup) if fusable else 1.0,
+            confidence=Confidence.HIGH if fusable else Confidence.MEDIUM,
+            evidence=tuple(evidence),
+            fix=(
+                "Fuse the chains: use the framework's fused op for the function they spell out "
+                "(F.gelu(x, approximate='tanh'), F.silu, F.layer_norm, F.scaled_dot_product_attention), "
+                "or torch.compile the module so its elementwise ops run as one kernel; prefer in-place "
+                "ops where autograd allows."
+                if fusable
+                else "The elementwise time is spread over single ops, not long chains: little to gain from "
+                "fusing by hand. torch.compile can still merge neighbours; a fused optimizer "
+                "(AdamW(..., fused=True)) does its update in one pass."
+            ),
+            snippet=(
+                "h = torch.nn.functional.gelu(h, approximate='tanh')  # one kernel, not ~9\n"
+                "# or: model = torch.compile(model)"
+                if fusable
+                else None
+            ),
+            ranks=(rank.rank,),
+        )
+
+
+def _chain_line(c: Chain) -> str:
+    names = ", ".join(c.ops) if len(c.ops) <= 12 else ", ".join(c.ops[:11]) + f", … ({len(c.ops)} ops)"
+    shape = "×".join(str(d) for d in c.shape)
+    return f"{len(c.ops)} elementwise ops in a row on {shape} ({c.dtype}) tensors: {names} — {ms(c.ns_per_step)} per step"

@@ -1,0 +1,71 @@
+"""Memory traffic of the op window: elementwise time, bytes and the fusion chains."""
+
+from __future__ import annotations
+
+from pinchpoint.analysis.roofline import memory_traffic, op_bytes
+from pinchpoint.trace.run import OpEvent, OpWindow
+
+BIG = (32, 512, 256)  # 4 Mi elements
+F32 = "float"
+
+
+def _op(
+    name: str, start: int, dur: int, dims: list[tuple[int, ...]], types: list[str] | None = None
+) -> OpEvent:
+    return OpEvent(
+        name=name, start_ns=start, dur_ns=dur, tid=1, depth=0,
+        input_types=tuple(types or [F32 if d else "Scalar" for d in dims]), input_dims=tuple(dims),
+    )  # fmt: skip
+
+
+def _gelu_step(t0: int) -> list[OpEvent]:
+    """One step's forward of a written-out GELU between two matmuls (the shape of compute_memory.py)."""
+    ops = [_op("aten::addmm", t0, 500_000, [(256,), (16384, 64), (64, 256)])]
+    t = t0 + 500_000
+    for name, dims in (
+        ("aten::mul", [BIG, ()]), ("aten::mul", [BIG, BIG]), ("aten::mul", [BIG, BIG]), ("aten::mul", [BIG, ()]),
+        ("aten::add", [BIG, BIG, ()]), ("aten::mul", [BIG, ()]), ("aten::tanh", [BIG]), ("aten::add", [BIG, ()]),
+        ("aten::mul", [BIG, BIG]),
+    ):  # fmt: skip
+        dur = 3_000_000 if name == "aten::tanh" else 1_000_000
+        ops.append(_op(name, t, dur, dims))
+        t += dur
+    ops.append(_op("aten::add", t, 5_000, [(4, 4), (4, 4)]))  # small: not memory work
+    ops.append(_op("aten::addmm", t + 10_000, 500_000, [(64,), (16384, 256), (256, 64)]))
+    return ops
+
+
+def test_op_bytes_reads_inputs_and_writes_the_broadcast_output() -> None:
+    n = 32 * 512 * 256
+    assert op_bytes(_op("aten::mul", 0, 1, [BIG, ()])) == 2 * n * 4
+    assert op_bytes(_op("aten::add", 0, 1, [BIG, BIG, ()])) == 3 * n * 4
+    assert op_bytes(_op("aten::add", 0, 1, [BIG, (256,)])) == 2 * n * 4 + 256 * 4
+    assert op_bytes(_op("aten::mul", 0, 1, [BIG, ()], ["c10::BFloat16", "Scalar"])) == 2 * n * 2
+
+
+def test_a_written_out_activation_is_one_chain_and_fusing_it_keeps_its_slowest_op() -> None:
+    ops = _gelu_step(0) + _gelu_step(50_000_000)
+    t = memory_traffic(OpWindow(steps=2, start_ns=0, end_ns=100_000_000, ops=tuple(ops)))
+    assert t is not None
+    assert t.elementwise_ops_per_step == 9
+    assert t.elementwise_ns_per_step == 11_000_000
+    assert len(t.chains) == 1  # the same chain in both steps, merged
+    c = t.chains[0]
+    assert c.ops == ("mul", "mul", "mul", "mul", "add", "mul", "tanh", "add", "mul")
+    assert c.shape == BIG and c.dtype == F32
+    assert c.ns_per_step == 11_000_000 and c.fused_ns_per_step == 3_000_000
+    assert t.fusion_saving_ns_per_step == 8_000_000
+    n = 32 * 512 * 256
+    assert t.bytes_per_step == n * 4 * (2 + 3 + 3 + 2 + 3 + 2 + 2 + 2 + 3)
+
+
+def test_ops_on_other_tensors_or_small_ones_break_a_chain() -> None:
+    other = (32, 512, 64)
+    ops = [
+        _op("aten::mul", 0, 10, [BIG, ()]), _op("aten::add", 10, 10, [BIG, ()]),
+        _op("aten::mul", 20, 10, [other, ()]), _op("aten::tanh", 30, 10, [other]),
+        _op("aten::mm", 40, 10, [(64, 64), (64, 64)]), _op("aten::tanh", 50, 10, [other]),
+        _op("aten::neg", 60, 10, [(8, 8)]),
+    ]  # fmt: skip
+    t = memory_traffic(OpWindow(steps=1, start_ns=0, end_ns=100, ops=tuple(ops)))
+    assert t is not None and t.chains == () and t.elementwise_ops_per_step == 5
