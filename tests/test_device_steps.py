@@ -47,7 +47,16 @@ class _Event:
 class _Torch:
     def __init__(self, gpu: _Gpu) -> None:
         _Event.gpu = gpu
-        self.cuda = type("cuda", (), {"Event": _Event})
+        self.allocated = 0
+        self.cuda = type(
+            "cuda",
+            (),
+            {
+                "Event": _Event,
+                "memory_allocated": staticmethod(lambda: self.allocated),
+                "memory_reserved": staticmethod(lambda: 2 * self.allocated),
+            },
+        )
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
@@ -56,16 +65,18 @@ def _rows(path: Path) -> list[dict[str, Any]]:
 
 def test_device_steps_are_written_as_the_gpu_reaches_them_and_never_waited_for(tmp_path: Path) -> None:
     gpu = _Gpu()
-    clock = DeviceStepClock(_Torch(gpu), tmp_path)
+    torch = _Torch(gpu)
+    clock = DeviceStepClock(torch, tmp_path)
     for step in range(5):  # the host enqueues 30 ms of GPU work per step, far ahead of the GPU
         gpu.enqueue(30.0)
+        torch.allocated = (step + 1) << 20  # the allocator's counter when the host ended the step
         clock.mark(step)
     assert not (tmp_path / FILE).exists() or _rows(tmp_path / FILE) == []  # nothing reached yet
     gpu.now_ms = 95.0  # the GPU has finished steps 0-2
     clock.drain()
     assert _rows(tmp_path / FILE) == [
-        {"step": 1, "device_ns": 30_000_000},
-        {"step": 2, "device_ns": 30_000_000},
+        {"step": 1, "device_ns": 30_000_000, "cuda_allocated": 2 << 20, "cuda_reserved": 4 << 20},
+        {"step": 2, "device_ns": 30_000_000, "cuda_allocated": 3 << 20, "cuda_reserved": 6 << 20},
     ]
     clock.close()  # steps 3 and 4 are still queued: dropped, not waited for
     assert [r["step"] for r in _rows(tmp_path / FILE)] == [1, 2]
@@ -74,8 +85,22 @@ def test_device_steps_are_written_as_the_gpu_reaches_them_and_never_waited_for(t
 def test_a_run_with_device_steps_reports_the_gpu_step_time(tmp_path: Path) -> None:
     run = write_minimal_run_dir(tmp_path / "run", n_steps=12)
     # The host steps of the minimal run are 100 ms; say the GPU needed 250 ms for each.
-    write_jsonl(run / "ranks" / "rank0" / FILE, [{"step": i, "device_ns": 250_000_000} for i in range(12)])
-    steps = report_run_dir(run)["steps"]
+    write_jsonl(
+        run / "ranks" / "rank0" / FILE,
+        [
+            {
+                "step": i,
+                "device_ns": 250_000_000,
+                "cuda_allocated": (100 + i) << 20,
+                "cuda_reserved": 300 << 20,
+            }
+            for i in range(12)
+        ],
+    )
+    report = report_run_dir(run)
+    steps = report["steps"]
+    cuda = report["ranks"][0]["memory"]["cuda"]
+    assert (cuda["peak_reserved_mib"], cuda["last_allocated_mib"]) == (300.0, 111.0)
     assert steps["timed_on"] == "gpu"
     assert steps["median_ms"] == pytest.approx(250.0)
     assert steps["host_median_ms"] == pytest.approx(100.0)

@@ -73,7 +73,7 @@ from pinchpoint.diagnosis.rules.memory import (
     LEAK_MIN_R2,
     LEAK_MIN_SLOPE,
 )
-from pinchpoint.trace.run import Environment, OpEvent, OpWindow, Probes, Role
+from pinchpoint.trace.run import Environment, LiveTensors, OpEvent, OpWindow, Probes, Role, TensorGroup
 
 STEP_MS = 100.0
 EPS = 0.001  # a tenth of a millisecond in a 100 ms step
@@ -602,6 +602,26 @@ IO_CHECKPOINT = {
 
 _GROWING = {"slope": 8 * MIB, "growth": 160 * MIB, "r2": 0.99}
 
+
+def _live_probes(before: int, after: int) -> Probes:
+    """Live-tensor snapshots where each step kept one 2 MiB bf16 logits tensor and one scalar loss."""
+
+    def snap(n: int) -> LiveTensors:
+        return LiveTensors(
+            count=50 + 2 * n, bytes=100 * MIB + n * 2 * MIB, with_graph=2 * n, graph_bytes=n * 2 * MIB,
+            graph_groups=(
+                TensorGroup(shape=(32, 32, 1000), dtype="bfloat16", grad_fn="ViewBackward0", count=n, bytes=n * 2 * MIB),
+                TensorGroup(shape=(), dtype="float32", grad_fn="NllLossBackward0", count=n, bytes=4 * n),
+            ),
+        )  # fmt: skip
+
+    return Probes(live_before=snap(before), live_after=snap(after), window_steps=3)
+
+
+def _assert(ok: bool, what: object) -> None:
+    assert ok, what
+
+
 MEMORY_LEAK = {
     "steady-growth": Case(
         rank_of({}, memory=make_memory(**_GROWING)),
@@ -627,6 +647,21 @@ MEMORY_LEAK = {
         rank_of({}, memory=make_memory(**{**_GROWING, "r2": LEAK_MIN_R2 - EPS})), False
     ),
     "no-trend": Case(rank_of({}), False),
+    # Between-step snapshots of live tensors at the op window's edges name the culprit.
+    "kept-graphs-named": Case(
+        rank_of({}, memory=make_memory(**_GROWING), probes=_live_probes(before=10, after=13)),
+        True,
+        evidence=(
+            "went 20 → 26 over the 3 op-window steps (+2.0 per step, +2.00 MiB of their storage per step",
+            "32×32×1000 bfloat16 (ViewBackward0) +1.0; scalar float32 (NllLossBackward0) +1.0",
+        ),
+        check=lambda f: _assert("loss.item()" in f.fix and "detach" in f.fix, f.fix),
+    ),
+    "graphs-not-growing": Case(
+        rank_of({}, memory=make_memory(**_GROWING), probes=_live_probes(before=10, after=10)),
+        True,
+        evidence=("did not accumulate across the op window (20 → 20)",),
+    ),
 }
 
 
@@ -670,7 +705,6 @@ MEMORY_PRESSURE = {
     ),
     "no-counts": Case(rank_of({}), False),
 }
-
 
 
 def _traffic(elementwise_ms: float, chains: tuple[tuple[float, float], ...] = ()) -> MemoryTraffic:

@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pinchpoint.trace.run import Step
+from pinchpoint.trace.run import Probes, Step
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,4 +126,78 @@ def memory_trend(steps: Sequence[Step]) -> MemoryTrend | None:
         last_rss_bytes=points[-1][1],
         slope_bytes_per_step=slope,
         r2=r2,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupGrowth:
+    shape: tuple[int, ...]
+    dtype: str
+    grad_fn: str
+    per_step: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GraphGrowth:
+    """How the tensors that carry autograd history grew across the op window (between-step snapshots)."""
+
+    steps: int
+    before: int
+    after: int
+    bytes_per_step: float
+    groups: tuple[GroupGrowth, ...] = ()
+    """The groups (shape, dtype, grad_fn) that grew, most per step first."""
+
+    @property
+    def per_step(self) -> float:
+        return (self.after - self.before) / self.steps
+
+
+def graph_growth(probes: Probes) -> GraphGrowth | None:
+    before, after, steps = probes.live_before, probes.live_after, probes.window_steps
+    if before is None or after is None or not steps or steps <= 0:
+        return None
+    counts: dict[tuple[tuple[int, ...], str, str], int] = {}
+    for g in after.graph_groups:
+        counts[(g.shape, g.dtype, g.grad_fn)] = counts.get((g.shape, g.dtype, g.grad_fn), 0) + g.count
+    for g in before.graph_groups:
+        counts[(g.shape, g.dtype, g.grad_fn)] = counts.get((g.shape, g.dtype, g.grad_fn), 0) - g.count
+    grew = sorted(((k, n / steps) for k, n in counts.items() if n > 0), key=lambda kv: -kv[1])
+    return GraphGrowth(
+        steps=steps,
+        before=before.with_graph,
+        after=after.with_graph,
+        bytes_per_step=(after.graph_bytes - before.graph_bytes) / steps,
+        groups=tuple(GroupGrowth(shape=k[0], dtype=k[1], grad_fn=k[2], per_step=v) for k, v in grew[:3]),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CudaMemory:
+    """The CUDA caching allocator over the steps (counters read at each step's end)."""
+
+    steps: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    last_allocated_bytes: int
+    device_total_bytes: int | None = None
+
+    @property
+    def reserved_fraction(self) -> float | None:
+        """Peak reserved memory as a fraction of the device: near 1 means OOM risk."""
+        if not self.device_total_bytes:
+            return None
+        return self.peak_reserved_bytes / self.device_total_bytes
+
+
+def cuda_memory(steps: Sequence[Step], device_total_bytes: int | None = None) -> CudaMemory | None:
+    seen = [s for s in steps if s.cuda_allocated_bytes is not None and s.cuda_reserved_bytes is not None]
+    if not seen:
+        return None
+    return CudaMemory(
+        steps=len(seen),
+        peak_allocated_bytes=max(s.cuda_allocated_bytes or 0 for s in seen),
+        peak_reserved_bytes=max(s.cuda_reserved_bytes or 0 for s in seen),
+        last_allocated_bytes=seen[-1].cuda_allocated_bytes or 0,
+        device_total_bytes=device_total_bytes,
     )

@@ -6,7 +6,14 @@ from dataclasses import dataclass, field
 
 from pinchpoint.analysis.cpu import CpuUsage, cpu_usage
 from pinchpoint.analysis.loader import LoaderActivity, loader_activity
-from pinchpoint.analysis.memory import MemoryTrend, PageFaults, memory_trend, page_faults
+from pinchpoint.analysis.memory import (
+    CudaMemory,
+    MemoryTrend,
+    PageFaults,
+    cuda_memory,
+    memory_trend,
+    page_faults,
+)
 from pinchpoint.analysis.ops import OpStats, op_stats
 from pinchpoint.analysis.roofline import MemoryTraffic, memory_traffic
 from pinchpoint.analysis.stacks import StackSummary, stack_summary
@@ -26,6 +33,8 @@ class RankAnalysis:
     faults: PageFaults | None = None
     workers: tuple[ProcessInfo, ...] = ()
     probes: Probes = field(default_factory=Probes)
+    cuda_memory: CudaMemory | None = None
+    """The CUDA allocator's counters at step ends (CUDA programs)."""
     traffic: MemoryTraffic | None = None
     """Elementwise memory traffic and fusion chains in the op window."""
     stacks: StackSummary | None = None
@@ -71,6 +80,10 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         probes=rank.probes,
         stacks=stacks,
         traffic=memory_traffic(rank.opwindow) if rank.opwindow is not None else None,
+        cuda_memory=cuda_memory(
+            rank.steps,
+            main.cuda_devices[0].total_memory_bytes if main is not None and main.cuda_devices else None,
+        ),
     )
 
 

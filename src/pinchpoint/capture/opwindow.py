@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pinchpoint.capture import opcensus
+from pinchpoint.capture.live_tensors import live_tensors
 from pinchpoint.capture.writer import write_json_atomic
 
 DISPATCH_PROBE_OPS = 2000
@@ -46,6 +47,7 @@ class OpWindow:
         self.on_cuda = False
         """The program had initialised CUDA when the window began: kernels and copies are recorded too."""
         self._step_range: Any = None
+        self._live_before: dict[str, Any] | None = None
 
     def disable(self) -> None:
         self.done = True
@@ -92,6 +94,8 @@ class OpWindow:
 
     def _start(self, torch: Any) -> None:
         self.on_cuda = _cuda_in_use(torch)
+        with contextlib.suppress(Exception):
+            self._live_before = live_tensors(torch)
         if (
             not self.on_cuda
             and os.environ.get(RECORDER_ENV, "census") != "kineto"
@@ -139,7 +143,9 @@ class OpWindow:
             # On a CUDA program the matmuls run on the device: a CPU matmul probe would answer the
             # wrong question (the device's ceilings come from `pinchpoint calibrate`).
             shape = None if self.on_cuda else _heaviest_matmul(prof)
+            live = self._live_after(torch)
             probes = run_probes(torch, shape)
+            probes["live_tensors"] = live
             probes["device"] = "cuda" if self.on_cuda else "cpu"
             probes["window_steps"] = self.spec[1] if self.spec else None
             # Kineto stamps events in wall-clock time (baseTimeNanoseconds + ts); this pair maps
@@ -157,12 +163,23 @@ class OpWindow:
             events = census.stop()
             self.rank_dir.mkdir(parents=True, exist_ok=True)
             opcensus.write_trace(self.rank_dir / "opwindow.json", events)
+            live = self._live_after(torch)
             probes = run_probes(torch, opcensus.heaviest_matmul(events))
+            probes["live_tensors"] = live
             probes["device"] = "cpu"
             probes["recorder"] = "census"
             probes["window_steps"] = self.spec[1] if self.spec else None
             probes["clock"] = {"wall_time_ns": time.time_ns(), "monotonic_ns": time.monotonic_ns()}
             write_json_atomic(self.rank_dir / "probes.json", probes)
+
+    def _live_after(self, torch: Any) -> dict[str, Any] | None:
+        """Live tensors at the window's two edges ({"before", "after", "steps"}), or None."""
+        if self._live_before is None or self.spec is None:
+            return None
+        try:
+            return {"before": self._live_before, "after": live_tensors(torch), "steps": self.spec[1]}
+        except Exception:
+            return None
 
 
 def _cuda_in_use(torch: Any) -> bool:

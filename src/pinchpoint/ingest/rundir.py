@@ -25,6 +25,7 @@ from pinchpoint.trace.run import (
     Fetch,
     GpuSample,
     Interval,
+    LiveTensors,
     LoaderConfig,
     MatmulProbe,
     Phase,
@@ -38,6 +39,7 @@ from pinchpoint.trace.run import (
     Step,
     StepKind,
     SystemSample,
+    TensorGroup,
     ThreadSettings,
     TorchBuild,
 )
@@ -222,17 +224,25 @@ def _environment(o: dict[str, Any]) -> Environment:
 def _rank(d: Path, warnings: list[str]) -> RankData:
     rank = _rank_number(d)
     device_ns: dict[int, int] = {}
+    cuda_mem: dict[int, tuple[int | None, int | None]] = {}
     if (d / "device_steps.jsonl").is_file():
         for o in _jsonl(d / "device_steps.jsonl", warnings):
             n, ns = _int(o.get("step")), _int(o.get("device_ns"))
             if n is not None and ns is not None and ns >= 0:
                 device_ns[n] = ns
+                cuda_mem[n] = (_int(o.get("cuda_allocated")), _int(o.get("cuda_reserved")))
     steps = []
     for o in _jsonl(d / "steps.jsonl", warnings):
         step = _step(o)
         if step is not None:
             if step.index in device_ns:
-                step = replace(step, device_ns=device_ns[step.index])
+                allocated, reserved = cuda_mem.get(step.index, (None, None))
+                step = replace(
+                    step,
+                    device_ns=device_ns[step.index],
+                    cuda_allocated_bytes=allocated,
+                    cuda_reserved_bytes=reserved,
+                )
             steps.append(step)
     processes = []
     for p in sorted(d.glob("process-*.json")):
@@ -381,6 +391,32 @@ def _fetch(o: dict[str, Any], pid: int) -> Fetch | None:
     )
 
 
+def _live(o: Any) -> LiveTensors | None:
+    if not isinstance(o, dict):
+        return None
+    count, nbytes, graph, graph_bytes = (
+        _int(o.get(k)) for k in ("count", "bytes", "with_graph", "graph_bytes")
+    )
+    if count is None or nbytes is None or graph is None or graph_bytes is None:
+        return None
+    groups = []
+    for item in _list(o.get("graph_groups")):
+        g = _dict(item)
+        shape = [_int(d) for d in _list(g.get("shape"))]
+        n, b = _int(g.get("count")), _int(g.get("bytes"))
+        if n is None or b is None or any(d is None for d in shape):
+            continue
+        groups.append(
+            TensorGroup(
+                shape=tuple(d for d in shape if d is not None), dtype=str(g.get("dtype")),
+                grad_fn=str(g.get("grad_fn")), count=n, bytes=b,
+            )
+        )  # fmt: skip
+    return LiveTensors(
+        count=count, bytes=nbytes, with_graph=graph, graph_bytes=graph_bytes, graph_groups=tuple(groups)
+    )
+
+
 def _probes(o: dict[str, Any]) -> Probes:
     mm = []
     for item in _list(o.get("matmul")):
@@ -393,7 +429,11 @@ def _probes(o: dict[str, Any]) -> Probes:
                 mm.append(MatmulProbe(shape=(a, b, c), dtype=str(m.get("dtype")), ns=ns))
     fault_ns = _int(o.get("page_fault_ns"))
     bw = o.get("memory_bytes_per_s")
+    live = _dict(o.get("live_tensors"))
     return Probes(
+        live_before=_live(live.get("before")),
+        live_after=_live(live.get("after")),
+        window_steps=_int(live.get("steps")),
         dispatch_ns_per_op=_int(o.get("dispatch_ns_per_op")),
         matmul=tuple(mm),
         page_fault_ns=fault_ns if fault_ns is not None and fault_ns > 0 else None,

@@ -13,6 +13,7 @@ from pinchpoint.diagnosis.finding import Finding
 from pinchpoint.trace.run import HOST_OTHER, Phase, ProcessInfo, Run
 
 SCHEMA = "pinchpoint.report/1"
+MIB = 1 << 20
 BREAKDOWN_KEYS = (*(p.value for p in Phase), HOST_OTHER)
 
 
@@ -133,6 +134,32 @@ def _loader(rank: RankAnalysis) -> dict[str, Any] | None:
     }
 
 
+def _memory(rank: RankAnalysis) -> dict[str, Any] | None:
+    """Host RSS over the steps and, on CUDA, the caching allocator's peaks."""
+    out: dict[str, Any] = {}
+    if rank.memory is not None:
+        m = rank.memory
+        out["rss"] = {
+            "first_mib": rounded(m.first_rss_bytes / MIB, 1),
+            "last_mib": rounded(m.last_rss_bytes / MIB, 1),
+            "slope_mib_per_step": rounded(m.slope_bytes_per_step / MIB, 3),
+            "r2": rounded(m.r2, 3),
+            "steps": m.steps,
+        }
+    if rank.cuda_memory is not None:
+        c = rank.cuda_memory
+        out["cuda"] = {
+            "peak_allocated_mib": rounded(c.peak_allocated_bytes / MIB, 1),
+            "peak_reserved_mib": rounded(c.peak_reserved_bytes / MIB, 1),
+            "last_allocated_mib": rounded(c.last_allocated_bytes / MIB, 1),
+            "device_total_mib": None
+            if c.device_total_bytes is None
+            else rounded(c.device_total_bytes / MIB, 1),
+            "steps": c.steps,
+        }
+    return out or None
+
+
 def _stacks(rank: RankAnalysis) -> dict[str, Any] | None:
     """Where the Python stack samples of this rank landed: per scope, the hottest functions."""
     if rank.stacks is None:
@@ -174,7 +201,7 @@ def build_report(analysis: RunAnalysis, diagnosis: Diagnosis) -> dict[str, Any]:
         "steps": _steps(first.steps if first else None),
         "breakdown": _breakdown(first.steps if first else None),
         "ranks": [
-            {"rank": r.rank, "steps": _steps(r.steps), "breakdown": _breakdown(r.steps)}
+            {"rank": r.rank, "steps": _steps(r.steps), "breakdown": _breakdown(r.steps), "memory": _memory(r)}
             | ({"stacks": _stacks(r)} if r.stacks is not None else {})
             for r in analysis.ranks
         ],

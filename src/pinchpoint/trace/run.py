@@ -82,6 +82,9 @@ class Step:
     device_ns: int | None = None
     """On a CUDA program: the step as the GPU ran it (between the CUDA events recorded at its
     boundaries). The host's `dur_ns` is only the time to enqueue it when the GPU is the slower side."""
+    cuda_allocated_bytes: int | None = None
+    """The CUDA caching allocator's allocated and reserved bytes at the step's end (CUDA programs)."""
+    cuda_reserved_bytes: int | None = None
 
     @property
     def dur_ns(self) -> int:
@@ -188,13 +191,41 @@ class MatmulProbe:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TensorGroup:
+    """Live tensors with autograd history of one shape, dtype and grad_fn."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    grad_fn: str
+    count: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiveTensors:
+    """Tensors reachable as Python objects at one instant between steps."""
+
+    count: int
+    bytes: int
+    with_graph: int
+    """Of them, tensors that carry autograd history (grad_fn): each keeps its graph alive."""
+    graph_bytes: int
+    graph_groups: tuple[TensorGroup, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Probes:
     dispatch_ns_per_op: int | None = None
     matmul: tuple[MatmulProbe, ...] = ()
     page_fault_ns: int | None = None
+    """Wall-clock cost of one minor page fault on a fresh tensor, with the program's threads."""
     memory_bytes_per_s: float | None = None
     """Bytes read + written per second copying a large tensor on this machine, at the op window."""
-    """Wall-clock cost of one minor page fault on a fresh tensor, with the program's threads."""
+    live_before: LiveTensors | None = None
+    """Tensors alive when the op window began (between two steps)."""
+    live_after: LiveTensors | None = None
+    """... and when it ended, `window_steps` steps later."""
+    window_steps: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

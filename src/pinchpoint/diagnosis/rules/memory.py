@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
+from pinchpoint.analysis.memory import graph_growth
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding
 from pinchpoint.diagnosis.rules.base import ms, pct, speedup_removing
@@ -45,6 +46,24 @@ class MemoryLeak:
             f"Resident memory grows {trend.slope_bytes_per_step / MIB:.2f} MiB per step (R² = {trend.r2:.2f}), "
             f"{trend.first_rss_bytes / MIB:.0f} → {trend.last_rss_bytes / MIB:.0f} MiB over {trend.steps} steps"
         ]
+        graph = graph_growth(rank.probes)
+        kept_graphs = graph is not None and graph.per_step >= GRAPH_GROWTH_MIN
+        if graph is not None and kept_graphs:
+            groups = "; ".join(
+                f"{'×'.join(map(str, g.shape)) or 'scalar'} {g.dtype} ({g.grad_fn}) +{g.per_step:.1f}"
+                for g in graph.groups
+            )
+            evidence.append(
+                f"Tensors that still carry their autograd graph went {graph.before} → {graph.after} over the "
+                f"{graph.steps} op-window steps (+{graph.per_step:.1f} per step, "
+                f"+{graph.bytes_per_step / MIB:.2f} MiB of their storage per step, plus the graph's saved "
+                f"tensors): {groups}. The loop keeps outputs or losses with their graph."
+            )
+        elif graph is not None:
+            evidence.append(
+                f"Tensors with autograd history did not accumulate across the op window ({graph.before} → "
+                f"{graph.after}): the growth is elsewhere (Python objects, caches, a C extension)"
+            )
         if env.memory_bytes:
             left = env.memory_bytes - trend.last_rss_bytes
             evidence.append(
@@ -58,13 +77,21 @@ class MemoryLeak:
             estimated_speedup=1.0,
             confidence=Confidence.HIGH if trend.r2 >= 0.95 else Confidence.MEDIUM,
             evidence=tuple(evidence),
-            fix="Find what the loop keeps per step: tensors appended to a list keep their autograd graph "
-            "alive. Store loss.item() or tensor.detach().cpu(), and clear caches that grow with the step.",
+            fix=(
+                "Keep numbers, not graphs: tensors appended to a list (or summed into a running total) keep "
+                "their autograd graph alive. Store loss.item(), or logits.detach() where the tensor is needed."
+                if kept_graphs
+                else "Find what the loop keeps per step: tensors appended to a list keep their autograd graph "
+                "alive. Store loss.item() or tensor.detach().cpu(), and clear caches that grow with the step."
+            ),
             snippet="history.append(loss.item())   # not history.append(loss)",
             ranks=(rank.rank,),
         )
 
 
+GRAPH_GROWTH_MIN = 0.5
+"""Tensors with autograd history added per step (net, across the op window) that name the culprit: a
+loop that keeps one loss per step adds 1.0; noise between two snapshots is 0."""
 CHURN_MIN_SHARE = 0.05
 """Page faults cost at least 5% of the step (measured faults × measured cost per fault)."""
 CHURN_MIN_FAULTS = 256
