@@ -108,3 +108,21 @@ def test_truth_file_covers_every_example() -> None:
     for example in _example_files():
         assert example.stem in truth, f"examples/TRUTH.md has no measurement for {example.name}"
     assert set(FIX_REMOVES) <= set(truth["two_causes"])
+
+
+def test_memory_leak_names_the_tensors_kept_with_their_graph(tmp_path: Path) -> None:
+    """The live-tensor snapshots at the op window's edges find what memory_leak.py keeps each step: its
+    bf16 logits and its loss, both with their autograd graph."""
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "PINCHPOINT_RUN_DIR"}
+    res = subprocess.run(
+        [sys.executable, "-m", "pinchpoint", "run", "-q", "-o", str(out), str(EXAMPLES / "memory_leak.py"),
+         "--steps", "60"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    leak = next(f for f in report["findings"] if f["id"] == "memory.leak")
+    line = next(e for e in leak["evidence"] if "autograd graph went" in e)
+    assert "32×32×1000 bfloat16 (ViewBackward0) +1.0" in line and "(NllLossBackward0) +1.0" in line, line
+    assert "loss.item()" in leak["fix"]
