@@ -37,6 +37,7 @@ EXAMPLES = {
     "host_dispatch": ("host.dispatch", [("--fix", ["--fix"])]),
     "compute_math": ("compute.math", [("--fix", ["--fix"])]),
     "compute_memory": ("compute.memory", [("--fix", ["--fix"])]),
+    "ddp_straggler": ("imbalance.straggler", [("--fix", ["--fix"])]),
     "cpu_oversubscription": ("cpu.oversubscription", [("--fix", ["--fix"])]),
     "cpu_underuse": ("cpu.underuse", [("--fix", ["--fix"])]),
     "io_checkpoint": ("io.checkpoint", [("--fix", ["--fix"])]),
@@ -60,11 +61,22 @@ def wait_for_quiet(max_wait=120.0, threshold=10.0):
         pass
 
 
+def _launch(script):
+    """argv of the launcher an example declares (`LAUNCH = "torchrun --nproc_per_node=2"`), else []."""
+    m = re.search(r'^LAUNCH = "([^"]+)"', open(script).read(), re.M)
+    if m is None:
+        return []
+    words = m.group(1).split()
+    return [os.path.join(os.path.dirname(sys.executable), words[0]), *words[1:]]
+
+
 def run_once(name, argv, timeout):
     """One run: returns (tokens dict, wall s, foreign fraction of machine)."""
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     b0, w0 = busy_seconds(), time.perf_counter()
-    proc = subprocess.run([sys.executable, os.path.join(HERE, name + ".py"), *argv],
+    script = os.path.join(HERE, name + ".py")
+    launch = _launch(script)  # e.g. torchrun for the DDP examples
+    proc = subprocess.run([*launch, script, *argv] if launch else [sys.executable, script, *argv],
                           capture_output=True, text=True, timeout=timeout)
     wall, b1 = time.perf_counter() - w0, busy_seconds()
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -81,10 +81,10 @@ def tally(n):  # the program's own Python, between steps
     return sum(i * i for i in range(n))
 
 x = torch.randn(64, 64)
-with pinchpoint.profile(out=sys.argv[1], stacks=True, print_report=False) as prof:
+with pinchpoint.profile(out=sys.argv[1], stacks_rate_hz=100, print_report=False) as prof:
     for _ in range(40):
         (x @ x).sum()
-        tally(60_000)
+        tally(150_000)
         prof.step()
 print("done")
 """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pinchpoint.analysis.cpu import CpuUsage, cpu_usage
 from pinchpoint.analysis.loader import LoaderActivity, loader_activity
@@ -33,6 +33,8 @@ class RankAnalysis:
     faults: PageFaults | None = None
     workers: tuple[ProcessInfo, ...] = ()
     probes: Probes = field(default_factory=Probes)
+    local_ranks: int = 1
+    """Ranks of this run on this machine (each with its own intra-op threads on the same cores)."""
     cuda_memory: CudaMemory | None = None
     """The CUDA allocator's counters at step ends (CUDA programs)."""
     traffic: MemoryTraffic | None = None
@@ -88,4 +90,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
 
 
 def analyze_run(run: Run) -> RunAnalysis:
-    return RunAnalysis(run=run, ranks=tuple(analyze_rank(run, r) for r in run.ranks))
+    ranks = tuple(analyze_rank(run, r) for r in run.ranks)
+    if len(ranks) > 1:  # `pinchpoint run` captures the ranks of this machine
+        ranks = tuple(replace(r, local_ranks=len(ranks)) for r in ranks)
+    return RunAnalysis(run=run, ranks=ranks)

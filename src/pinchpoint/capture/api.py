@@ -28,14 +28,16 @@ class Profile:
         opwindow: str = "10:3",
         sample_interval_s: float | None = None,
         stacks: bool = False,
+        stacks_rate_hz: int | None = None,
         print_report: bool = True,
     ) -> None:
         self.out = Path(out) if out is not None else None
         self.opwindow = opwindow
         self.sample_interval_s = sample_interval_s
         self.print_report = print_report
-        self.stacks = stacks
+        self.stacks = stacks or stacks_rate_hz is not None
         """Sample Python stacks with py-spy (as `pinchpoint run --stacks`)."""
+        self.stacks_rate_hz = stacks_rate_hz
         self._stack_sampler: Any = None
         self.report: dict[str, Any] | None = None
         self.run_dir: Path | None = None
@@ -57,9 +59,11 @@ class Profile:
         self._agent = agent_mod.start(self.run_dir, window=self.opwindow)
         self._sampler = spawn_sampler(self.run_dir, os.getpid(), self.sample_interval_s or DEFAULT_INTERVAL_S)
         if self.stacks:
-            from pinchpoint.capture.stacks import spawn_stack_sampler
+            from pinchpoint.capture.stacks import DEFAULT_RATE_HZ, spawn_stack_sampler
 
-            self._stack_sampler = spawn_stack_sampler(self.run_dir, os.getpid())
+            self._stack_sampler = spawn_stack_sampler(
+                self.run_dir, os.getpid(), self.stacks_rate_hz or DEFAULT_RATE_HZ
+            )
         return self
 
     def step(self) -> None:

@@ -11,6 +11,7 @@ from pinchpoint.diagnosis.finding import Category, Finding
 from pinchpoint.diagnosis.gpu import GPU_RULES, MIN_SHARE, GpuRule
 from pinchpoint.diagnosis.registry import RULES
 from pinchpoint.diagnosis.rules.base import Rule, ms, pct, speedup_removing
+from pinchpoint.diagnosis.rules.ranks import straggler
 
 MISSING_DATA = {
     "steps": "no steps were recorded (no optimizer step, model call or prof.step() was seen)",
@@ -71,6 +72,33 @@ def _net_compute_summary(by_id: dict[str, Finding]) -> None:
             f"Of those phases, {' and '.join(notes)}: the math itself is {pct(share)} of the step",
         ),
     )
+
+
+def _fold_straggler(by_id: dict[str, Finding], analysis: RunAnalysis) -> None:
+    """Across ranks: a straggler holds every rank back. When a per-rank finding on the straggler alone
+    says why (its loader, its Python work), that finding is the straggler's cause: one finding, not two,
+    with the cause's evidence and fix, and the whole job's speedup."""
+    found = straggler(analysis.environment, analysis.ranks)
+    if found is None:
+        return
+    f, causes = found
+    for cid in causes:
+        cause = by_id.get(cid.value)
+        if cause is None or not set(cause.ranks) <= set(f.ranks):
+            continue
+        del by_id[cid.value]
+        f = replace(
+            f,
+            evidence=(
+                *f.evidence,
+                f"Why rank {', '.join(map(str, f.ranks))} is late ({cid.value}): {cause.title}",
+                *cause.evidence,
+            ),
+            fix=f"On rank {', '.join(map(str, f.ranks))}: {cause.fix}",
+            snippet=cause.snippet,
+        )
+        break
+    by_id[f.id.value] = f
 
 
 def _nothing_to_judge(rule: Rule, rank: RankAnalysis) -> bool:
@@ -208,6 +236,8 @@ def diagnose(
                 continue
             for f in rule.check(analysis.environment, rank):
                 _merge(by_id, f)
+    if gpu is None:
+        _fold_straggler(by_id, analysis)
     if gpu is not None:
         host = {k: by_id.pop(k) for k in list(by_id) if k in GPU_OWNED}
         notes = [n for n in notes if n.split(":", 1)[0] not in GPU_OWNED]

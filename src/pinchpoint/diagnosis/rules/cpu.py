@@ -45,7 +45,7 @@ class CpuOversubscription:
         cores = max(1, env.cpu.usable_cores)
         intra = main.threads.intra_op
         worker_threads = sum((w.threads.intra_op or 1) for w in rank.workers)
-        demand = intra + worker_threads
+        demand = intra * rank.local_ranks + worker_threads
         runq = steps.main_runq_fraction or 0.0
         if demand <= cores or (intra <= cores and runq < RUNQ_SHARE_MIN):
             return
@@ -63,7 +63,7 @@ class CpuOversubscription:
         if env_vars:
             evidence.append("Thread variables set: " + ", ".join(f"{k}={v}" for k, v in env_vars.items()))
         share = max(runq, 0.0)
-        target = max(1, min(intra, cores - worker_threads))
+        target = max(1, min(intra, (cores - worker_threads) // rank.local_ranks))
         yield Finding(
             id=self.id,
             title=self.title,
@@ -93,10 +93,11 @@ class CpuUnderuse:
         steps, main, cpu = rank.steps, rank.main, rank.cpu
         if steps is None or main is None or cpu is None or main.threads.intra_op is None:
             return
-        cores = max(1, env.cpu.usable_cores)
+        # Ranks on this machine share its cores: each may use its part of them.
+        cores = max(1, env.cpu.usable_cores // rank.local_ranks)
         intra = main.threads.intra_op
         compute = _compute_share(rank)
-        idle = cores - cpu.machine_busy_cores
+        idle = env.cpu.usable_cores - cpu.machine_busy_cores
         if (
             intra < 1
             or not math.isfinite(idle)
