@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from test_examples_e2e import FIX_REMOVES, _planted, _truth  # noqa: E402
+from test_examples_e2e import FIX_REMOVES, _launch, _planted, _truth  # noqa: E402
 
 
 def main() -> int:
@@ -29,10 +29,12 @@ def main() -> int:
     pinchpoint = str(Path(sys.executable).with_name("pinchpoint"))
     print(f"{'example':22} {'finding':22} {'top?':5} {'share':>6} {'truth':>6} {'est. ×':>7} {'truth ×':>8}")
     for name in names:
-        planted = _planted(ROOT / "examples" / f"{name}.py")
+        script = ROOT / "examples" / f"{name}.py"
+        planted = _planted(script)
+        launch = _launch(script)  # torchrun for the DDP examples
         with tempfile.TemporaryDirectory() as tmp:
             subprocess.run(
-                [pinchpoint, "run", "-q", "-o", f"{tmp}/run", f"examples/{name}.py"],
+                [pinchpoint, "run", "-q", "-o", f"{tmp}/run", "--", *(launch or [sys.executable]), str(script)],
                 cwd=ROOT,
                 check=True,
                 capture_output=True,
