@@ -253,7 +253,7 @@ class Agent:
         self.intervals = []
         self.step_index += 1
         if self.window.on_step_end(self.torch, self.step_index):
-            # The op window just closed and ran its probes: that time belongs to no step.
+            # The op window just opened (live-tensor snapshot) or closed (probes): no step's time.
             self.taint_next = True
             end = _now()
             cpu, sched, faults_now = _thread_cpu(), thread_schedstat(), _minor_faults()

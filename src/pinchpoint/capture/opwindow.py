@@ -60,14 +60,15 @@ class OpWindow:
         self._step_range = None
 
     def on_step_end(self, torch: Any, next_step: int) -> bool:
-        """Start or stop the window at a step boundary. True when it just stopped (probes ran)."""
+        """Start or stop the window at a step boundary. True when that took time that belongs to no step:
+        the live-tensor snapshot when it starts, the probes when it stops."""
         if self.done or self.spec is None or torch is None:
             return False
         start, steps = self.spec
         if not self.active and next_step == start:
             self._start(torch)
             self._mark_step(torch, next_step)
-            return False
+            return True
         if self.active and next_step >= start + steps:
             self.stop(torch)
             return True
