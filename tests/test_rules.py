@@ -751,6 +751,13 @@ COMPUTE_MEMORY = {
     "chain-gain-below-min": Case(
         rank_of({}, traffic=_traffic(30, ((6, 1),))), True, check=_eq("estimated_speedup", 1.0)
     ),
+    # ×1.15 (FUSION_GAIN_MIN) needs 13.04 ms of a 100 ms step back.
+    "chain-gain-just-above-min": Case(
+        rank_of({}, traffic=_traffic(30, ((14.1, 1.0),))), True, check=_eq("estimated_speedup", 100 / 86.9)
+    ),
+    "chain-gain-just-below-min": Case(
+        rank_of({}, traffic=_traffic(30, ((13.9, 1.0),))), True, check=_eq("estimated_speedup", 1.0)
+    ),
     "share-at-min": Case(rank_of({}, traffic=_traffic(MEMORY_BOUND_SHARE_MIN * 100)), True),
     "share-below-min": Case(rank_of({}, traffic=_traffic(MEMORY_BOUND_SHARE_MIN * 100 - 0.01)), False),
 }
