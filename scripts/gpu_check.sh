@@ -43,6 +43,8 @@ check() {
             run="$W/runs/$plant-$variant"
             echo "== pinchpoint run $plant $variant"
             timeout 150 $PP run --no-color --force -o "$run" -- $PY $prog; echo "rc=$?"
+            # the CUDA allocator's counters at step ends (device_steps.jsonl -> ranks[].memory)
+            $PY -c 'import json, sys; r = json.load(open(sys.argv[1])); print("   memory:", json.dumps(r["ranks"][0].get("memory")))' "$run/report.json" 2>&1 | tail -1
             echo "== pinchpoint analyze $plant $variant (op window)"
             ls -la "$run/ranks/rank0/" 2>&1 | grep -v '^total'
             timeout 90 $PP analyze "$run/ranks/rank0/opwindow.json" --no-color --json "$run/analyze.json"

@@ -51,6 +51,13 @@ def test_host_python_names_the_metrics_function(tmp_path: Path) -> None:
     # the planted per-token metrics loop, at its hottest line, is the first function named
     assert "in the loop, outside the phases): python_metrics (" in line, line
     assert report["stack_files"] == ["flamegraph.svg", "stacks.speedscope.json"]
+    text = subprocess.run(
+        [sys.executable, "-m", "pinchpoint", "report", "--no-color", str(out)], capture_output=True, text=True
+    )
+    assert (
+        "Python stacks: flamegraph.svg and stacks.speedscope.json in the run directory"
+        in text.stdout + text.stderr
+    )
     svg = ET.parse(out / "flamegraph.svg").getroot()
     titles = [t.text or "" for t in svg.iter("{http://www.w3.org/2000/svg}title")]
     assert any(t.startswith("python_metrics (") for t in titles)

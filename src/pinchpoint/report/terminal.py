@@ -227,5 +227,14 @@ def render(
     console.print(_findings(report))
     for note in report.get("notes") or []:
         console.print(Text(f"note: {note}", style="dim"))
+    files = report.get("stack_files") or []
+    if files:
+        console.print(
+            Text(
+                f"Python stacks: {' and '.join(files)} in the run directory "
+                "(open the SVG in a browser, the JSON in speedscope)",
+                style="bold",
+            )
+        )
     for warning in report.get("warnings") or []:
         console.print(Text(f"warning: {warning}", style="yellow"))
