@@ -34,7 +34,16 @@ def main() -> int:
         launch = _launch(script)  # torchrun for the DDP examples
         with tempfile.TemporaryDirectory() as tmp:
             subprocess.run(
-                [pinchpoint, "run", "-q", "-o", f"{tmp}/run", "--", *(launch or [sys.executable]), str(script)],
+                [
+                    pinchpoint,
+                    "run",
+                    "-q",
+                    "-o",
+                    f"{tmp}/run",
+                    "--",
+                    *(launch or [sys.executable]),
+                    str(script),
+                ],
                 cwd=ROOT,
                 check=True,
                 capture_output=True,

@@ -62,6 +62,7 @@ def main() -> int:
             "kineto",
             "bootstrap-noop",
             "stacks",
+            "sampler-rare",
         ],
     )
     ap.add_argument(
@@ -93,6 +94,8 @@ def main() -> int:
         arms["bootstrap no-op"] = ["BARE", "NOAGENT"]
     if "kineto" in args.arm:  # the op window recorded by torch.profiler instead of the op census
         arms["kineto window"] = ["ENV:PINCHPOINT_OP_RECORDER=kineto"]
+    if "sampler-rare" in args.arm:  # the default mode but one system sample a minute: the sampler's share
+        arms["sampler rare"] = ["--interval", "60"]
     if "stacks" in args.arm:  # deep mode: py-spy samples the program's stacks at 100 Hz
         arms["stacks"] = ["--stacks"]
     if "agent-only" in args.arm:  # the agent in the bare program: no launcher, no sampler, no window
