@@ -12,13 +12,14 @@ Fix (``--fix``): ``torch.nn.functional.gelu(h, approximate="tanh")`` -- the same
 fused kernel (one read, one write; its backward is one kernel too).
 """
 import argparse
-import ctypes
 import statistics
 import time
 
 import torch
 from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
+
+from healthy import keep_freed_memory  # glibc keeps freed memory: the plant is traffic, not page faults
 
 PLANTED = ["compute.memory"]
 SQRT_2_OVER_PI = 0.7978845608028654
@@ -60,13 +61,6 @@ class SeqClassifier(nn.Module):
 
     def forward(self, x):
         return self.head(self.blocks(x).mean(dim=1))
-
-
-def keep_freed_memory():
-    """glibc keeps freed blocks for reuse (as healthy.py): the plant is memory traffic, not page faults."""
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
-    libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
 
 
 def main():

@@ -20,11 +20,8 @@ from dataclasses import dataclass
 from pinchpoint.trace.stacks import Frame, Stacks, StackSample
 
 TOP_FRAMES = 3
-_LIBRARY = re.compile(
-    r"(^<)|(/site-packages/)|(/dist-packages/)|(/lib/python\d+\.\d+/)|(/pinchpoint/capture/)"
-)
+_LIBRARY = re.compile(r"(^<)|(/site-packages/)|(/dist-packages/)|(/lib/python\d+\.\d+/)")
 _FETCH_FILE = "torch/utils/data/_utils/fetch.py"
-_LOADER_FILES = ("torch/utils/data/",)
 _FRAMEWORK_PHASES = (
     ("torch/nn/modules/module.py", "_call_impl"),
     ("torch/autograd/__init__.py", None),
@@ -149,7 +146,7 @@ def _deepest_user_frame(frames: tuple[Frame, ...]) -> int | None:
 def _short(frame: Frame) -> str:
     """`function (package/module.py)`: a library frame without the install prefix."""
     path = frame.file
-    for marker in ("/site-packages/", "/dist-packages/", "/src/pinchpoint/"):
+    for marker in ("/site-packages/", "/dist-packages/"):
         if marker in path:
             path = path.split(marker, 1)[1]
             break
