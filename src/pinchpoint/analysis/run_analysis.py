@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from pinchpoint.analysis.comm import CommActivity, comm_activity
 from pinchpoint.analysis.cpu import CpuUsage, cpu_usage
 from pinchpoint.analysis.loader import LoaderActivity, loader_activity
 from pinchpoint.analysis.memory import (
@@ -41,6 +42,8 @@ class RankAnalysis:
     """Elementwise memory traffic and fusion chains in the op window."""
     stacks: StackSummary | None = None
     """Where the Python stack samples landed (`pinchpoint run --stacks`)."""
+    comm: CommActivity | None = None
+    """Collectives and DDP's gradient all-reduce wait per step (distributed programs)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +84,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         workers=tuple(p for p in rank.processes if p is not main),
         probes=rank.probes,
         stacks=stacks,
+        comm=comm_activity(rank),
         traffic=memory_traffic(rank.opwindow) if rank.opwindow is not None else None,
         cuda_memory=cuda_memory(
             rank.steps,

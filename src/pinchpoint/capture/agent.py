@@ -143,6 +143,9 @@ class Agent:
         self.device_clock_failed = False
         self.loaders = JsonlWriter(self.rank_dir / "loaders.jsonl")
         self.fetches = JsonlWriter(self.rank_dir / f"fetch-{os.getpid()}.jsonl")
+        self.distributed = JsonlWriter(self.rank_dir / "distributed.jsonl")
+        self.ddp_on_cpu = False
+        """A CPU model is wrapped in DDP: backward's blocked time is its gradient all-reduce wait."""
         self.window = opwindow.OpWindow(self.rank_dir, window)
         self.taint_next = False
         self.closed = False
@@ -165,7 +168,7 @@ class Agent:
         self.tid = threading.get_ident()
         _forget_thread_files()
         self._statm.reset()
-        for w in (self.steps, self.loaders, self.fetches):
+        for w in (self.steps, self.loaders, self.fetches, self.distributed):
             w.forget()
         self.fetches = JsonlWriter(self.rank_dir / f"fetch-{os.getpid()}.jsonl")
         self.window.disable()
@@ -207,7 +210,7 @@ class Agent:
         if self.role == "main":
             with contextlib.suppress(Exception):
                 self.write_process_info()
-        for w in (self.steps, self.loaders, self.fetches):
+        for w in (self.steps, self.loaders, self.fetches, self.distributed):
             with contextlib.suppress(OSError):
                 w.close()
         if self.device_clock is not None:

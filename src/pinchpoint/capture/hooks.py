@@ -1,5 +1,6 @@
 """The framework entry points the agent wraps: DataLoader iteration and fetches, top-level module
-calls, backward, optimizer steps, torch.save (and, on CUDA, `cuda_hooks`). Each records a phase
+calls, backward, optimizer steps, torch.save (and, on CUDA, `cuda_hooks`; with torch.distributed,
+`dist_hooks`). Each records a phase
 interval on the training thread and calls through unchanged; none raises for the program's sake."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pinchpoint.capture import dist_hooks
 from pinchpoint.capture.agent import INFERENCE_AFTER_CALLS, thread_schedstat
 
 if TYPE_CHECKING:
@@ -89,8 +91,8 @@ def install_hooks(agent: Agent, torch: Any) -> None:
 
     module_cls.__call__ = call_wrapper
 
-    torch.autograd.backward = _backward_wrapper(agent, torch.autograd.backward)
-    torch.autograd.grad = _backward_wrapper(agent, torch.autograd.grad)
+    torch.autograd.backward = dist_hooks.blocked_backward(agent, torch.autograd.backward)
+    torch.autograd.grad = dist_hooks.blocked_backward(agent, torch.autograd.grad)
     torch.save = timed(agent, "checkpoint_io", torch.save)
 
     from torch.optim import optimizer as opt_mod
@@ -117,6 +119,7 @@ def install_hooks(agent: Agent, torch: Any) -> None:
     from pinchpoint.capture import cuda_hooks
 
     cuda_hooks.install(agent, torch)
+    dist_hooks.install(agent, torch, timed)
 
 
 def _after_top_level_call(agent: Agent, torch: Any, module: Any, t1: int) -> None:
@@ -135,23 +138,6 @@ def _after_top_level_call(agent: Agent, torch: Any, module: Any, t1: int) -> Non
     if n >= INFERENCE_AFTER_CALLS:
         agent.mode = "inference"
         agent.end_step("inference", t1)
-
-
-def _backward_wrapper(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if agent.role != "main" or threading.get_ident() != agent.tid:
-            return fn(*args, **kwargs)
-        agent.calls_without_backward.clear()
-        if agent.mode in ("unknown", "inference"):
-            agent.mode = "train"
-        t0 = _now()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            agent.interval("backward", t0, _now())
-
-    return wrapper
 
 
 def _fetch_wrapper(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -11,6 +11,7 @@ from pinchpoint.diagnosis.finding import Category, Finding
 from pinchpoint.diagnosis.gpu import GPU_RULES, MIN_SHARE, GpuRule
 from pinchpoint.diagnosis.registry import RULES
 from pinchpoint.diagnosis.rules.base import Rule, ms, pct, speedup_removing
+from pinchpoint.diagnosis.rules.comm import comm_exposed
 from pinchpoint.diagnosis.rules.ranks import straggler
 
 MISSING_DATA = {
@@ -238,6 +239,9 @@ def diagnose(
                 _merge(by_id, f)
     if gpu is None:
         _fold_straggler(by_id, analysis)
+        found = comm_exposed(analysis.ranks)
+        if found is not None:
+            by_id[found.id.value] = found
     if gpu is not None:
         host = {k: by_id.pop(k) for k in list(by_id) if k in GPU_OWNED}
         notes = [n for n in notes if n.split(":", 1)[0] not in GPU_OWNED]

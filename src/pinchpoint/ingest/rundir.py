@@ -7,27 +7,26 @@ become `Run.warnings`, not errors. Only a directory with no meta.json at all is 
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pinchpoint.errors import RunDirError, TraceError
 from pinchpoint.ingest import opwindow as opwindow_reader
+from pinchpoint.ingest.fields import as_dict, as_float, as_int, as_list, as_str, jsonl, load_json
+from pinchpoint.ingest.probes import read_probes
 from pinchpoint.ingest.stacks import read_folded
 from pinchpoint.trace.run import (
     CpuInfo,
     CudaDevice,
+    DdpConfig,
     Environment,
     Fetch,
     GpuSample,
     Interval,
-    LiveTensors,
     LoaderConfig,
-    MatmulProbe,
     Phase,
     Probes,
     ProcessInfo,
@@ -39,7 +38,6 @@ from pinchpoint.trace.run import (
     Step,
     StepKind,
     SystemSample,
-    TensorGroup,
     ThreadSettings,
     TorchBuild,
 )
@@ -53,14 +51,14 @@ def read_run_dir(path: Path) -> Run:
     if not meta_path.is_file():
         raise RunDirError(f"{path} has no meta.json, so it is not a pinchpoint run directory")
     warnings: list[str] = []
-    meta_obj = _load_json(meta_path, warnings)
+    meta_obj = load_json(meta_path, warnings)
     if not isinstance(meta_obj, dict):
         raise RunDirError(f"{meta_path} is not a JSON object; the run directory is damaged")
     meta = _meta(meta_obj)
-    env_obj = _load_json(path / "environment.json", warnings)
+    env_obj = load_json(path / "environment.json", warnings)
     environment = _environment(env_obj if isinstance(env_obj, dict) else {})
     ranks = tuple(_rank(d, warnings) for _, d in rank_dirs(path))
-    system = tuple(_system_sample(o) for o in _jsonl(path / "system.jsonl", warnings))
+    system = tuple(_system_sample(o) for o in jsonl(path / "system.jsonl", warnings))
     stacks = _stacks(path, warnings)
     return Run(
         meta=meta,
@@ -74,7 +72,7 @@ def read_run_dir(path: Path) -> Run:
 
 def _stacks(path: Path, warnings: list[str]) -> Stacks | None:
     """`stacks.folded` (py-spy), when the run asked for stacks; what went wrong otherwise."""
-    meta = _load_json(path / "stacks.json", []) if (path / "stacks.json").is_file() else None
+    meta = load_json(path / "stacks.json", []) if (path / "stacks.json").is_file() else None
     if not isinstance(meta, dict):
         return None
     folded = path / "stacks.folded"
@@ -121,100 +119,35 @@ def _rank_number(d: Path) -> int:
     return int(m.group(1)) if m else -1
 
 
-def _load_json(path: Path, warnings: list[str]) -> Any:
-    if not path.is_file():
-        warnings.append(f"{path.name} is missing")
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError) as exc:
-        warnings.append(f"{path.name} could not be read ({exc.__class__.__name__})")
-        return None
-
-
-def _jsonl(path: Path, warnings: list[str]) -> Iterator[dict[str, Any]]:
-    if not path.is_file():
-        return
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        warnings.append(f"{path.name} could not be read ({exc.strerror})")
-        return
-    bad = 0
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except (ValueError, RecursionError):
-            bad += 1
-            continue
-        if isinstance(obj, dict):
-            yield obj
-        else:
-            bad += 1
-    if bad:
-        where = f"{path.parent.name}/{path.name}" if path.parent.name.startswith("rank") else path.name
-        warnings.append(f"{where}: skipped {bad} unreadable line(s) (truncated write?)")
-
-
-def _int(v: Any, default: int | None = None) -> int | None:
-    if isinstance(v, bool):
-        return int(v)
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and math.isfinite(v):
-        return int(v)
-    return default
-
-
-def _float(v: Any, default: float | None = None) -> float | None:
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-        return float(v)
-    return default
-
-
-def _dict(v: Any) -> dict[str, Any]:
-    return v if isinstance(v, dict) else {}
-
-
-def _list(v: Any) -> list[Any]:
-    return v if isinstance(v, list) else []
-
-
-def _str(v: Any) -> str | None:
-    return v if isinstance(v, str) else None
-
-
 def _meta(o: dict[str, Any]) -> RunMeta:
-    clock = _dict(o.get("clock"))
+    clock = as_dict(o.get("clock"))
     return RunMeta(
-        command=tuple(str(c) for c in _list(o.get("command"))),
+        command=tuple(str(c) for c in as_list(o.get("command"))),
         started_at=str(o.get("started_at") or ""),
         cwd=str(o.get("cwd") or ""),
-        wall_time_ns=_int(clock.get("wall_time_ns"), 0) or 0,
-        monotonic_ns=_int(clock.get("monotonic_ns"), 0) or 0,
-        ended_at=_str(o.get("ended_at")),
-        exit_code=_int(o.get("exit_code")),
-        signal=_str(o.get("signal")),
-        world_size=_int(o.get("world_size"), 1) or 1,
+        wall_time_ns=as_int(clock.get("wall_time_ns"), 0) or 0,
+        monotonic_ns=as_int(clock.get("monotonic_ns"), 0) or 0,
+        ended_at=as_str(o.get("ended_at")),
+        exit_code=as_int(o.get("exit_code")),
+        signal=as_str(o.get("signal")),
+        world_size=as_int(o.get("world_size"), 1) or 1,
         mode=str(o.get("mode") or "run"),
     )
 
 
 def _environment(o: dict[str, Any]) -> Environment:
-    cpu = _dict(o.get("cpu"))
-    logical = _int(cpu.get("logical_cores"), 1) or 1
+    cpu = as_dict(o.get("cpu"))
+    logical = as_int(cpu.get("logical_cores"), 1) or 1
     return Environment(
         cpu=CpuInfo(
             model=str(cpu.get("model") or "unknown CPU"),
             logical_cores=logical,
-            physical_cores=_int(cpu.get("physical_cores")),
-            usable_cores=_int(cpu.get("usable_cores"), logical) or logical,
-            flags=tuple(str(f) for f in _list(cpu.get("flags"))),
-            matrix_units=tuple(str(f) for f in _list(cpu.get("matrix_units"))),
+            physical_cores=as_int(cpu.get("physical_cores")),
+            usable_cores=as_int(cpu.get("usable_cores"), logical) or logical,
+            flags=tuple(str(f) for f in as_list(cpu.get("flags"))),
+            matrix_units=tuple(str(f) for f in as_list(cpu.get("matrix_units"))),
         ),
-        memory_bytes=_int(o.get("memory_bytes")),
+        memory_bytes=as_int(o.get("memory_bytes")),
         os=str(o.get("os") or ""),
         python=str(o.get("python") or ""),
         hostname=str(o.get("hostname") or ""),
@@ -226,13 +159,13 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
     device_ns: dict[int, int] = {}
     cuda_mem: dict[int, tuple[int | None, int | None]] = {}
     if (d / "device_steps.jsonl").is_file():
-        for o in _jsonl(d / "device_steps.jsonl", warnings):
-            n, ns = _int(o.get("step")), _int(o.get("device_ns"))
+        for o in jsonl(d / "device_steps.jsonl", warnings):
+            n, ns = as_int(o.get("step")), as_int(o.get("device_ns"))
             if n is not None and ns is not None and ns >= 0:
                 device_ns[n] = ns
-                cuda_mem[n] = (_int(o.get("cuda_allocated")), _int(o.get("cuda_reserved")))
+                cuda_mem[n] = (as_int(o.get("cuda_allocated")), as_int(o.get("cuda_reserved")))
     steps = []
-    for o in _jsonl(d / "steps.jsonl", warnings):
+    for o in jsonl(d / "steps.jsonl", warnings):
         step = _step(o)
         if step is not None:
             if step.index in device_ns:
@@ -246,28 +179,30 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
             steps.append(step)
     processes = []
     for p in sorted(d.glob("process-*.json")):
-        obj = _load_json(p, warnings)
+        obj = load_json(p, warnings)
         if isinstance(obj, dict):
             processes.append(_process(obj, rank))
-    loaders = tuple(_loader(o) for o in _jsonl(d / "loaders.jsonl", warnings))
+    loaders = tuple(_loader(o) for o in jsonl(d / "loaders.jsonl", warnings))
     fetches: list[Fetch] = []
     for f in sorted(d.glob("fetch-*.jsonl")):
         suffix = f.stem.split("-", 1)[1]
         pid = int(suffix) if suffix.isdigit() else 0
-        for o in _jsonl(f, warnings):
+        for o in jsonl(f, warnings):
             fetch = _fetch(o, pid)
             if fetch is not None:
                 fetches.append(fetch)
-    probes_obj = _load_json(d / "probes.json", warnings) if (d / "probes.json").is_file() else None
+    probes_obj = load_json(d / "probes.json", warnings) if (d / "probes.json").is_file() else None
     window = None
     window_file = opwindow_file(d)
     if window_file is not None:
         probe_meta: dict[str, Any] = probes_obj if isinstance(probes_obj, dict) else {}
         clock_obj = probe_meta.get("clock")
         clock: dict[str, Any] = clock_obj if isinstance(clock_obj, dict) else {}
-        offset = (_int(clock.get("wall_time_ns"), 0) or 0) - (_int(clock.get("monotonic_ns"), 0) or 0)
+        offset = (as_int(clock.get("wall_time_ns"), 0) or 0) - (as_int(clock.get("monotonic_ns"), 0) or 0)
         try:
-            window = opwindow_reader.read_opwindow(window_file, _int(probe_meta.get("window_steps")), offset)
+            window = opwindow_reader.read_opwindow(
+                window_file, as_int(probe_meta.get("window_steps")), offset
+            )
         except (OSError, ValueError, TypeError, OverflowError, RecursionError) as exc:
             warnings.append(f"rank{rank}/{window_file.name} could not be read ({exc.__class__.__name__})")
     return RankData(
@@ -277,23 +212,24 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
         loaders=loaders,
         fetches=tuple(sorted(fetches, key=lambda f: f.start_ns)),
         opwindow=window,
-        probes=_probes(probes_obj) if isinstance(probes_obj, dict) else Probes(),
+        probes=read_probes(probes_obj) if isinstance(probes_obj, dict) else Probes(),
+        ddp=_ddp(jsonl(d / "distributed.jsonl", warnings)),
     )
 
 
 def _step(o: dict[str, Any]) -> Step | None:
-    start, end = _int(o.get("start_ns")), _int(o.get("end_ns"))
+    start, end = as_int(o.get("start_ns")), as_int(o.get("end_ns"))
     if start is None or end is None or end < start:
         return None
     intervals = []
-    for item in _list(o.get("intervals")):
+    for item in as_list(o.get("intervals")):
         if not (isinstance(item, list) and len(item) == 3):
             continue
         try:
             phase = Phase(item[0])
         except (ValueError, TypeError):
             continue
-        s, e = _int(item[1]), _int(item[2])
+        s, e = as_int(item[1]), as_int(item[2])
         if s is not None and e is not None and e >= s:
             intervals.append(Interval(phase=phase, start_ns=s, end_ns=e))
     try:
@@ -301,17 +237,17 @@ def _step(o: dict[str, Any]) -> Step | None:
     except (ValueError, TypeError):
         kind = StepKind.EXPLICIT
     return Step(
-        index=_int(o.get("step"), 0) or 0,
+        index=as_int(o.get("step"), 0) or 0,
         kind=kind,
         start_ns=start,
         end_ns=end,
         intervals=tuple(intervals),
         profiled=bool(o.get("profiled")),
         partial=bool(o.get("partial")),
-        cpu_ns=_int(o.get("cpu_ns")),
-        runq_ns=_int(o.get("runq_ns")),
-        rss_bytes=_int(o.get("rss_bytes")),
-        minor_faults=_int(o.get("minor_faults")),
+        cpu_ns=as_int(o.get("cpu_ns")),
+        runq_ns=as_int(o.get("runq_ns")),
+        rss_bytes=as_int(o.get("rss_bytes")),
+        minor_faults=as_int(o.get("minor_faults")),
     )
 
 
@@ -322,39 +258,39 @@ def _process(o: dict[str, Any], rank: int) -> ProcessInfo:
     if isinstance(t, dict):
         torch = TorchBuild(
             version=str(t.get("version") or "?"),
-            cuda=_str(t.get("cuda")),
-            hip=_str(t.get("hip")),
+            cuda=as_str(t.get("cuda")),
+            hip=as_str(t.get("hip")),
             mkl=t.get("mkl") if isinstance(t.get("mkl"), bool) else None,
             mkldnn=t.get("mkldnn") if isinstance(t.get("mkldnn"), bool) else None,
             openmp=t.get("openmp") if isinstance(t.get("openmp"), bool) else None,
-            config_flags=tuple(str(f) for f in _list(t.get("config_flags"))),
+            config_flags=tuple(str(f) for f in as_list(t.get("config_flags"))),
         )
         devices = tuple(
             CudaDevice(
                 name=str(dev.get("name") or "?"),
-                capability=_str(dev.get("capability")),
-                total_memory_bytes=_int(dev.get("total_memory_bytes")),
-                multiprocessor_count=_int(dev.get("multiprocessor_count")),
+                capability=as_str(dev.get("capability")),
+                total_memory_bytes=as_int(dev.get("total_memory_bytes")),
+                multiprocessor_count=as_int(dev.get("multiprocessor_count")),
             )
-            for dev in _list(t.get("cuda_devices"))
+            for dev in as_list(t.get("cuda_devices"))
             if isinstance(dev, dict)
         )
-    th = _dict(o.get("threads"))
-    env = _dict(th.get("env"))
+    th = as_dict(o.get("threads"))
+    env = as_dict(th.get("env"))
     threads = ThreadSettings(
-        intra_op=_int(th.get("intra_op")),
-        inter_op=_int(th.get("inter_op")),
+        intra_op=as_int(th.get("intra_op")),
+        inter_op=as_int(th.get("inter_op")),
         env=tuple(sorted((str(k), str(v)) for k, v in env.items() if v is not None)),
     )
-    autocast_obj = _dict(o.get("autocast"))
-    autocast = _str(autocast_obj.get("cpu")) or _str(autocast_obj.get("cuda"))
+    autocast_obj = as_dict(o.get("autocast"))
+    autocast = as_str(autocast_obj.get("cpu")) or as_str(autocast_obj.get("cuda"))
     try:
         role = Role(o.get("role"))
     except (ValueError, TypeError):
         role = Role.MAIN
     return ProcessInfo(
-        pid=_int(o.get("pid"), 0) or 0,
-        ppid=_int(o.get("ppid")),
+        pid=as_int(o.get("pid"), 0) or 0,
+        ppid=as_int(o.get("ppid")),
         rank=rank,
         role=role,
         torch=torch,
@@ -366,19 +302,43 @@ def _process(o: dict[str, Any], rank: int) -> ProcessInfo:
 
 def _loader(o: dict[str, Any]) -> LoaderConfig:
     return LoaderConfig(
-        t_ns=_int(o.get("t_ns"), 0) or 0,
-        num_workers=_int(o.get("num_workers"), 0) or 0,
+        t_ns=as_int(o.get("t_ns"), 0) or 0,
+        num_workers=as_int(o.get("num_workers"), 0) or 0,
         pin_memory=bool(o.get("pin_memory")),
-        prefetch_factor=_int(o.get("prefetch_factor")),
+        prefetch_factor=as_int(o.get("prefetch_factor")),
         persistent_workers=bool(o.get("persistent_workers")),
-        batch_size=_int(o.get("batch_size")),
+        batch_size=as_int(o.get("batch_size")),
         dataset=str(o.get("dataset") or "?"),
-        worker_pids=tuple(p for p in (_int(x) for x in _list(o.get("worker_pids"))) if p is not None),
+        worker_pids=tuple(p for p in (as_int(x) for x in as_list(o.get("worker_pids"))) if p is not None),
     )
 
 
+def _ddp(lines: Iterable[dict[str, Any]]) -> tuple[DdpConfig, ...]:
+    """DDP models in construction order; a `comm_hook` line names the hook of the model before it."""
+    out: list[DdpConfig] = []
+    for o in lines:
+        if o.get("kind") == "comm_hook" and out:
+            out[-1] = replace(out[-1], comm_hook=as_str(o.get("hook")))
+        elif o.get("kind") == "ddp":
+            out.append(
+                DdpConfig(
+                    t_ns=as_int(o.get("t_ns"), 0) or 0,
+                    backend=str(o.get("backend") or "?"),
+                    world_size=as_int(o.get("world_size"), 1) or 1,
+                    devices=tuple(str(d) for d in as_list(o.get("devices"))),
+                    params=as_int(o.get("params"), 0) or 0,
+                    grad_bytes=as_int(o.get("grad_bytes"), 0) or 0,
+                    bucket_cap_bytes=as_int(o.get("bucket_cap_bytes")),
+                    find_unused_parameters=bool(o.get("find_unused_parameters")),
+                    static_graph=bool(o.get("static_graph")),
+                    gradient_as_bucket_view=bool(o.get("gradient_as_bucket_view")),
+                )
+            )
+    return tuple(out)
+
+
 def _fetch(o: dict[str, Any], pid: int) -> Fetch | None:
-    start, end, cpu = _int(o.get("start_ns")), _int(o.get("end_ns")), _int(o.get("cpu_ns"))
+    start, end, cpu = as_int(o.get("start_ns")), as_int(o.get("end_ns")), as_int(o.get("cpu_ns"))
     if start is None or end is None or cpu is None or end < start:
         return None
     return Fetch(
@@ -386,98 +346,46 @@ def _fetch(o: dict[str, Any], pid: int) -> Fetch | None:
         start_ns=start,
         end_ns=end,
         cpu_ns=max(0, cpu),
-        runq_ns=_int(o.get("runq_ns")),
-        worker_id=_int(o.get("worker_id")),
-    )
-
-
-def _live(o: Any) -> LiveTensors | None:
-    if not isinstance(o, dict):
-        return None
-    count, nbytes, graph, graph_bytes = (
-        _int(o.get(k)) for k in ("count", "bytes", "with_graph", "graph_bytes")
-    )
-    if count is None or nbytes is None or graph is None or graph_bytes is None:
-        return None
-    groups = []
-    for item in _list(o.get("graph_groups")):
-        g = _dict(item)
-        shape = [_int(d) for d in _list(g.get("shape"))]
-        n, b = _int(g.get("count")), _int(g.get("bytes"))
-        if n is None or b is None or any(d is None for d in shape):
-            continue
-        groups.append(
-            TensorGroup(
-                shape=tuple(d for d in shape if d is not None), dtype=str(g.get("dtype")),
-                grad_fn=str(g.get("grad_fn")), count=n, bytes=b,
-            )
-        )  # fmt: skip
-    return LiveTensors(
-        count=count, bytes=nbytes, with_graph=graph, graph_bytes=graph_bytes, graph_groups=tuple(groups)
-    )
-
-
-def _probes(o: dict[str, Any]) -> Probes:
-    mm = []
-    for item in _list(o.get("matmul")):
-        m = _dict(item)
-        dims = [_int(x) for x in _list(m.get("shape"))]
-        ns = _int(m.get("ns"))
-        if len(dims) == 3 and ns is not None and ns > 0:
-            a, b, c = (d or 0 for d in dims)
-            if min(a, b, c) > 0:
-                mm.append(MatmulProbe(shape=(a, b, c), dtype=str(m.get("dtype")), ns=ns))
-    fault_ns = _int(o.get("page_fault_ns"))
-    bw = o.get("memory_bytes_per_s")
-    live = _dict(o.get("live_tensors"))
-    return Probes(
-        live_before=_live(live.get("before")),
-        live_after=_live(live.get("after")),
-        window_steps=_int(live.get("steps")),
-        dispatch_ns_per_op=_int(o.get("dispatch_ns_per_op")),
-        matmul=tuple(mm),
-        page_fault_ns=fault_ns if fault_ns is not None and fault_ns > 0 else None,
-        memory_bytes_per_s=float(bw)
-        if isinstance(bw, (int, float)) and math.isfinite(bw) and bw > 0
-        else None,
+        runq_ns=as_int(o.get("runq_ns")),
+        worker_id=as_int(o.get("worker_id")),
     )
 
 
 def _system_sample(o: dict[str, Any]) -> SystemSample:
     procs = []
-    for p in _list(o.get("procs")):
+    for p in as_list(o.get("procs")):
         if not isinstance(p, dict):
             continue
         procs.append(
             ProcSample(
-                pid=_int(p.get("pid"), 0) or 0,
-                ppid=_int(p.get("ppid")),
+                pid=as_int(p.get("pid"), 0) or 0,
+                ppid=as_int(p.get("ppid")),
                 name=str(p.get("name") or ""),
-                user_s=_float(p.get("user_s"), 0.0) or 0.0,
-                sys_s=_float(p.get("sys_s"), 0.0) or 0.0,
-                rss_bytes=_int(p.get("rss_bytes"), 0) or 0,
-                threads=_int(p.get("threads"), 0) or 0,
-                ctx_vol=_int(p.get("ctx_vol")),
-                ctx_invol=_int(p.get("ctx_invol")),
-                read_bytes=_int(p.get("read_bytes")),
-                write_bytes=_int(p.get("write_bytes")),
+                user_s=as_float(p.get("user_s"), 0.0) or 0.0,
+                sys_s=as_float(p.get("sys_s"), 0.0) or 0.0,
+                rss_bytes=as_int(p.get("rss_bytes"), 0) or 0,
+                threads=as_int(p.get("threads"), 0) or 0,
+                ctx_vol=as_int(p.get("ctx_vol")),
+                ctx_invol=as_int(p.get("ctx_invol")),
+                read_bytes=as_int(p.get("read_bytes")),
+                write_bytes=as_int(p.get("write_bytes")),
             )
         )
     gpus = tuple(
         GpuSample(
-            index=_int(g.get("index"), 0) or 0,
-            util_percent=_float(g.get("util_percent")),
-            mem_used_bytes=_int(g.get("mem_used_bytes")),
-            mem_total_bytes=_int(g.get("mem_total_bytes")),
-            power_w=_float(g.get("power_w")),
+            index=as_int(g.get("index"), 0) or 0,
+            util_percent=as_float(g.get("util_percent")),
+            mem_used_bytes=as_int(g.get("mem_used_bytes")),
+            mem_total_bytes=as_int(g.get("mem_total_bytes")),
+            power_w=as_float(g.get("power_w")),
         )
-        for g in _list(o.get("gpus"))
+        for g in as_list(o.get("gpus"))
         if isinstance(g, dict)
     )
     return SystemSample(
-        t_ns=_int(o.get("t_ns"), 0) or 0,
+        t_ns=as_int(o.get("t_ns"), 0) or 0,
         cpu_percent_per_core=tuple(
-            c for c in (_float(x) for x in _list(o.get("cpu_percent_per_core"))) if c is not None
+            c for c in (as_float(x) for x in as_list(o.get("cpu_percent_per_core"))) if c is not None
         ),
         procs=tuple(procs),
         gpus=gpus,

@@ -22,12 +22,15 @@ class Phase(str, Enum):
     CHECKPOINT_IO = "checkpoint_io"
     H2D_COPY = "h2d_copy"
     SYNC_WAIT = "sync_wait"
+    COMM = "comm"
+    """Collectives called from Python, and (DDP on CPU) the gradient all-reduce wait inside backward."""
 
 
 # When measured phases overlap, the instant goes to the first phase in this order (exposed time, as
 # XProf and the TensorBoard plugin attribute it). Blocking waits beat the work they interrupt.
 PHASE_PRIORITY: tuple[Phase, ...] = (
     Phase.SYNC_WAIT,
+    Phase.COMM,
     Phase.H2D_COPY,
     Phase.CHECKPOINT_IO,
     Phase.DATA_WAIT,
@@ -144,6 +147,24 @@ class LoaderConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DdpConfig:
+    """A model wrapped in DistributedDataParallel, as constructed (and the comm hook registered on it)."""
+
+    t_ns: int
+    backend: str
+    world_size: int
+    devices: tuple[str, ...]
+    params: int
+    grad_bytes: int
+    """Bytes of gradients all-reduced per synchronised backward."""
+    bucket_cap_bytes: int | None = None
+    find_unused_parameters: bool = False
+    static_graph: bool = False
+    gradient_as_bucket_view: bool = False
+    comm_hook: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Fetch:
     """One batch fetched by a loading process (dataset items plus collate)."""
 
@@ -237,6 +258,7 @@ class RankData:
     fetches: tuple[Fetch, ...] = ()
     opwindow: OpWindow | None = None
     probes: Probes = field(default_factory=Probes)
+    ddp: tuple[DdpConfig, ...] = ()
 
     @property
     def main(self) -> ProcessInfo | None:

@@ -23,6 +23,7 @@ ranks the same way; rules-catalog §7)."""
 WAIT_EXPLAINS_MIN = 0.5
 """And the fast ranks wait in backward at least half of that gap: they are held back, not just idle."""
 BACKWARD = Phase.BACKWARD.value
+COMM = Phase.COMM.value
 CULPRITS = {
     Phase.DATA_WAIT.value: ("its DataLoader", (Category.INPUT_FETCH, Category.INPUT_PREPROCESS)),
     HOST_OTHER: ("Python work outside the framework", (Category.HOST_PYTHON,)),
@@ -39,13 +40,13 @@ def straggler(env: Environment, ranks: Sequence[RankAnalysis]) -> tuple[Finding,
     if len(rs) < 2:
         return None
 
+    def bwd(r: RankAnalysis) -> float:  # backward with its all-reduce wait
+        assert r.steps is not None
+        return r.steps.phase_ns.get(BACKWARD, 0.0) + r.steps.phase_ns.get(COMM, 0.0)
+
     def own(r: RankAnalysis) -> float:
         assert r.steps is not None
-        return r.steps.mean_ns - r.steps.phase_ns.get(BACKWARD, 0.0)
-
-    def bwd(r: RankAnalysis) -> float:
-        assert r.steps is not None
-        return r.steps.phase_ns.get(BACKWARD, 0.0)
+        return r.steps.mean_ns - bwd(r)
 
     slow = max(rs, key=own)
     fast = min(rs, key=own)
@@ -60,7 +61,7 @@ def straggler(env: Environment, ranks: Sequence[RankAnalysis]) -> tuple[Finding,
     diffs = {
         p: slow.steps.phase_ns.get(p, 0.0) - fast.steps.phase_ns.get(p, 0.0)
         for p in slow.steps.phase_ns
-        if p != BACKWARD
+        if p not in (BACKWARD, COMM)
     }
     culprit = max(diffs, key=lambda p: diffs[p])
     what, categories = CULPRITS.get(culprit, (culprit, ()))

@@ -1,0 +1,162 @@
+"""torch.distributed: time in collectives (`comm`) and what DDP was set up with.
+
+  `torch.distributed.all_reduce`, `all_gather`, `broadcast`, `barrier`, ... (called from Python) -> comm
+  `Work.wait()` on an async collective                                                         -> comm
+  DDP's gradient all-reduce inside `backward()` (CPU models)                                    -> comm
+
+DDP all-reduces gradients from C++ (its reducer), during backward, and waits for the last bucket at
+backward's end. On a CPU model the training thread computes the whole backward itself, so the time it
+spends blocked inside backward (wall minus on-CPU minus waiting for a core) is that wait: the
+communication backward did not hide, plus any wait for a slower rank. It is recorded as a `comm`
+interval at the end of the backward interval, where the reducer waits. (On a CUDA model the host
+thread blocks for the device too; there the op window's device timeline measures communication.)
+
+`distributed.jsonl` gets one line per DDP model: backend, world size, gradient bytes, bucket cap,
+static_graph / find_unused_parameters / gradient_as_bucket_view, and any comm hook registered later.
+Nothing here runs, and nothing is wrapped, unless the program uses torch.distributed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pinchpoint.capture.agent import thread_schedstat
+
+if TYPE_CHECKING:
+    from pinchpoint.capture.agent import Agent
+
+_now = time.monotonic_ns
+_thread_cpu = time.thread_time_ns
+
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "broadcast",
+    "broadcast_object_list",
+    "reduce",
+    "gather",
+    "scatter",
+    "barrier",
+)
+BLOCKED_MIN_NS = 50_000
+"""Blocked time inside one backward below this is scheduling noise, not a wait for the network."""
+
+
+def install(agent: Agent, torch: Any, timed: Callable[..., Callable[..., Any]]) -> None:
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not dist.is_available():
+        return
+    for name in COLLECTIVES:
+        fn = getattr(dist, name, None)
+        if callable(fn):
+            setattr(dist, name, timed(agent, "comm", fn))
+    with contextlib.suppress(Exception):  # a pybind class may refuse new attributes
+        work = torch._C._distributed_c10d.Work
+        work.wait = timed(agent, "comm", work.wait)
+    with contextlib.suppress(Exception):
+        from torch.nn.parallel import DistributedDataParallel as ddp_cls
+
+        _wrap_ddp(agent, ddp_cls)
+
+
+def _wrap_ddp(agent: Agent, ddp_cls: Any) -> None:
+    orig_init = ddp_cls.__init__
+    orig_hook = ddp_cls.register_comm_hook
+
+    @functools.wraps(orig_init)
+    def init_wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
+        orig_init(self, *args, **kwargs)
+        if agent.role == "main":
+            with contextlib.suppress(Exception):
+                _record_ddp(agent, self)
+
+    @functools.wraps(orig_hook)
+    def hook_wrapper(self: Any, state: Any, hook: Any) -> Any:
+        result = orig_hook(self, state, hook)
+        if agent.role == "main":
+            with contextlib.suppress(Exception):
+                agent.distributed.add({"t_ns": _now(), "kind": "comm_hook", "hook": _name_of(hook)})
+                agent.distributed.flush()
+        return result
+
+    ddp_cls.__init__ = init_wrapper
+    ddp_cls.register_comm_hook = hook_wrapper
+
+
+def _name_of(fn: Any) -> str:
+    return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__)
+
+
+def _record_ddp(agent: Agent, ddp: Any) -> None:
+    import torch.distributed as dist
+
+    params = [p for p in ddp.module.parameters() if p.requires_grad]
+    devices = sorted({p.device.type for p in params})
+    on_cpu = devices == ["cpu"]
+    if on_cpu:
+        agent.ddp_on_cpu = True
+    group = getattr(ddp, "process_group", None)
+    agent.distributed.add(
+        {
+            "t_ns": _now(),
+            "kind": "ddp",
+            "backend": str(dist.get_backend(group)) if group is not None else str(dist.get_backend()),
+            "world_size": int(dist.get_world_size(group))
+            if group is not None
+            else int(dist.get_world_size()),
+            "devices": devices,
+            "params": len(params),
+            "grad_bytes": int(sum(p.numel() * p.element_size() for p in params)),
+            "bucket_cap_bytes": _int_attr(ddp, "bucket_bytes_cap"),
+            "find_unused_parameters": bool(getattr(ddp, "find_unused_parameters", False)),
+            "static_graph": bool(getattr(ddp, "static_graph", False)),
+            "gradient_as_bucket_view": bool(getattr(ddp, "gradient_as_bucket_view", False)),
+        }
+    )
+    agent.distributed.flush()
+
+
+def _int_attr(obj: Any, name: str) -> int | None:
+    v = getattr(obj, name, None)
+    return int(v) if isinstance(v, (int, float)) else None
+
+
+def blocked_backward(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` (autograd.backward) timed as `backward`, and, once a CPU model is wrapped in DDP, the time
+    the training thread spent blocked inside it as a `comm` interval at its end."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if agent.role != "main" or threading.get_ident() != agent.tid:
+            return fn(*args, **kwargs)
+        agent.calls_without_backward.clear()
+        if agent.mode in ("unknown", "inference"):
+            agent.mode = "train"
+        watch = agent.ddp_on_cpu
+        if watch:
+            c0, s0 = _thread_cpu(), thread_schedstat()
+        t0 = _now()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            t1 = _now()
+            agent.interval("backward", t0, t1)
+            if watch:
+                s1 = thread_schedstat()
+                runq = s1[1] - s0[1] if (s0 is not None and s1 is not None) else 0
+                blocked = (t1 - t0) - (_thread_cpu() - c0) - runq
+                if blocked >= BLOCKED_MIN_NS:
+                    agent.interval("comm", t1 - blocked, t1)
+
+    return wrapper

@@ -1,0 +1,164 @@
+"""`comm.exposed` for a captured run: time the ranks spend in communication that compute did not hide.
+
+Pattern: the training threads sit in collectives (under DDP on CPU: blocked at the gradient all-reduce
+at the end of backward) for a share of every step that all ranks pay. The part of a step's comm time
+that every rank has is the transfer; what one rank has beyond that is waiting for a slower rank, which
+`imbalance.straggler` reports (`analysis/comm.py`).
+Why it's slow: gradients cross the link while nothing computes. With gradient accumulation under DDP,
+every micro-batch's backward all-reduces the whole model though only the last one's result is used.
+Fix: accumulation → `no_sync()` on all micro-batches but the last (one all-reduce per step). Otherwise,
+on CPU, all-reduce less often (accumulate, larger batches): a compression hook's casts run on the same
+cores (fp16_compress_hook made examples/comm_exposed.py ×0.90 *slower* here); on GPUs fewer bytes (a
+bf16 compression hook), `static_graph=True`, buckets sized so the first ones start early.
+Reference: XProf CollectiveBoundRule (≥ 30% collective-bound), device-collectives ≥ 3% / ≥ 15%
+(rules-catalog §5); DDP's notes on `no_sync` for gradient accumulation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pinchpoint.analysis.comm import cross_rank_comm
+from pinchpoint.analysis.run_analysis import RankAnalysis
+from pinchpoint.diagnosis.finding import Category, Confidence, Finding
+from pinchpoint.diagnosis.rules.base import ms, pct
+
+COMM_SHARE_MIN = 0.05
+"""Exposed transfer worth a finding: 5% of the step (between XProf's 3% note and 15% warning)."""
+ACCUMULATION_MIN = 1.5
+"""backward() calls per optimizer step from which the program accumulates gradients."""
+COMPRESSION_SAVES = 0.5
+"""A bf16/fp16 compression hook halves the bytes of an fp32 all-reduce (bandwidth-bound transfer)."""
+BACKWARD_PER_FORWARD = 2.0
+"""A backward does about twice its forward's work (a matmul's gradients for its input and its weight)."""
+
+NO_SYNC_SNIPPET = """\
+for i, (x, y) in enumerate(micro_batches):
+    last = i == len(micro_batches) - 1
+    with contextlib.nullcontext() if last else model.no_sync():
+        loss_fn(model(x), y).div(len(micro_batches)).backward()
+optimizer.step()"""
+
+COMPRESSION_SNIPPET = """\
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+model.register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook)"""
+
+
+def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
+    rs = [r for r in ranks if r.comm is not None and r.steps is not None and r.steps.mean_ns > 0]
+    if not rs:
+        return None
+    acts = [(r.rank, r.comm) for r in rs if r.comm is not None]
+    cross = cross_rank_comm(acts)
+    lead = rs[0]
+    assert lead.comm is not None and lead.steps is not None
+    transfer = cross.transfer_ns if cross is not None else lead.comm.mean_ns
+    step = max(r.steps.mean_ns for r in rs if r.steps is not None)
+    share = transfer / step
+    if share < COMM_SHARE_MIN:
+        return None
+    comm, ddp = lead.comm, lead.comm.ddp
+    evidence = []
+    if cross is not None:
+        waits = ", ".join(f"rank {r} {ms(w)}" for r, w in sorted(cross.wait_ns.items()))
+        evidence.append(
+            f"Every rank spends at least {ms(transfer)} per step ({pct(share)}) in communication that compute "
+            f"does not hide (the least of the ranks, step by step, over {cross.matched_steps} steps); "
+            f"waiting beyond that for another rank: {waits}"
+        )
+    else:
+        evidence.append(f"Rank {lead.rank} spends {ms(transfer)} per step ({pct(share)}) in communication")
+    if ddp is not None:
+        bucket = (
+            f"{ddp.bucket_cap_bytes / 2**20:.0f} MiB buckets" if ddp.bucket_cap_bytes else "default buckets"
+        )
+        evidence.append(
+            f"DDP over {ddp.backend} on {ddp.world_size} ranks all-reduces {ddp.grad_bytes / 2**20:.1f} MiB of "
+            f"gradients ({ddp.params} tensors) per synchronised backward, in {bucket}; "
+            f"comm hook: {ddp.comm_hook or 'none'}, static_graph={ddp.static_graph}"
+        )
+    # On CPU the all-reduce's copies and sums run on the cores backward computes on: what it costs
+    # beyond the wait shows as a backward slower than twice the forward.
+    contention = 0.0
+    if ddp is not None and ddp.devices == ("cpu",):
+        slowed = [_backward_excess(r) for r in rs]
+        contention = sum(slowed) / len(slowed)
+        if contention > COMM_SHARE_MIN * step:
+            fwd, bwd = (_mean_phase(rs, p) for p in ("forward", "backward"))
+            evidence.append(
+                f"Backward computes for {ms(bwd)} a step against {ms(fwd)} of forward ({bwd / fwd:.1f}×; a "
+                f"backward does about {BACKWARD_PER_FORWARD:.0f}× its forward's work): the all-reduce's copies "
+                f"and sums share these cores and slow it by ≈ {ms(contention)}"
+            )
+    cost = transfer + contention
+    accumulating = ddp is not None and comm.backward_calls >= ACCUMULATION_MIN
+    on_cpu = ddp is not None and ddp.devices == ("cpu",)
+    title = "Communication is not hidden behind compute"
+    if accumulating and comm.synced_backwards >= comm.backward_calls - 0.5:
+        k = comm.backward_calls
+        evidence.append(
+            f"Each optimizer step runs {k:.0f} backward() calls (gradient accumulation) and "
+            f"{comm.synced_backwards:.0f} of them wait at the all-reduce: only the last one's is needed"
+        )
+        saved = cost * (comm.synced_backwards - 1) / comm.synced_backwards
+        fix = (
+            f"Accumulate without synchronising: run the first {k - 1:.0f} micro-batches of each step under "
+            "`model.no_sync()` so DDP all-reduces once, in the last backward (same gradients, same update)."
+        )
+        snippet, confidence = NO_SYNC_SNIPPET, Confidence.HIGH
+        title += ": every micro-batch all-reduces the gradients"
+        after = max(1.0, step - saved)
+        evidence.append(f"Without it: ≈ {ms(after)} a step instead of {ms(step)}")
+        speedup = step / after
+    elif on_cpu:
+        # On CPU the all-reduce's sums and copies run on the cores that compute: fewer bytes through a
+        # compression hook cost casts on the same cores. All-reducing half as often halves its cost per sample.
+        speedup = 2 * step / max(1.0, 2 * step - cost)
+        evidence.append(
+            f"All-reducing every 2 batches instead of every one (accumulating under no_sync) would cost "
+            f"{ms(cost / 2)} per batch instead of {ms(cost)}: ×{speedup:.2f} samples per second"
+        )
+        fix = (
+            "All-reduce less often: accumulate gradients over 2 or more batches, the first ones under "
+            "`model.no_sync()` (or take a larger batch per step). On CPU a compression hook "
+            "(fp16_compress_hook) trades bytes for casts on the same cores and rarely pays; `static_graph=True` "
+            "and a smaller `bucket_cap_mb` let the first buckets start earlier in backward."
+        )
+        snippet, confidence = NO_SYNC_SNIPPET, Confidence.MEDIUM
+    else:
+        after = max(1.0, step - cost * COMPRESSION_SAVES)
+        evidence.append(
+            f"Halving the bytes (bf16 gradients on the wire) would save about half of it if the transfer is "
+            f"bandwidth-bound: ≈ {ms(after)} a step instead of {ms(step)}"
+        )
+        fix = (
+            "Send fewer bytes or fewer times: a bf16 compression hook, a larger batch per step (or gradient "
+            "accumulation under `no_sync()`), `static_graph=True`; check `bucket_cap_mb` lets the first "
+            "buckets start while backward still runs."
+        )
+        snippet, confidence = COMPRESSION_SNIPPET, Confidence.MEDIUM
+        speedup = step / after
+    return Finding(
+        id=Category.COMM_EXPOSED,
+        title=title,
+        share=min(1.0, cost / step),
+        estimated_speedup=max(1.0, speedup),
+        confidence=confidence,
+        evidence=tuple(evidence),
+        fix=fix,
+        snippet=snippet,
+        ranks=tuple(r.rank for r in rs),
+    )
+
+
+def _mean_phase(ranks: Sequence[RankAnalysis], phase: str) -> float:
+    vals = [r.steps.phase_ns.get(phase, 0.0) for r in ranks if r.steps is not None]
+    return sum(vals) / len(vals) if vals else 0.0
+
+
+def _backward_excess(rank: RankAnalysis) -> float:
+    """Backward compute beyond `BACKWARD_PER_FORWARD` × forward (0 without both phases)."""
+    if rank.steps is None:
+        return 0.0
+    fwd, bwd = rank.steps.phase_ns.get("forward", 0.0), rank.steps.phase_ns.get("backward", 0.0)
+    return max(0.0, bwd - BACKWARD_PER_FORWARD * fwd) if fwd > 0 else 0.0

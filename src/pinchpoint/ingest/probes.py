@@ -1,0 +1,62 @@
+"""Reads a rank's probes.json: what the agent measured around the op window (dispatch cost, matmul
+and memory ceilings, page-fault cost, live tensors at the window's edges)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pinchpoint.ingest.fields import as_dict, as_int, as_list
+from pinchpoint.trace.run import LiveTensors, MatmulProbe, Probes, TensorGroup
+
+
+def _live(o: Any) -> LiveTensors | None:
+    if not isinstance(o, dict):
+        return None
+    count, nbytes, graph, graph_bytes = (
+        as_int(o.get(k)) for k in ("count", "bytes", "with_graph", "graph_bytes")
+    )
+    if count is None or nbytes is None or graph is None or graph_bytes is None:
+        return None
+    groups = []
+    for item in as_list(o.get("graph_groups")):
+        g = as_dict(item)
+        shape = [as_int(d) for d in as_list(g.get("shape"))]
+        n, b = as_int(g.get("count")), as_int(g.get("bytes"))
+        if n is None or b is None or any(d is None for d in shape):
+            continue
+        groups.append(
+            TensorGroup(
+                shape=tuple(d for d in shape if d is not None), dtype=str(g.get("dtype")),
+                grad_fn=str(g.get("grad_fn")), count=n, bytes=b,
+            )
+        )  # fmt: skip
+    return LiveTensors(
+        count=count, bytes=nbytes, with_graph=graph, graph_bytes=graph_bytes, graph_groups=tuple(groups)
+    )
+
+
+def read_probes(o: dict[str, Any]) -> Probes:
+    mm = []
+    for item in as_list(o.get("matmul")):
+        m = as_dict(item)
+        dims = [as_int(x) for x in as_list(m.get("shape"))]
+        ns = as_int(m.get("ns"))
+        if len(dims) == 3 and ns is not None and ns > 0:
+            a, b, c = (d or 0 for d in dims)
+            if min(a, b, c) > 0:
+                mm.append(MatmulProbe(shape=(a, b, c), dtype=str(m.get("dtype")), ns=ns))
+    fault_ns = as_int(o.get("page_fault_ns"))
+    bw = o.get("memory_bytes_per_s")
+    live = as_dict(o.get("live_tensors"))
+    return Probes(
+        live_before=_live(live.get("before")),
+        live_after=_live(live.get("after")),
+        window_steps=as_int(live.get("steps")),
+        dispatch_ns_per_op=as_int(o.get("dispatch_ns_per_op")),
+        matmul=tuple(mm),
+        page_fault_ns=fault_ns if fault_ns is not None and fault_ns > 0 else None,
+        memory_bytes_per_s=float(bw)
+        if isinstance(bw, (int, float)) and math.isfinite(bw) and bw > 0
+        else None,
+    )

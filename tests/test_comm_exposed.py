@@ -1,0 +1,179 @@
+"""comm.exposed in run mode: communication per step, transfer vs waiting across ranks, the rule, and
+the capture of collectives and DDP in a real (one-rank, gloo) program."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conftest import make_env, make_rank_analysis, make_run_analysis
+from pinchpoint.analysis.comm import comm_activity, cross_rank_comm
+from pinchpoint.analysis.run_analysis import RankAnalysis
+from pinchpoint.diagnosis.engine import diagnose
+from pinchpoint.diagnosis.rules.comm import comm_exposed
+from pinchpoint.trace.run import DdpConfig, Interval, Phase, RankData, Step, StepKind
+
+MS = 1_000_000
+ENV = make_env(cores=2)
+DDP = DdpConfig(t_ns=0, backend="gloo", world_size=2, devices=("cpu",), params=6, grad_bytes=32 << 20)
+
+
+def _steps(
+    n: int, micro: int, fwd: float, bwd: float, waits: list[float], opt: float = 3.0
+) -> tuple[Step, ...]:
+    """`n` steps of `micro` forward+backward pairs (ms); micro-batch j's backward ends with a comm
+    wait of waits[j] ms inside it (as `dist_hooks` records DDP's all-reduce wait), then the optimizer."""
+    out, t = [], 0
+    for i in range(n):
+        start, ivs = t, []
+        for j in range(micro):
+            ivs.append(Interval(phase=Phase.FORWARD, start_ns=t, end_ns=t + round(fwd * MS)))
+            t += round(fwd * MS)
+            end = t + round((bwd + waits[j]) * MS)
+            ivs.append(Interval(phase=Phase.BACKWARD, start_ns=t, end_ns=end))
+            if waits[j]:
+                ivs.append(Interval(phase=Phase.COMM, start_ns=end - round(waits[j] * MS), end_ns=end))
+            t = end
+        ivs.append(Interval(phase=Phase.OPTIMIZER, start_ns=t, end_ns=t + round(opt * MS)))
+        t += round(opt * MS)
+        out.append(Step(index=i, kind=StepKind.TRAIN, start_ns=start, end_ns=t, intervals=tuple(ivs)))
+    return tuple(out)
+
+
+def _rank(rank: int, steps: tuple[Step, ...], ddp: DdpConfig | None = DDP) -> RankAnalysis:
+    data = RankData(rank=rank, steps=steps, ddp=(ddp,) if ddp else ())
+    return replace(make_rank_analysis(steps=steps, rank=rank), comm=comm_activity(data), local_ranks=2)
+
+
+def test_accumulation_without_no_sync_is_named_with_the_no_sync_fix() -> None:
+    # 4 micro-batches: forward 5 ms, backward 10 ms (2x forward: no contention), each waiting 10 ms.
+    steps = _steps(12, 4, 5.0, 10.0, [10.0] * 4)
+    f = comm_exposed([_rank(0, steps), _rank(1, steps)])
+    assert f is not None
+    assert "no_sync" in f.fix and f.snippet is not None and "no_sync" in f.snippet
+    step = 4 * 25.0 + 3.0
+    assert abs(f.share - 40.0 / step) < 1e-6  # the transfer: 4 waits of 10 ms
+    # One all-reduce instead of four: 30 ms of the 40 go.
+    assert abs(f.estimated_speedup - step / (step - 30.0)) < 1e-6
+    assert any("4 backward() calls" in e and "4 of them wait" in e for e in f.evidence)
+    assert f.ranks == (0, 1)
+
+
+def test_transfer_is_the_least_rank_and_waiting_for_a_late_rank_is_not_counted() -> None:
+    fast = _steps(12, 1, 20.0, 40.0, [30.0])  # rank 0 waits 30 ms: 10 ms transfer + 20 ms for rank 1
+    slow = _steps(12, 1, 40.0, 40.0, [10.0])
+    r0, r1 = _rank(0, fast), _rank(1, slow)
+    assert r0.comm is not None and r1.comm is not None
+    cross = cross_rank_comm([(0, r0.comm), (1, r1.comm)])
+    assert cross is not None and cross.matched_steps == 10  # after the 2 warm-up steps
+    assert (
+        abs(cross.transfer_ns - 10 * MS) < 1 and abs(cross.wait_ns[0] - 20 * MS) < 1 and cross.wait_ns[1] == 0
+    )
+    f = comm_exposed([r0, r1])
+    assert f is not None and "less often" in f.fix
+    assert any("rank 0 20.0 ms" in e for e in f.evidence)
+    # Per sample, all-reducing every second batch halves the 10 ms transfer (no contention: neither
+    # backward exceeds twice its forward); both ranks take 93 ms a step.
+    assert abs(f.estimated_speedup - 2 * 93.0 / (2 * 93.0 - 10.0)) < 1e-6
+
+
+def test_on_gpus_the_general_advice_is_compression() -> None:
+    gpu = replace(DDP, devices=("cuda",), backend="nccl")
+    steps = _steps(12, 1, 20.0, 40.0, [20.0])
+    f = comm_exposed([_rank(0, steps, gpu), _rank(1, steps, gpu)])
+    assert f is not None and f.snippet is not None and "bf16_compress_hook" in f.snippet
+    step = 83.0
+    assert abs(f.estimated_speedup - step / (step - 10.0)) < 1e-6
+
+
+def test_accumulation_that_already_uses_no_sync_gets_the_general_advice() -> None:
+    steps = _steps(12, 4, 5.0, 10.0, [0.0, 0.0, 0.0, 30.0])
+    f = comm_exposed([_rank(0, steps), _rank(1, steps)])
+    assert f is not None and "every micro-batch" not in f.title and "less often" in f.fix
+
+
+def test_a_slow_backward_on_cpu_counts_as_the_all_reduce_sharing_the_cores() -> None:
+    # Backward computes 30 ms against a 5 ms forward: 20 ms beyond 2x forward, charged to the all-reduce.
+    steps = _steps(12, 4, 5.0, 30.0, [10.0] * 4)
+    f = comm_exposed([_rank(0, steps), _rank(1, steps)])
+    assert f is not None
+    step = 4 * 45.0 + 3.0
+    cost = 40.0 + 4 * 20.0
+    assert abs(f.share - cost / step) < 1e-6
+    assert abs(f.estimated_speedup - step / (step - cost * 3 / 4)) < 1e-6
+    assert any("share these cores" in e for e in f.evidence)
+    # The same on a GPU model: no CPU contention is assumed.
+    gpu = replace(DDP, devices=("cuda",))
+    g = comm_exposed([_rank(0, steps, gpu), _rank(1, steps, gpu)])
+    assert g is not None and abs(g.share - 40.0 / step) < 1e-6
+
+
+@pytest.mark.parametrize("wait_ms", [0.0, 2.0])
+def test_little_or_no_communication_is_not_a_finding(wait_ms: float) -> None:
+    steps = _steps(12, 1, 20.0, 40.0, [wait_ms])
+    assert comm_exposed([_rank(0, steps), _rank(1, steps)]) is None
+
+
+def test_a_program_without_distributed_has_no_comm_activity() -> None:
+    steps = _steps(12, 1, 20.0, 40.0, [0.0])
+    assert comm_activity(RankData(rank=0, steps=steps)) is None
+
+
+def test_the_engine_reports_it_and_the_breakdown_shows_communication() -> None:
+    steps = _steps(12, 4, 5.0, 10.0, [10.0] * 4)
+    ranks = [_rank(0, steps), _rank(1, steps)]
+    report = diagnose(make_run_analysis(ENV, ranks))
+    assert report.findings[0].id.value == "comm.exposed"
+    assert ranks[0].steps is not None and abs(ranks[0].steps.share("comm") - 40.0 / 103.0) < 1e-6
+
+
+PROGRAM = textwrap.dedent(
+    """
+    import os, torch, torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    dist.init_process_group("gloo", init_method="file://" + os.environ["STORE"], rank=0, world_size=1)
+    model = DistributedDataParallel(nn.Linear(64, 32))
+    model.register_comm_hook(state=None, hook=default_hooks.fp16_compress_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(6):
+        model(torch.randn(8, 64)).sum().backward()
+        opt.step()
+        t = torch.ones(4)
+        dist.all_reduce(t)
+        dist.all_reduce(t, async_op=True).wait()
+    dist.destroy_process_group()
+    print("ok", flush=True)
+    """
+)
+
+
+def test_collectives_and_ddp_are_captured_from_a_real_program(tmp_path: Path) -> None:
+    script = tmp_path / "ddp1.py"
+    script.write_text(PROGRAM)
+    out = tmp_path / "run"
+    env = {"STORE": str(tmp_path / "store"), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pinchpoint", "run", "-q", "--opwindow", "off", "-o", str(out), str(script)],
+        capture_output=True, text=True, timeout=180, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "ok" in proc.stdout
+    lines = [json.loads(x) for x in (out / "ranks/rank0/distributed.jsonl").read_text().splitlines()]
+    assert lines[0]["kind"] == "ddp" and lines[0]["backend"] == "gloo" and lines[0]["world_size"] == 1
+    assert lines[0]["grad_bytes"] == (64 * 32 + 32) * 4 and lines[0]["devices"] == ["cpu"]
+    assert lines[1] == {"t_ns": lines[1]["t_ns"], "kind": "comm_hook", "hook": "fp16_compress_hook"}
+    steps = [json.loads(x) for x in (out / "ranks/rank0/steps.jsonl").read_text().splitlines()]
+    # Each step after the first holds the two all_reduce calls and the Work.wait() (the first step
+    # ends at the first optimizer step, before them).
+    comm = [sum(1 for iv in s["intervals"] if iv[0] == "comm") for s in steps if not s["partial"]]
+    assert comm[1:] and all(n >= 3 for n in comm[1:]), comm
+    report = json.loads((out / "report.json").read_text())
+    assert report["ranks"][0]["rank"] == 0
