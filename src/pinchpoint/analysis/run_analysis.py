@@ -19,7 +19,7 @@ from pinchpoint.analysis.ops import OpStats, op_stats
 from pinchpoint.analysis.roofline import MemoryTraffic, memory_traffic
 from pinchpoint.analysis.stacks import StackSummary, stack_summary
 from pinchpoint.analysis.steps import StepStats, steady_steps, step_stats
-from pinchpoint.trace.run import Environment, Probes, ProcessInfo, RankData, Run
+from pinchpoint.trace.run import Environment, Probes, ProcessInfo, RankData, Role, Run
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,7 +81,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
             rank.probes.page_fault_ns,
         ),
         main=main,
-        workers=tuple(p for p in rank.processes if p is not main),
+        workers=tuple(p for p in rank.processes if p is not main and p.role is Role.WORKER),
         probes=rank.probes,
         stacks=stacks,
         comm=comm_activity(rank),

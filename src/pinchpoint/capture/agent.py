@@ -146,6 +146,7 @@ class Agent:
         self.distributed = JsonlWriter(self.rank_dir / "distributed.jsonl")
         self.ddp_on_cpu = False
         """A CPU model is wrapped in DDP: backward's blocked time is its gradient all-reduce wait."""
+        self.window_spec = window
         self.window = opwindow.OpWindow(self.rank_dir, window)
         self.taint_next = False
         self.closed = False
@@ -173,6 +174,33 @@ class Agent:
         self.fetches = JsonlWriter(self.rank_dir / f"fetch-{os.getpid()}.jsonl")
         self.window.disable()
         self.closed = False
+
+    def become_rank(self, rank: int) -> None:
+        """`torch.distributed.init_process_group` returned here: this is rank `rank`'s training process.
+        A torchrun rank already knew (from $RANK); a `torch.multiprocessing.spawn` child started as a
+        worker in rank 0's folder and now moves to its own, with its own op window."""
+        if self.role == "launcher" or (self.role == "main" and rank == self.rank):
+            return
+        old_info = self.rank_dir / f"process-{os.getpid()}.json"
+        self.role = "main"
+        self.tid = threading.get_ident()
+        if rank != self.rank:
+            self.rank = rank
+            self.rank_dir = self.run_dir / "ranks" / f"rank{rank}"
+            for w in (self.steps, self.loaders, self.fetches, self.distributed):
+                w.move(self.rank_dir / w.path.name)
+            with contextlib.suppress(OSError):
+                old_info.unlink()
+        if not self.window.active:
+            self.window = opwindow.OpWindow(self.rank_dir, self.window_spec)
+        self.write_process_info()
+
+    def become_launcher(self) -> None:
+        """This process starts the ranks (`torch.multiprocessing.spawn`) and runs no steps itself."""
+        if self.role == "main" and self.step_start_ns is None and self.step_index == 0:
+            self.role = "launcher"
+            self.window.disable()
+            self.write_process_info()
 
     def write_process_info(self) -> None:
         from pinchpoint.capture import environment

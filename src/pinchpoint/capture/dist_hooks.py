@@ -61,6 +61,18 @@ def install(agent: Agent, torch: Any, timed: Callable[..., Callable[..., Any]]) 
         fn = getattr(dist, name, None)
         if callable(fn):
             setattr(dist, name, timed(agent, "comm", fn))
+    init = getattr(dist, "init_process_group", None)
+    if callable(init):
+        dist.init_process_group = _after_init(agent, dist, init)
+    with contextlib.suppress(Exception):
+        import importlib
+
+        # (`import torch.multiprocessing.spawn as m` would bind the function `spawn`, not the module)
+        mp_spawn = importlib.import_module("torch.multiprocessing.spawn")
+        for mod in (mp_spawn, torch.multiprocessing):
+            start = getattr(mod, "start_processes", None)
+            if callable(start):
+                setattr(mod, "start_processes", _launching(agent, start))  # noqa: B010
     with contextlib.suppress(Exception):  # a pybind class may refuse new attributes
         work = torch._C._distributed_c10d.Work
         work.wait = timed(agent, "comm", work.wait)
@@ -68,6 +80,31 @@ def install(agent: Agent, torch: Any, timed: Callable[..., Callable[..., Any]]) 
         from torch.nn.parallel import DistributedDataParallel as ddp_cls
 
         _wrap_ddp(agent, ddp_cls)
+
+
+def _after_init(agent: Agent, dist: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """init_process_group, then the agent learns this process's rank (a spawned rank starts as a worker)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        result = fn(*args, **kwargs)
+        with contextlib.suppress(Exception):
+            agent.become_rank(int(dist.get_rank()))
+        return result
+
+    return wrapper
+
+
+def _launching(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """torch.multiprocessing.spawn/start_processes: the caller starts ranks and is not one itself."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with contextlib.suppress(Exception):
+            agent.become_launcher()
+        return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def _wrap_ddp(agent: Agent, ddp_cls: Any) -> None:

@@ -56,6 +56,11 @@ class JsonlWriter:
             os.close(self._fd)
             self._fd = None
 
+    def move(self, path: Path) -> None:
+        """Write to `path` from now on (what was flushed stays where it was)."""
+        self.close()
+        self.path = path
+
     def forget(self) -> None:
         """Drop the buffer and handle without writing (a forked child must not write the parent's lines)."""
         self._lines.clear()

@@ -58,6 +58,11 @@ def read_run_dir(path: Path) -> Run:
     env_obj = load_json(path / "environment.json", warnings)
     environment = _environment(env_obj if isinstance(env_obj, dict) else {})
     ranks = tuple(_rank(d, warnings) for _, d in rank_dirs(path))
+    # The launcher reads the world size off a torchrun command line; ranks started otherwise
+    # (torch.multiprocessing.spawn) show in their folders and in DDP's own record.
+    world = max([meta.world_size, len(ranks)] + [c.world_size for r in ranks for c in r.ddp])
+    if world != meta.world_size:
+        meta = replace(meta, world_size=world)
     system = tuple(_system_sample(o) for o in jsonl(path / "system.jsonl", warnings))
     stacks = _stacks(path, warnings)
     return Run(

@@ -52,6 +52,8 @@ class StepKind(str, Enum):
 class Role(str, Enum):
     MAIN = "main"
     WORKER = "worker"
+    LAUNCHER = "launcher"
+    """Started the ranks (`torch.multiprocessing.spawn`) and ran no steps itself."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
