@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from pinchpoint.analysis.gpu._common import GPU_KINDS, kind_mask
-from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis, analyze_traces
+from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis, analyze_traces, combine_ranks
 from pinchpoint.analysis.run_analysis import RunAnalysis, analyze_run
 from pinchpoint.diagnosis.engine import diagnose, diagnose_gpu
 from pinchpoint.errors import TraceError, UsageError
 from pinchpoint.ingest.ceilings import gpu_matmul_flops, load_cached, machine_key
-from pinchpoint.ingest.kineto import read_trace, read_trace_dir
+from pinchpoint.ingest.kineto import read_trace
 from pinchpoint.ingest.rundir import opwindow_file, rank_dirs, read_run_dir
+from pinchpoint.rank_map import map_ranks
 from pinchpoint.report.flamegraph import write_stack_views
 from pinchpoint.report.gpu_report import build_gpu_report, run_gpu_sections
 from pinchpoint.report.json_report import build_report, write_report
@@ -117,17 +118,18 @@ def report_traces(
     *,
     json_path: Path | None = None,
     progress: Callable[[int, int], None] | None = None,
+    workers: int = 1,
+    cluster: str | None = None,
 ) -> dict[str, Any]:
     """Analyse a profiler trace (`.json`, `.json.gz`) or a directory of per-rank traces; return the
-    report (and write it to `json_path`)."""
+    report (and write it to `json_path`). Ranks are analysed one by one here, on `workers` local
+    processes, or on the Dask cluster at `cluster` (`rank_map`), then compared."""
     if not path.exists():
         raise TraceError(f"{path}: no such file or directory")
     if path.is_dir() and (path / "meta.json").is_file() and (path / "ranks").is_dir():
         raise UsageError(f"{path} is a `pinchpoint run` directory: use `pinchpoint report {path}`")
-    traces = (
-        read_trace_dir(path, progress=progress) if path.is_dir() else [read_trace(path, progress=progress)]
-    )
-    analysis = analyze_traces(traces)
+    ranks = map_ranks(path, workers=workers, cluster=cluster, progress=progress)
+    analysis = combine_ranks(ranks)
     report = build_gpu_report(analysis, diagnose_gpu(analysis), str(path))
     if json_path is not None:
         write_report(report, json_path)

@@ -21,15 +21,36 @@ class AnalyzeCommand:
         parser.add_argument("--json", help="also write report.json to this path")
         parser.add_argument("--no-color", action="store_true", help="plain text report")
         parser.add_argument("-q", "--quiet", action="store_true", help="no terminal report (use with --json)")
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=0,
+            metavar="N",
+            help="analyse the ranks of a directory on N local processes (default: one per usable core)",
+        )
+        parser.add_argument(
+            "--cluster",
+            metavar="ADDRESS",
+            help="analyse the ranks on this Dask scheduler (e.g. tcp://host:8786); workers must see the files",
+        )
 
     def execute(self, args: argparse.Namespace) -> int:
+        from pinchpoint.errors import UsageError
         from pinchpoint.pipeline import report_traces
+        from pinchpoint.rank_map import default_workers
         from pinchpoint.report.terminal import render
+
+        if args.workers < 0:
+            raise UsageError("--workers must be 1 or more")
 
         bar = _ProgressBar(enabled=sys.stderr.isatty() and not args.quiet)
         try:
             report = report_traces(
-                Path(args.path), json_path=Path(args.json) if args.json else None, progress=bar.update
+                Path(args.path),
+                json_path=Path(args.json) if args.json else None,
+                progress=bar.update,
+                workers=args.workers or default_workers(),
+                cluster=args.cluster,
             )
         finally:
             bar.close()

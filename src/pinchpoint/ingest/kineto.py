@@ -96,6 +96,17 @@ def read_trace(
     return KinetoTrace(meta=meta, events=events, memory=memory, warnings=tuple(warnings))
 
 
+def trace_files(path: Path) -> list[Path]:
+    """The trace files of a directory of per-rank traces, in name order; TraceError if there are none."""
+    path = Path(path)
+    if not path.is_dir():
+        raise TraceError(f"{path}: not a directory")
+    files = sorted({f for pat in TRACE_PATTERNS for f in path.glob(pat) if f.is_file()})
+    if not files:
+        raise TraceError(f"{path}: no *.json or *.json.gz trace files here")
+    return files
+
+
 def read_trace_dir(
     path: Path,
     *,
@@ -108,12 +119,7 @@ def read_trace_dir(
     numbered in file-name order and each trace says so in its warnings. Unreadable files are skipped
     with a warning; TraceError if none can be read.
     """
-    path = Path(path)
-    if not path.is_dir():
-        raise TraceError(f"{path}: not a directory")
-    files = sorted({f for pat in TRACE_PATTERNS for f in path.glob(pat) if f.is_file()})
-    if not files:
-        raise TraceError(f"{path}: no *.json or *.json.gz trace files here")
+    files = trace_files(path)
     total = sum(f.stat().st_size for f in files)
     traces: list[KinetoTrace] = []
     failed: list[str] = []

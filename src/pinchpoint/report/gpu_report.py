@@ -14,18 +14,13 @@ from pinchpoint.report.json_report import SCHEMA, finding_dict, rounded
 TOP_KERNELS = 10
 
 
-def _kind(rank: GpuRankAnalysis) -> str:
-    names = rank.trace.events.names
-    return "train" if any("backward" in n.lower() for n in names) else "inference"
-
-
 def _steps(rank: GpuRankAnalysis | None) -> dict[str, Any]:
     if rank is None or not rank.steps.steps:
         return {"kind": None, "count": 0, "total": 0, "median_ms": None, "mean_ms": None, "p90_ms": None}
     st = rank.steps
     durs = np.array([s.dur_ns for s in st.steps], dtype=np.float64)
     return {
-        "kind": _kind(rank),
+        "kind": rank.kind,
         "count": len(st.steps),
         "total": len(st.steps),
         "median_ms": rounded(st.median_step_ns / 1e6, 3),
@@ -96,7 +91,7 @@ def run_gpu_sections(analysis: GpuRunAnalysis) -> list[dict[str, Any]]:
 
 
 def _environment(run: GpuRunAnalysis) -> dict[str, Any]:
-    first = run.ranks[0].trace.meta if run.ranks else None
+    first = run.ranks[0].meta if run.ranks else None
     gpus = []
     if first is not None:
         for d in first.devices:
@@ -123,15 +118,15 @@ def _environment(run: GpuRunAnalysis) -> dict[str, Any]:
 
 def build_gpu_report(analysis: GpuRunAnalysis, diagnosis: Diagnosis, source: str) -> dict[str, Any]:
     first = analysis.ranks[0] if analysis.ranks else None
-    world = first.trace.meta.world_size if first is not None else None
-    warnings = [f"rank {r.rank}: {w}" for r in analysis.ranks for w in r.trace.warnings]
+    world = first.meta.world_size if first is not None else None
+    warnings = [f"rank {r.rank}: {w}" for r in analysis.ranks for w in r.warnings]
     return {
         "schema": SCHEMA,
         "run": {
             "mode": "analyze",
             "command": ["pinchpoint", "analyze", source],
             "source": source,
-            "traces": [r.trace.meta.path for r in analysis.ranks],
+            "traces": [r.meta.path for r in analysis.ranks],
             "exit_code": None,
             "signal": None,
             "started_at": None,

@@ -14,7 +14,7 @@ wait for it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -66,12 +66,48 @@ class RankComparison:
     note: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankCollectives:
+    """What the cross-rank comparison needs from one rank's trace (small: one number per collective
+    kernel), so that ranks can be read and analysed apart (on a process pool or a cluster) and compared
+    afterwards."""
+
+    rank: int
+    durations: Mapping[str, tuple[int, ...]]
+    """Collective kernel name -> the durations of its kernels, in start order."""
+    steps: int
+    median_step_ns: float | None
+    compute_ns: int
+    """Union of compute (non-communication) kernel time, inside steps when there are steps."""
+
+
+def rank_collectives(trace: KinetoTrace) -> RankCollectives:
+    ev = trace.events
+    rows = np.flatnonzero(kind_mask(ev, Kind.KERNEL) & ev.mask_names(is_communication_kernel))
+    by_name: dict[str, tuple[int, ...]] = {}
+    for nid in np.unique(ev.name[rows]).tolist():
+        by_name[ev.names[nid]] = tuple(ev.dur_ns[rows[ev.name[rows] == nid]].tolist())  # rows: start order
+    numbers, s_starts, s_ends = step_bounds(ev)
+    n_steps = int(numbers.size)
+    return RankCollectives(
+        rank=trace.meta.rank,
+        durations=by_name,
+        steps=n_steps,
+        median_step_ns=float(np.median(s_ends - s_starts)) if n_steps else None,
+        compute_ns=_compute_ns(trace, s_starts, s_ends),
+    )
+
+
 def compare_ranks(traces: Sequence[KinetoTrace]) -> RankComparison:
-    traces = sorted(traces, key=lambda t: t.meta.rank)
-    ranks = [t.meta.rank for t in traces]
+    return compare_collectives([rank_collectives(t) for t in traces])
+
+
+def compare_collectives(profiles: Sequence[RankCollectives]) -> RankComparison:
+    profiles = sorted(profiles, key=lambda p: p.rank)
+    ranks = [p.rank for p in profiles]
     if len(set(ranks)) != len(ranks):
         raise ValueError(f"two traces claim the same rank: {ranks}; pass one trace per rank")
-    durs, unmatched = _match_collectives(traces)  # (n_ranks, matched)
+    durs, unmatched = _match_collectives(profiles)  # (n_ranks, matched)
     matched = durs.shape[1]
     fastest = durs.min(axis=0) if matched else np.zeros(0, dtype=np.int64)
     waits = durs - fastest
@@ -80,17 +116,14 @@ def compare_ranks(traces: Sequence[KinetoTrace]) -> RankComparison:
         last[np.argmin(durs, axis=0), np.arange(matched)] = True
 
     summaries = []
-    for i, t in enumerate(traces):
-        numbers, s_starts, s_ends = step_bounds(t.events)
-        compute = _compute_ns(t, s_starts, s_ends)
-        n_steps = int(numbers.size)
+    for i, p in enumerate(profiles):
         summaries.append(
             RankSummary(
-                rank=t.meta.rank,
-                steps=n_steps,
-                median_step_ns=float(np.median(s_ends - s_starts)) if n_steps else None,
-                compute_ns=compute,
-                compute_per_step_ns=compute / n_steps if n_steps else None,
+                rank=p.rank,
+                steps=p.steps,
+                median_step_ns=p.median_step_ns,
+                compute_ns=p.compute_ns,
+                compute_per_step_ns=p.compute_ns / p.steps if p.steps else None,
                 collectives=matched,
                 collective_ns=int(durs[i].sum()),
                 wait_ns=int(waits[i].sum()),
@@ -103,7 +136,7 @@ def compare_ranks(traces: Sequence[KinetoTrace]) -> RankComparison:
     summaries = [replace(s, straggler=s.rank in flagged) for s in summaries]
     total = int(durs.sum())
     note = None
-    if len(traces) < 2:
+    if len(profiles) < 2:
         note = "one rank: nothing to compare"
     elif matched == 0:
         note = "no collective kernel matched on every rank: waits cannot be measured"
@@ -117,25 +150,18 @@ def compare_ranks(traces: Sequence[KinetoTrace]) -> RankComparison:
     )
 
 
-def _match_collectives(traces: Sequence[KinetoTrace]) -> tuple[I64, int]:
+def _match_collectives(profiles: Sequence[RankCollectives]) -> tuple[I64, int]:
     """Durations (ranks × matched collectives), and the number of collective kernels left unmatched."""
-    per_rank: list[dict[str, I64]] = []
-    for t in traces:
-        ev = t.events
-        rows = np.flatnonzero(kind_mask(ev, Kind.KERNEL) & ev.mask_names(is_communication_kernel))
-        by_name: dict[str, I64] = {}
-        for nid in np.unique(ev.name[rows]).tolist():
-            by_name[ev.names[nid]] = ev.dur_ns[rows[ev.name[rows] == nid]]  # rows are in start order
-        per_rank.append(by_name)
-    all_kernels = sum(int(d.size) for by_name in per_rank for d in by_name.values())
-    if len(traces) < 2:
-        return np.zeros((len(traces), 0), dtype=np.int64), all_kernels
+    per_rank = [p.durations for p in profiles]
+    all_kernels = sum(len(d) for by_name in per_rank for d in by_name.values())
+    if len(profiles) < 2:
+        return np.zeros((len(profiles), 0), dtype=np.int64), all_kernels
     common = sorted(set.intersection(*(set(r) for r in per_rank)))
     columns = []
     for name in common:
-        n = min(int(r[name].size) for r in per_rank)
-        columns.append(np.stack([r[name][:n] for r in per_rank]))
-    durs = np.concatenate(columns, axis=1) if columns else np.zeros((len(traces), 0), dtype=np.int64)
+        n = min(len(r[name]) for r in per_rank)
+        columns.append(np.array([r[name][:n] for r in per_rank], dtype=np.int64).reshape(len(per_rank), n))
+    durs = np.concatenate(columns, axis=1) if columns else np.zeros((len(profiles), 0), dtype=np.int64)
     return durs.astype(np.int64), all_kernels - int(durs.size)
 
 

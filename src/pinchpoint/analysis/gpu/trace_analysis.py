@@ -8,16 +8,22 @@ from dataclasses import dataclass
 from pinchpoint.analysis.gpu import intervals as iv
 from pinchpoint.analysis.gpu._common import gpu_busy
 from pinchpoint.analysis.gpu.breakdown import GpuBreakdown, gpu_breakdown
+from pinchpoint.analysis.gpu.host_evidence import LoaderEvidence, h2d_exposed_ns, loader_evidence, step_kind
 from pinchpoint.analysis.gpu.idle import GpuIdle, gpu_idle
 from pinchpoint.analysis.gpu.kernels import KernelBreakdown, kernel_breakdown
 from pinchpoint.analysis.gpu.launch import LaunchStats, launch_stats
 from pinchpoint.analysis.gpu.memcpy import MemcpyStats, memcpy_stats
 from pinchpoint.analysis.gpu.memory import MemoryStats, memory_stats
-from pinchpoint.analysis.gpu.ranks import RankComparison, compare_ranks
+from pinchpoint.analysis.gpu.ranks import (
+    RankCollectives,
+    RankComparison,
+    compare_collectives,
+    rank_collectives,
+)
 from pinchpoint.analysis.gpu.steps import StepStats, dataloader_intervals, step_stats
 from pinchpoint.analysis.gpu.sync import SyncStats, sync_stats
 from pinchpoint.analysis.gpu.tensor_cores import TensorCoreUse, tensor_core_use
-from pinchpoint.trace.kineto import KinetoTrace
+from pinchpoint.trace.kineto import KinetoTrace, TraceMeta
 
 STEP_BREAKDOWN_KEYS = ("data_wait", "gpu_compute", "gpu_communication", "gpu_memory", "gpu_idle")
 
@@ -38,7 +44,16 @@ class StepTimeSplit:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuRankAnalysis:
-    trace: KinetoTrace
+    """One rank's analysis: small and picklable (no events), so ranks can be analysed apart."""
+
+    meta: TraceMeta
+    warnings: tuple[str, ...]
+    """What was skipped or repaired while reading the trace."""
+    kind: str
+    """"train" or "inference"."""
+    loader: LoaderEvidence
+    h2d_exposed_ns: int
+    collectives: RankCollectives
     breakdown: GpuBreakdown | None
     idle: GpuIdle | None
     kernels: KernelBreakdown
@@ -52,7 +67,7 @@ class GpuRankAnalysis:
 
     @property
     def rank(self) -> int:
-        return self.trace.meta.rank
+        return self.meta.rank
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,10 +111,17 @@ def step_time_split(trace: KinetoTrace, steps: StepStats) -> StepTimeSplit | Non
 
 def analyze_trace(trace: KinetoTrace) -> GpuRankAnalysis:
     steps = step_stats(trace)
+    ev = trace.events
+    breakdown, idle = gpu_breakdown(ev), gpu_idle(ev)
     return GpuRankAnalysis(
-        trace=trace,
-        breakdown=gpu_breakdown(trace.events),
-        idle=gpu_idle(trace.events),
+        meta=trace.meta,
+        warnings=trace.warnings,
+        kind=step_kind(ev),
+        loader=loader_evidence(ev, idle),
+        h2d_exposed_ns=h2d_exposed_ns(ev, steps, breakdown),
+        collectives=rank_collectives(trace),
+        breakdown=breakdown,
+        idle=idle,
         kernels=kernel_breakdown(trace.events),
         launch=launch_stats(trace),
         memcpy=memcpy_stats(trace),
@@ -114,11 +136,18 @@ def analyze_trace(trace: KinetoTrace) -> GpuRankAnalysis:
 def analyze_traces(
     traces: Sequence[KinetoTrace], *, matmul_flops: Mapping[str, float] | None = None
 ) -> GpuRunAnalysis:
-    ranks = tuple(sorted((analyze_trace(t) for t in traces), key=lambda r: r.rank))
+    return combine_ranks([analyze_trace(t) for t in traces], matmul_flops=matmul_flops)
+
+
+def combine_ranks(
+    ranks: Sequence[GpuRankAnalysis], *, matmul_flops: Mapping[str, float] | None = None
+) -> GpuRunAnalysis:
+    """The cross-rank reduce: ranks analysed one by one (anywhere), compared here."""
+    ordered = tuple(sorted(ranks, key=lambda r: r.rank))
     comparison = None
-    if len(traces) > 1:
+    if len(ordered) > 1:
         try:
-            comparison = compare_ranks(traces)
+            comparison = compare_collectives([r.collectives for r in ordered])
         except ValueError:
             comparison = None
-    return GpuRunAnalysis(ranks=ranks, comparison=comparison, matmul_flops=matmul_flops)
+    return GpuRunAnalysis(ranks=ordered, comparison=comparison, matmul_flops=matmul_flops)

@@ -5,9 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
-from pinchpoint.analysis.gpu import intervals as iv
-from pinchpoint.analysis.gpu._common import HOST_RANGE_KINDS, gpu_busy, name_mask
-from pinchpoint.analysis.gpu.steps import dataloader_intervals, is_dataloader_wait
 from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis, GpuRunAnalysis
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding
 from pinchpoint.diagnosis.gpu.base import (
@@ -19,7 +16,7 @@ from pinchpoint.diagnosis.gpu.base import (
     window_ns,
 )
 from pinchpoint.diagnosis.rules.base import ms, pct, speedup_removing
-from pinchpoint.trace.kineto import CopyKind, Kind
+from pinchpoint.trace.kineto import CopyKind
 
 
 class GpuInputWait:
@@ -42,17 +39,7 @@ class GpuInputWait:
         share = split.fractions["data_wait"]
         if share < MIN_SHARE:
             return
-        ev = rank.trace.events
-        loader = dataloader_intervals(ev)
-        ops = ev.kind == Kind.CPU_OP
-        not_loader = ~name_mask(ev, is_dataloader_wait, *HOST_RANGE_KINDS)
-        op_cover = iv.intersect(loader, iv.union(ev.start_ns[ops & not_loader], ev.end_ns[ops & not_loader]))
-        loader_ns = max(iv.total(loader), 1)
-        op_share = iv.total(op_cover) / loader_ns
-        names = {
-            ev.names[i] for i in set(ev.name[name_mask(ev, is_dataloader_wait, *HOST_RANGE_KINDS)].tolist())
-        }
-        in_process = any("SingleProcess" in n for n in names)
+        op_share, in_process = rank.loader.op_share, rank.loader.in_process
         preprocess = op_share >= LOADER_OPS_PREPROCESS
         evidence = [
             f"The host waits for the DataLoader while the GPU is idle for {pct(share)} of the step time "
@@ -110,9 +97,7 @@ class GpuHostBound:
             return
         # The loader's exposed wait is blamed on the host too, but it is `data_wait`, not `gpu_idle`: leave
         # it out of the ratio, or queued gaps beside a long input wait read as host-bound.
-        ev = rank.trace.events
-        loader = iv.clip(iv.subtract(dataloader_intervals(ev), gpu_busy(ev)), idle.start_ns, idle.end_ns)
-        loader_ns = min(iv.total(loader), idle.wall.host_wait_ns)
+        loader_ns = min(rank.loader.idle_wait_ns, idle.wall.host_wait_ns)
         host_frac = (idle.wall.host_wait_ns - loader_ns) / max(idle.wall.total_ns - loader_ns, 1)
         share = split.fractions["gpu_idle"] * host_frac - _sync_share(rank)
         if share < MIN_SHARE:
@@ -244,7 +229,7 @@ class GpuHostToDevice:
         window = window_ns(rank)
         if h2d is None or window <= 0:
             return
-        exposed_ns = _h2d_exposed_ns(rank)
+        exposed_ns = rank.h2d_exposed_ns
         blocked = _copy_sync_share(rank)
         share = exposed_ns / window + blocked
         if share < MIN_SHARE:
@@ -284,23 +269,3 @@ class GpuHostToDevice:
             ),
             ranks=(rank.rank,),
         )
-
-
-def _h2d_exposed_ns(rank: GpuRankAnalysis) -> int:
-    """Wall time inside the split's window in which an H2D copy runs and no kernel on its device does.
-    A union, unlike `DirectionStats.exposed_ns` (whole trace, summed per copy): copies before or after
-    the steps do not count, and two copies at once count once, so the share stays within `gpu_memory`."""
-    ev, steps, bd = rank.trace.events, rank.steps.steps, rank.breakdown
-    if steps:
-        lo, hi = min(s.start_ns for s in steps), max(s.end_ns for s in steps)
-    elif bd is not None:
-        lo, hi = bd.start_ns, bd.end_ns
-    else:
-        return 0
-    copies = (ev.kind == Kind.MEMCPY) & (ev.copy_kind == CopyKind.H2D)
-    total = 0
-    for dev in set(ev.device[copies].tolist()):
-        c, k = copies & (ev.device == dev), (ev.kind == Kind.KERNEL) & (ev.device == dev)
-        exposed = iv.subtract((ev.start_ns[c], ev.end_ns[c]), (ev.start_ns[k], ev.end_ns[k]))
-        total += iv.total(iv.clip(exposed, lo, hi))
-    return total
