@@ -7,6 +7,12 @@ Durations are given in milliseconds for readability and stored as integer nanose
 
 from __future__ import annotations
 
+import os
+
+# Runs made by the tests stay out of the developer's history database (tests of the history turn it
+# back on, with their own PINCHPOINT_HOME).
+os.environ["PINCHPOINT_NO_HISTORY"] = "1"
+
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 

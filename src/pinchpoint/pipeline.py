@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -11,8 +14,10 @@ from typing import Any
 from pinchpoint.analysis.gpu._common import GPU_KINDS, kind_mask
 from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis, analyze_traces, combine_ranks
 from pinchpoint.analysis.run_analysis import RunAnalysis, analyze_run
+from pinchpoint.analysis.steps import steady_step_ns
 from pinchpoint.diagnosis.engine import diagnose, diagnose_gpu
 from pinchpoint.errors import TraceError, UsageError
+from pinchpoint.history import store as history
 from pinchpoint.ingest.ceilings import gpu_matmul_flops, load_cached, machine_key
 from pinchpoint.ingest.kineto import read_trace
 from pinchpoint.ingest.rundir import opwindow_file, rank_dirs, read_run_dir
@@ -20,8 +25,11 @@ from pinchpoint.rank_map import map_ranks
 from pinchpoint.report.flamegraph import write_stack_views
 from pinchpoint.report.gpu_report import build_gpu_report, run_gpu_sections
 from pinchpoint.report.json_report import build_report, write_report
+from pinchpoint.trace.run import Run
 
 REPORT_NAME = "report.json"
+NO_HISTORY_ENV = "PINCHPOINT_NO_HISTORY"
+"""Set (to anything) to keep runs out of the history database."""
 
 
 def report_run_dir(run_dir: Path, *, json_path: Path | None = None) -> dict[str, Any]:
@@ -42,7 +50,23 @@ def report_run_dir(run_dir: Path, *, json_path: Path | None = None) -> dict[str,
     write_report(report, run_dir / REPORT_NAME)
     if json_path is not None:
         write_report(report, json_path)
+    _record(run_dir, report, run_step_ns(run))
     return report
+
+
+def run_step_ns(run: Run) -> tuple[int, ...]:
+    """Rank 0's (else the first rank's) steady step times: what a diff compares."""
+    return steady_step_ns(run.ranks[0]) if run.ranks else ()
+
+
+def _record(run_dir: Path, report: dict[str, Any], step_ns: tuple[int, ...]) -> None:
+    """Add the run to the history database; a history that can't be written never fails a report."""
+    if os.environ.get(NO_HISTORY_ENV):
+        return
+    try:
+        report["history_id"] = history.record(run_dir, report, step_ns)
+    except (sqlite3.Error, OSError) as exc:
+        print(f"pinchpoint: note: the run was not added to the history ({exc})", file=sys.stderr)
 
 
 def _write_stack_views(analysis: RunAnalysis, run_dir: Path, warnings: list[str]) -> list[str]:

@@ -132,3 +132,12 @@ def step_stats(rank: RankData) -> StepStats | None:
         host_median_ns=_percentile(host, 0.5),
         host_mean_ns=total / len(steps),
     )
+
+
+def steady_step_ns(rank: RankData) -> tuple[int, ...]:
+    """The steady steps' durations in run order, as `step_stats` times them (on the GPU when it does)."""
+    steps = steady_steps(rank.steps)
+    device = [s.device_ns for s in steps if s.device_ns is not None]
+    if steps and len(device) >= DEVICE_TIMED_MIN * len(steps):
+        return tuple(device)
+    return tuple(s.dur_ns for s in steps)

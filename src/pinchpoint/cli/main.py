@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import pinchpoint
-from pinchpoint.cli import analyze_cmd, calibrate_cmd, report_cmd, run_cmd
+from pinchpoint.cli import analyze_cmd, calibrate_cmd, diff_cmd, report_cmd, run_cmd
 from pinchpoint.errors import PinchpointError
 
 
@@ -27,6 +27,10 @@ COMMANDS: tuple[Command, ...] = (
     analyze_cmd.AnalyzeCommand(),
     report_cmd.ReportCommand(),
     calibrate_cmd.CalibrateCommand(),
+    diff_cmd.DiffCommand(),
+    diff_cmd.CheckCommand(),
+    diff_cmd.RunsCommand(),
+    diff_cmd.ShowCommand(),
 )
 
 

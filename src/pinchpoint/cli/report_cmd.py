@@ -1,4 +1,4 @@
-"""pinchpoint report RUN_DIR: (re)build the report of a run directory, e.g. after a crash."""
+"""pinchpoint report RUN_DIR|ID: (re)build the report of a run directory, e.g. after a crash."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ class ReportCommand:
     HELP = "rebuild and print the report of a run directory"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("run_dir", help="the directory `pinchpoint run` wrote")
+        parser.add_argument("run_dir", help="the directory `pinchpoint run` wrote, or its history id")
         parser.add_argument("--json", help="also write report.json to this path")
         parser.add_argument("--no-color", action="store_true", help="plain text report")
 
@@ -20,6 +20,8 @@ class ReportCommand:
         from pinchpoint.pipeline import report_run_dir
         from pinchpoint.report.terminal import render
 
-        report = report_run_dir(Path(args.run_dir), json_path=Path(args.json) if args.json else None)
+        from pinchpoint.history.resolve import run_dir_of
+
+        report = report_run_dir(run_dir_of(args.run_dir), json_path=Path(args.json) if args.json else None)
         render(report, sys.stdout, color=False if args.no_color else None)
         return 0

@@ -87,6 +87,12 @@ class RunCommand:
             print(file=sys.stderr)
             render(report, sys.stderr, color=False if args.no_color else None)
         print(f"pinchpoint: run directory {run_dir}  (report: {run_dir / 'report.json'})", file=sys.stderr)
+        if report.get("history_id") is not None:
+            print(
+                f"pinchpoint: recorded as #{report['history_id']} (`pinchpoint runs`; compare with "
+                f"`pinchpoint diff #{report['history_id']} NEXT`)",
+                file=sys.stderr,
+            )
         return result.exit_code
 
 

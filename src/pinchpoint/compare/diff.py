@@ -1,0 +1,250 @@
+"""Two runs side by side: the step-time change and whether it is beyond the noise, per-phase and
+per-finding changes, whether the top bottleneck moved, and what differs between the machines and
+software the two ran on (a comparison across those is suspect)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pinchpoint.compare.stats import NOISE_FLOOR, RatioTest, ratio_test
+
+SCHEMA = "pinchpoint.diff/1"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSide:
+    label: str
+    """How the user named it: a run directory or a history id (`#12`)."""
+    report: Mapping[str, Any]
+    """Its report.json."""
+    step_ns: tuple[int, ...]
+    """Its steady step times (rank 0), for the significance test."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PhaseChange:
+    phase: str
+    before_ms: float
+    after_ms: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FindingChange:
+    id: str
+    before_share: float | None
+    after_share: float | None
+    before_speedup: float | None
+    after_speedup: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunDiff:
+    before: str
+    after: str
+    test: RatioTest
+    before_median_ms: float
+    after_median_ms: float
+    phases: tuple[PhaseChange, ...]
+    findings: tuple[FindingChange, ...]
+    before_top: str | None
+    after_top: str | None
+    shifted: bool
+    """Both runs have a top finding and it is not the same one: the bottleneck moved."""
+    environment_differences: tuple[str, ...]
+    """Hardware or software that differs: the comparison is suspect."""
+    setting_changes: tuple[str, ...]
+    """Settings that differ (threads, DataLoader, autocast): often the fix itself."""
+
+    @property
+    def speedup(self) -> float:
+        return self.test.ratio
+
+
+ENVIRONMENT_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("CPU", ("cpu", "model")),
+    ("usable cores", ("cpu", "usable_cores")),
+    ("logical cores", ("cpu", "logical_cores")),
+    ("memory", ("memory_bytes",)),
+    ("torch", ("torch", "version")),
+    ("CUDA", ("torch", "cuda")),
+    ("Python", ("python",)),
+    ("OS", ("os",)),
+)
+SETTING_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("intra-op threads", ("threads", "intra_op")),
+    ("inter-op threads", ("threads", "inter_op")),
+    ("thread variables", ("threads", "env")),
+    ("autocast", ("autocast",)),
+    ("DataLoader", ("dataloader",)),
+)
+
+
+def _get(obj: Any, path: Sequence[str]) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, Mapping) else None
+    return obj
+
+
+def _gpus(report: Mapping[str, Any]) -> list[str]:
+    gpus = _get(report, ("environment", "gpus")) or []
+    return [str(g.get("name")) for g in gpus if isinstance(g, Mapping)]
+
+
+def _differences(
+    a: Mapping[str, Any], b: Mapping[str, Any], fields: Sequence[tuple[str, tuple[str, ...]]]
+) -> list[str]:
+    out = []
+    for label, path in fields:
+        x, y = _get(a, ("environment", *path)), _get(b, ("environment", *path))
+        if x != y:
+            out.append(f"{label}: {_show(x)} → {_show(y)}")
+    return out
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, Mapping):
+        return ", ".join(f"{k}={v[k]}" for k in sorted(v)) or "none"
+    return "none" if v is None else str(v)
+
+
+def _mean_ms(report: Mapping[str, Any]) -> float:
+    steps = report.get("steps") or {}
+    v = steps.get("mean_ms") or steps.get("median_ms")
+    return float(v) if isinstance(v, (int, float)) else 0.0
+
+
+def _top(report: Mapping[str, Any]) -> str | None:
+    findings = report.get("findings") or []
+    return str(findings[0]["id"]) if findings else None
+
+
+def diff_runs(before: RunSide, after: RunSide) -> RunDiff:
+    test = ratio_test(before.step_ns, after.step_ns)
+    a, b = before.report, after.report
+    ma, mb = _mean_ms(a), _mean_ms(b)
+    ba, bb = a.get("breakdown") or {}, b.get("breakdown") or {}
+    phases = tuple(
+        PhaseChange(phase=p, before_ms=float(ba.get(p, 0.0)) * ma, after_ms=float(bb.get(p, 0.0)) * mb)
+        for p in dict.fromkeys([*ba, *bb])
+        if ba.get(p, 0.0) or bb.get(p, 0.0)
+    )
+    fa = {f["id"]: f for f in a.get("findings") or []}
+    fb = {f["id"]: f for f in b.get("findings") or []}
+    findings = tuple(
+        FindingChange(
+            id=i,
+            before_share=fa[i]["share"] if i in fa else None,
+            after_share=fb[i]["share"] if i in fb else None,
+            before_speedup=fa[i]["estimated_speedup"] if i in fa else None,
+            after_speedup=fb[i]["estimated_speedup"] if i in fb else None,
+        )
+        for i in dict.fromkeys([*fa, *fb])
+    )
+    env = _differences(a, b, ENVIRONMENT_FIELDS)
+    if _gpus(a) != _gpus(b):
+        env.append(f"GPUs: {', '.join(_gpus(a)) or 'none'} → {', '.join(_gpus(b)) or 'none'}")
+    wa, wb = _get(a, ("run", "world_size")), _get(b, ("run", "world_size"))
+    if wa != wb:
+        env.append(f"ranks: {wa} → {wb}")
+    top_a, top_b = _top(a), _top(b)
+    return RunDiff(
+        before=before.label,
+        after=after.label,
+        test=test,
+        before_median_ms=_median_ms(before),
+        after_median_ms=_median_ms(after),
+        phases=phases,
+        findings=findings,
+        before_top=top_a,
+        after_top=top_b,
+        shifted=top_a is not None and top_b is not None and top_a != top_b,
+        environment_differences=tuple(env),
+        setting_changes=tuple(_differences(a, b, SETTING_FIELDS)),
+    )
+
+
+def _median_ms(side: RunSide) -> float:
+    ns = sorted(side.step_ns)
+    if not ns:
+        return 0.0
+    mid = len(ns) // 2
+    return (ns[mid] if len(ns) % 2 else (ns[mid - 1] + ns[mid]) / 2) / 1e6
+
+
+def verdict(d: RunDiff) -> list[str]:
+    """What the diff means, in sentences (the terminal's headline and `check`'s reason)."""
+    t = d.test
+    change = 1 / t.ratio - 1
+    lines = []
+    interval = f"99% interval ×{t.low:.3f}–×{t.high:.3f}"
+    if t.significant:
+        how = f"×{t.ratio:.2f} faster" if t.ratio > 1 else f"×{1 / t.ratio:.2f} slower"
+        lines.append(
+            f"{d.after} is {how} than {d.before}: median step {d.before_median_ms:.2f} → "
+            f"{d.after_median_ms:.2f} ms ({change:+.1%}; {interval}; {t.n_before} and {t.n_after} steps)"
+        )
+    else:
+        why = (
+            f"below the {NOISE_FLOOR:.0%} two runs of one program differ by here"
+            if abs(t.ratio - 1) < NOISE_FLOOR
+            else "the interval includes no change"
+        )
+        lines.append(
+            f"No significant change: median step {d.before_median_ms:.2f} → {d.after_median_ms:.2f} ms "
+            f"({change:+.1%}; {interval}): {why}"
+        )
+    if d.shifted:
+        before = next((f for f in d.findings if f.id == d.before_top), None)
+        after = next((f for f in d.findings if f.id == d.after_top), None)
+        if before is None or before.after_share is None or before.before_share is None:
+            fate = f"{d.before_top} is no longer found"
+        else:
+            fate = f"{d.before_top} fell to {before.after_share:.0%} of the step (from {before.before_share:.0%})"
+        lead = f"{d.after_top} now leads"
+        if after is not None and after.after_share is not None and after.after_speedup is not None:
+            lead += f" at {after.after_share:.0%} of the step (its fix: est. ×{after.after_speedup:.2f})"
+        lines.append(f"The bottleneck moved: {fate}; {lead}")
+    elif d.before_top is not None and d.before_top == d.after_top:
+        lines.append(f"The top bottleneck is still {d.before_top}")
+    elif d.before_top is not None and d.after_top is None:
+        lines.append(f"{d.before_top} is gone and nothing else is above the reporting thresholds")
+    if d.environment_differences:
+        lines.append(
+            "The runs ran on different hardware or software, so the comparison is suspect: "
+            + "; ".join(d.environment_differences)
+        )
+    return lines
+
+
+def diff_json(d: RunDiff) -> dict[str, Any]:
+    t = d.test
+    return {
+        "schema": SCHEMA,
+        "before": d.before,
+        "after": d.after,
+        "speedup": round(t.ratio, 4),
+        "interval": [round(t.low, 4), round(t.high, 4)],
+        "significant": t.significant,
+        "median_ms": {"before": round(d.before_median_ms, 3), "after": round(d.after_median_ms, 3)},
+        "before_top": d.before_top,
+        "after_top": d.after_top,
+        "shifted": d.shifted,
+        "environment_differences": list(d.environment_differences),
+        "setting_changes": list(d.setting_changes),
+        "phases": {
+            p.phase: {"before_ms": round(p.before_ms, 3), "after_ms": round(p.after_ms, 3)} for p in d.phases
+        },
+        "findings": [
+            {
+                "id": f.id,
+                "before_share": f.before_share,
+                "after_share": f.after_share,
+                "before_speedup": f.before_speedup,
+                "after_speedup": f.after_speedup,
+            }
+            for f in d.findings
+        ],
+        "verdict": verdict(d),
+    }

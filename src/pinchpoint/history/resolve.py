@@ -1,0 +1,60 @@
+"""Naming a run on the command line: a run directory, or a history id (`12` or `#12`)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pinchpoint.compare.diff import RunSide
+from pinchpoint.errors import RunDirError, UsageError
+from pinchpoint.history import store
+
+ID = re.compile(r"#?(\d+)")
+
+
+def load_side(ref: str) -> RunSide:
+    """The run `ref` names, with its report and steady step times."""
+    path = Path(ref)
+    if path.is_dir():
+        return _from_dir(path, ref)
+    m = ID.fullmatch(ref)
+    if m is None:
+        raise UsageError(f"{ref}: no run directory and not a history id (see `pinchpoint runs`)")
+    found = store.load(int(m.group(1)))
+    if found is None:
+        raise UsageError(f"{ref}: no run with that id in {store.history_path()} (see `pinchpoint runs`)")
+    rec, report, steps = found
+    return RunSide(label=f"#{rec.id}", report=report, step_ns=steps)
+
+
+def run_dir_of(ref: str) -> Path:
+    """The run directory `ref` names: itself, or the one a history id was recorded from."""
+    path = Path(ref)
+    m = ID.fullmatch(ref)
+    if path.exists() or m is None:
+        return path
+    found = store.load(int(m.group(1)))
+    if found is None:
+        raise UsageError(f"{ref}: no run directory and no run with that id (see `pinchpoint runs`)")
+    return Path(found[0].run_dir)
+
+
+def load_report(ref: str) -> dict[str, Any]:
+    return dict(load_side(ref).report)
+
+
+def _from_dir(path: Path, label: str) -> RunSide:
+    from pinchpoint.ingest.rundir import read_run_dir
+    from pinchpoint.pipeline import REPORT_NAME, report_run_dir, run_step_ns
+
+    report_file = path / REPORT_NAME
+    if report_file.is_file():
+        try:
+            report = json.loads(report_file.read_text())
+        except (OSError, ValueError) as exc:
+            raise RunDirError(f"{report_file} could not be read ({exc.__class__.__name__})") from exc
+    else:
+        report = report_run_dir(path)
+    return RunSide(label=label, report=report, step_ns=run_step_ns(read_run_dir(path)))
