@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pinchpoint.compare.diff import SCHEMA, RunSide, diff_json, diff_runs, verdict
+from pinchpoint.compare.diff import SCHEMA, RunSide, diff_json, diff_runs, gate, verdict
 from pinchpoint.compare.stats import NOISE_FLOOR, ratio_test
 from pinchpoint.history import store
 
@@ -122,6 +122,28 @@ def test_different_machines_make_the_comparison_suspect() -> None:
     text = verdict(d)
     assert text[0].startswith("No significant change") and f"{NOISE_FLOOR:.0%}" in text[0]
     assert text[-1].startswith("The runs ran on different hardware or software")
+
+
+def _side(label: str, median_ms: float, seed: int) -> RunSide:
+    return RunSide(label=label, report=BEFORE, step_ns=tuple(_steps(median_ms, noise=0.02, seed=seed)))
+
+
+def test_the_gate_fails_a_real_regression_and_passes_noise() -> None:
+    base = _side("#1", 30.0, 1)
+    slower = gate([base], _side("new", 36.0, 2), 0.05)
+    assert slower.failed and "% slower than #1" in slower.reason and "beyond the noise" in slower.reason
+    assert not gate([base], _side("new", 30.5, 3), 0.05).failed  # 1.7%: below the floor
+    assert not gate([base], _side("new", 31.2, 3), 0.05).failed  # 4%: beyond the noise, within 5%
+    assert not gate([base], _side("new", 25.0, 4), 0.05).failed  # faster
+
+
+def test_several_baselines_measure_how_much_the_runs_differ_by_themselves() -> None:
+    # This program's runs land anywhere between 30 and 33.6 ms: a run at 33.7 ms is one of them.
+    baselines = [_side("#1", 30.0, 1), _side("#2", 33.6, 2), _side("#3", 31.0, 3)]
+    noisy = gate(baselines, _side("new", 33.7, 4), 0.05)
+    assert not noisy.failed and "3 baselines differ by up to 8." in noisy.reason, noisy.reason
+    assert noisy.diff.before == "#3"  # the typical baseline is the one compared
+    assert gate(baselines, _side("new", 40.0, 5), 0.05).failed
 
 
 # ------------------------------------------------------------------------------------------- history

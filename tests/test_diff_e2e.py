@@ -1,6 +1,6 @@
 """Verify a fix with real runs: the two-cause example before and after fixing its input, recorded in
 a real history database; `pinchpoint diff` says it is faster and that the bottleneck moved to the
-other cause; the CI gate fails the really slower run and passes a rerun that is only noise."""
+other cause; the CI gate fails the really slower run and passes a rerun of the same program (noise)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path
     tmp = tmp_path_factory.mktemp("diff")
     home = tmp / "home"
     dirs = {}
-    for name, extra in (("planted", []), ("fixed", ["--fix", "input"]), ("fixed_again", ["--fix", "input"])):
+    for name, extra in (("planted", []), ("fixed", ["--fix", "input"]), ("planted_again", [])):
         dirs[name] = tmp / name
         proc = _pp(
             home,
@@ -77,5 +77,6 @@ def test_the_gate_fails_a_slower_run_and_passes_a_noisy_one(runs: tuple[Path, di
     home, dirs = runs
     slower = _pp(home, "check", str(dirs["planted"]), "--baseline", "#2", "--max-regression", "5%")
     assert slower.returncode == 1 and "FAIL" in slower.stderr
-    rerun = _pp(home, "check", str(dirs["fixed_again"]), "--baseline", "#2", "--max-regression", "5%")
+    # The planted program waits on its loader's (emulated) storage: its runs agree to a few percent.
+    rerun = _pp(home, "check", str(dirs["planted_again"]), "--baseline", "#1", "--max-regression", "5%")
     assert rerun.returncode == 0 and "PASS" in rerun.stderr, rerun.stderr

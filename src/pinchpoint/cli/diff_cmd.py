@@ -52,7 +52,13 @@ class CheckCommand:
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("run", help="run directory or history id to judge")
-        parser.add_argument("--baseline", required=True, help="run directory or history id to compare with")
+        parser.add_argument(
+            "--baseline",
+            required=True,
+            action="append",
+            help="run directory or history id to compare with; give it more than once (runs of the same "
+            "program) and their spread tells the gate how much this program's runs differ by themselves",
+        )
         parser.add_argument(
             "--max-regression", default="5%", help="allowed slowdown of the median step (5%%)"
         )
@@ -61,30 +67,17 @@ class CheckCommand:
         )
 
     def execute(self, args: argparse.Namespace) -> int:
-        from pinchpoint.compare.diff import diff_json, diff_runs, verdict
+        from pinchpoint.compare.diff import diff_json, gate
         from pinchpoint.history.resolve import load_side
 
         allowed = parse_percent(args.max_regression)
-        d = diff_runs(load_side(args.baseline), load_side(args.run))
+        result = gate([load_side(b) for b in args.baseline], load_side(args.run), allowed)
         if args.json:
-            Path(args.json).write_text(json.dumps(diff_json(d), indent=1) + "\n")
-        slowdown = 1 / d.test.ratio - 1
-        failed = d.test.significant and slowdown > allowed
-        lines = verdict(d)
-        if failed:
-            print(
-                f"pinchpoint check: FAIL: {d.after} is {slowdown:.1%} slower than {d.before} "
-                f"(allowed {allowed:.0%}), beyond the noise",
-                file=sys.stderr,
-            )
-        else:
-            why = "within the noise" if not d.test.significant else f"within the allowed {allowed:.0%}"
-            if d.test.significant and slowdown < 0:
-                why = "faster"
-            print(f"pinchpoint check: PASS: {d.after} against {d.before}: {why}", file=sys.stderr)
-        for line in lines:
+            Path(args.json).write_text(json.dumps(diff_json(result.diff), indent=1) + "\n")
+        print(f"pinchpoint check: {'FAIL' if result.failed else 'PASS'}: {result.reason}", file=sys.stderr)
+        for line in result.lines:
             print(f"  {line}", file=sys.stderr)
-        return 1 if failed else 0
+        return 1 if result.failed else 0
 
 
 class RunsCommand:

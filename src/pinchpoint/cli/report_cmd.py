@@ -17,10 +17,9 @@ class ReportCommand:
         parser.add_argument("--no-color", action="store_true", help="plain text report")
 
     def execute(self, args: argparse.Namespace) -> int:
+        from pinchpoint.history.resolve import run_dir_of
         from pinchpoint.pipeline import report_run_dir
         from pinchpoint.report.terminal import render
-
-        from pinchpoint.history.resolve import run_dir_of
 
         report = report_run_dir(run_dir_of(args.run_dir), json_path=Path(args.json) if args.json else None)
         render(report, sys.stdout, color=False if args.no_color else None)

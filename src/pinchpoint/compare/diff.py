@@ -248,3 +248,47 @@ def diff_json(d: RunDiff) -> dict[str, Any]:
         ],
         "verdict": verdict(d),
     }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateResult:
+    failed: bool
+    reason: str
+    lines: tuple[str, ...]
+    diff: RunDiff
+    noise: float
+    """How much slower than the typical baseline a run of the same program can be: the baselines' own
+    spread plus NOISE_FLOOR."""
+
+
+def gate(baselines: Sequence[RunSide], run: RunSide, allowed: float) -> GateResult:
+    """`pinchpoint check`: fail when `run` is slower than the baseline beyond the noise and by more than
+    `allowed`. With several baselines (runs of one program), the typical one is compared and their
+    spread is the noise: a run-level shift that the baselines show among themselves is not a regression."""
+    medians = [_median_ms(b) for b in baselines]
+    order = sorted(range(len(baselines)), key=lambda i: medians[i])
+    mid = order[(len(order) - 1) // 2]
+    # How much slower than the typical baseline the slowest one ran: a run within that (plus the floor
+    # two runs differ by anyway) is one more run like them.
+    spread = max((m / medians[mid] - 1 for m in medians), default=0.0) if medians[mid] else 0.0
+    noise = spread + NOISE_FLOOR
+    d = diff_runs(baselines[mid], run)
+    slowdown = 1 / d.test.ratio - 1
+    beyond_noise = d.test.high < 1 and slowdown >= noise
+    failed = beyond_noise and slowdown > allowed
+    if failed:
+        reason = (
+            f"{d.after} is {slowdown:.1%} slower than {d.before} (allowed {allowed:.0%}), beyond the noise"
+        )
+    elif slowdown <= 0 or d.test.low > 1:
+        reason = f"{d.after} is not slower than {d.before} ({slowdown:+.1%})"
+    elif not beyond_noise:
+        within = (
+            f"the {len(baselines)} baselines differ by up to {spread:.1%} among themselves"
+            if spread > 0
+            else f"two runs of one program differ by up to {NOISE_FLOOR:.0%} here"
+        )
+        reason = f"{d.after} is {slowdown:+.1%} against {d.before}: within the noise ({within})"
+    else:
+        reason = f"{d.after} is {slowdown:.1%} slower than {d.before}: within the allowed {allowed:.0%}"
+    return GateResult(failed=failed, reason=reason, lines=tuple(verdict(d)), diff=d, noise=noise)

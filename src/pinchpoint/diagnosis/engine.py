@@ -13,6 +13,7 @@ from pinchpoint.diagnosis.registry import RULES
 from pinchpoint.diagnosis.rules.base import Rule, ms, pct, speedup_removing
 from pinchpoint.diagnosis.rules.comm import comm_exposed
 from pinchpoint.diagnosis.rules.ranks import straggler
+from pinchpoint.diagnosis.whatif import with_next_limits
 
 MISSING_DATA = {
     "steps": "no steps were recorded (no optimizer step, model call or prof.step() was seen)",
@@ -259,6 +260,9 @@ def diagnose(
         )
     _net_compute_summary(by_id)
     findings = tuple(sorted(by_id.values(), key=sort_key))
+    lead = next((r.steps for r in analysis.ranks if r.steps is not None), None)
+    if lead is not None and gpu is None:
+        findings = with_next_limits(findings, lead.host_mean_ns or lead.mean_ns, lead.phase_ns)
     notes.extend(context_notes(analysis))
     return Diagnosis(findings=findings, notes=tuple(dict.fromkeys(notes)))
 

@@ -44,3 +44,5 @@ class Finding:
     ranks: tuple[int, ...] = (0,)
     snippet: str | None = None
     """Code showing the fix, where one helps."""
+    next_limit: str | None = None
+    """What limits the step once this is fixed (`diagnosis/whatif.py`)."""

@@ -62,6 +62,8 @@ def finding_dict(f: Finding) -> dict[str, Any]:
     }
     if f.snippet:
         out["snippet"] = f.snippet
+    if f.next_limit:
+        out["next_limit"] = f.next_limit
     return out
 
 

@@ -199,6 +199,8 @@ def _findings(report: dict[str, Any]) -> Group | Text:
         lines.append(Text.assemble(("   Fix: ", "bold"), f["fix"]))
         if f.get("snippet"):
             lines.append(Padding(Text(f["snippet"], style="cyan"), (0, 0, 0, 8)))
+        if f.get("next_limit"):
+            lines.append(Text(f"   Then: {f['next_limit']}", style="dim"))
         blocks.append(Group(*lines, Text("")))
     return Group(*blocks)
 
