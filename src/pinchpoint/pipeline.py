@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import sqlite3
@@ -16,15 +17,16 @@ from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis, analyze_trace
 from pinchpoint.analysis.run_analysis import RunAnalysis, analyze_run
 from pinchpoint.analysis.steps import steady_step_ns
 from pinchpoint.diagnosis.engine import diagnose, diagnose_gpu
-from pinchpoint.errors import TraceError, UsageError
+from pinchpoint.errors import RunDirError, TraceError, UsageError
 from pinchpoint.history import store as history
 from pinchpoint.ingest.ceilings import gpu_matmul_flops, load_cached, machine_key
 from pinchpoint.ingest.kineto import read_trace
 from pinchpoint.ingest.rundir import opwindow_file, rank_dirs, read_run_dir
 from pinchpoint.rank_map import map_ranks
-from pinchpoint.report.flamegraph import write_stack_views
+from pinchpoint.report.flamegraph import flamegraph_svg, speedscope_json, write_stack_views
 from pinchpoint.report.gpu_report import build_gpu_report, run_gpu_sections
 from pinchpoint.report.json_report import build_report, write_report
+from pinchpoint.report.perfetto import perfetto_trace
 from pinchpoint.trace.run import Run
 
 REPORT_NAME = "report.json"
@@ -69,10 +71,8 @@ def _record(run_dir: Path, report: dict[str, Any], step_ns: tuple[int, ...]) -> 
         print(f"pinchpoint: note: the run was not added to the history ({exc})", file=sys.stderr)
 
 
-def _write_stack_views(analysis: RunAnalysis, run_dir: Path, warnings: list[str]) -> list[str]:
-    """flamegraph.svg and stacks.speedscope.json beside the report, processes named by their role."""
-    run = analysis.run
-    assert run.stacks is not None
+def _process_names(run: Run) -> dict[int, str]:
+    """pid -> what the process is (training process, DataLoader worker), for the stack views."""
     names: dict[int, str] = {}
     for r in run.ranks:
         rank = f"rank {r.rank} " if len(run.ranks) > 1 else ""
@@ -81,13 +81,54 @@ def _write_stack_views(analysis: RunAnalysis, run_dir: Path, warnings: list[str]
                 names[pid] = f"{rank}DataLoader worker {i} (pid {pid})"
         if r.main is not None:
             names[r.main.pid] = f"{rank}training process (pid {r.main.pid})"
+    return names
+
+
+def _write_stack_views(analysis: RunAnalysis, run_dir: Path, warnings: list[str]) -> list[str]:
+    """flamegraph.svg and stacks.speedscope.json beside the report, processes named by their role."""
+    run = analysis.run
+    assert run.stacks is not None
     title = " ".join(run.meta.command) or "program"
     try:
-        paths = write_stack_views(run.stacks, run_dir, title=f"{title} — Python stacks", process_names=names)
+        paths = write_stack_views(
+            run.stacks, run_dir, title=f"{title} — Python stacks", process_names=_process_names(run)
+        )
     except OSError as exc:
         warnings.append(f"the stack views could not be written ({exc.strerror})")
         return []
     return [p.name for p in paths]
+
+
+EXPORT_FORMATS = ("perfetto", "speedscope", "flamegraph")
+
+
+def export_run(run_dir: Path, fmt: str, out: Path) -> None:
+    """Write `run_dir` as `fmt`: a Chrome trace for Perfetto, or the Python stacks for speedscope or as
+    a flame-graph SVG (those need `pinchpoint run --stacks`)."""
+    run = read_run_dir(run_dir)
+    report_file = run_dir / REPORT_NAME
+    report = json.loads(report_file.read_text()) if report_file.is_file() else report_run_dir(run_dir)
+    title = " ".join(run.meta.command) or "program"
+    if fmt == "perfetto":
+        windows = {}
+        for rank, d in rank_dirs(run_dir):
+            f = opwindow_file(d)
+            if f is not None:
+                try:
+                    raw = f.read_bytes()
+                    windows[rank] = json.loads(gzip.decompress(raw) if f.suffix == ".gz" else raw)
+                except (OSError, ValueError) as exc:
+                    raise RunDirError(f"{f} could not be read ({exc.__class__.__name__})") from exc
+        text = json.dumps(perfetto_trace(run, report, windows))
+    elif run.stacks is None:
+        raise UsageError(f"{run_dir} has no Python stacks: record them with `pinchpoint run --stacks`")
+    elif fmt == "speedscope":
+        text = json.dumps(speedscope_json(run.stacks, name=title, process_names=_process_names(run)))
+    elif fmt == "flamegraph":
+        text = flamegraph_svg(run.stacks, title=f"{title} — Python stacks", process_names=_process_names(run))
+    else:
+        raise UsageError(f"unknown format {fmt!r}: choose one of {', '.join(EXPORT_FORMATS)}")
+    out.write_text(text)
 
 
 def measured_gpu_matmul(run_dir: Path, analysis: RunAnalysis) -> dict[str, float] | None:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import pinchpoint
-from pinchpoint.cli import analyze_cmd, calibrate_cmd, diff_cmd, report_cmd, run_cmd
+from pinchpoint.cli import analyze_cmd, calibrate_cmd, diff_cmd, export_cmd, report_cmd, run_cmd
 from pinchpoint.errors import PinchpointError
 
 
@@ -31,6 +31,7 @@ COMMANDS: tuple[Command, ...] = (
     diff_cmd.CheckCommand(),
     diff_cmd.RunsCommand(),
     diff_cmd.ShowCommand(),
+    export_cmd.ExportCommand(),
 )
 
 
