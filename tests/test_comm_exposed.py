@@ -159,7 +159,7 @@ def test_collectives_and_ddp_are_captured_from_a_real_program(tmp_path: Path) ->
     script = tmp_path / "ddp1.py"
     script.write_text(PROGRAM)
     out = tmp_path / "run"
-    env = {"STORE": str(tmp_path / "store"), "PATH": "/usr/bin:/bin"}
+    env = {"STORE": str(tmp_path / "store"), "PATH": "/usr/bin:/bin", "PINCHPOINT_NO_HISTORY": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "pinchpoint", "run", "-q", "--opwindow", "off", "-o", str(out), str(script)],
         capture_output=True, text=True, timeout=180, env=env,

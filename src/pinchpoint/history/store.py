@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 DB_NAME = "history.sqlite"
+LOCK_TIMEOUT_S = 30
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY,
@@ -60,11 +62,27 @@ class RunRecord:
 def _connect(path: Path | None = None) -> Iterator[sqlite3.Connection]:
     db = path or history_path()
     db.parent.mkdir(parents=True, exist_ok=True)
-    with closing(sqlite3.connect(db, timeout=30)) as conn:
-        conn.execute("PRAGMA busy_timeout = 30000")
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute(SCHEMA)
+    with closing(sqlite3.connect(db, timeout=LOCK_TIMEOUT_S)) as conn:
+        conn.execute(f"PRAGMA busy_timeout = {LOCK_TIMEOUT_S * 1000}")
+        # Switching to WAL takes an exclusive lock and does not wait for a busy one: when several runs
+        # open a new database at once, all but one get "database is locked" at once. Retry it.
+        _retrying(lambda: conn.execute("PRAGMA journal_mode = WAL"))
+        _retrying(lambda: conn.execute(SCHEMA))
         yield conn
+
+
+def _retrying(op: Callable[[], object]) -> None:
+    deadline = time.monotonic() + LOCK_TIMEOUT_S
+    delay = 0.005
+    while True:
+        try:
+            op()
+            return
+        except sqlite3.OperationalError as exc:
+            if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() > deadline:
+                raise
+        time.sleep(delay * (1 + random.random()))
+        delay = min(0.2, delay * 2)
 
 
 def record(run_dir: Path, report: dict[str, Any], step_ns: Sequence[int], path: Path | None = None) -> int:
