@@ -74,9 +74,10 @@ def test_fixing_one_cause_is_faster_and_the_bottleneck_moves(
 
 
 def test_the_gate_fails_a_slower_run_and_passes_a_noisy_one(runs: tuple[Path, dict[str, Path]]) -> None:
+    # Two runs of one unchanged program on this 2-core machine differ by up to ~11% (decision 21), so
+    # the gate allows 15%: the planted run is 60-70% slower than the fixed one, a rerun only noise.
     home, dirs = runs
-    slower = _pp(home, "check", str(dirs["planted"]), "--baseline", "#2", "--max-regression", "5%")
+    slower = _pp(home, "check", str(dirs["planted"]), "--baseline", "#2", "--max-regression", "15%")
     assert slower.returncode == 1 and "FAIL" in slower.stderr
-    # The planted program waits on its loader's (emulated) storage: its runs agree to a few percent.
-    rerun = _pp(home, "check", str(dirs["planted_again"]), "--baseline", "#1", "--max-regression", "5%")
+    rerun = _pp(home, "check", str(dirs["planted_again"]), "--baseline", "#1", "--max-regression", "15%")
     assert rerun.returncode == 0 and "PASS" in rerun.stderr, rerun.stderr
