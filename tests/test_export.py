@@ -136,3 +136,35 @@ def test_stacks_formats_need_a_run_with_stacks(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode != 0 and "--stacks" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_crc32c_matches_the_castagnoli_check_value() -> None:
+    from pinchpoint.report.tensorboard import crc32c
+
+    assert crc32c(b"123456789") == 0xE3069283
+
+
+def test_tensorboard_reads_back_the_scalars_and_the_report(cpu_run: Path, tmp_path: Path) -> None:
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    logdir = tmp_path / "tb"
+    _pp("export", str(cpu_run), "--format", "tensorboard", "-o", str(logdir))
+    ea = accumulator.EventAccumulator(str(logdir), size_guidance={"scalars": 0, "tensors": 0})
+    ea.Reload()
+    steps = [json.loads(x) for x in (cpu_run / "ranks/rank0/steps.jsonl").read_text().splitlines()]
+    timed = [s for s in steps if not s["partial"] and not s["profiled"]]
+    step_times = ea.Scalars("pinchpoint/step_time_ms")
+    assert [e.step for e in step_times] == [s["step"] for s in timed]
+    assert all(
+        abs(e.value - (s["end_ns"] - s["start_ns"]) / 1e6) < 1e-3 * max(1.0, e.value)
+        for e, s in zip(step_times, timed, strict=True)
+    )
+    tags = ea.Tags()["scalars"]
+    assert "pinchpoint/phase/data_wait" in tags and "pinchpoint/phase/forward" in tags
+    report = json.loads((cpu_run / "report.json").read_text())
+    for f in report["findings"]:
+        assert abs(ea.Scalars(f"pinchpoint/finding/{f['id']}")[0].value - f["share"]) < 1e-6
+    shares = [ea.Scalars(t)[-1].value for t in tags if t.startswith("pinchpoint/phase/")]
+    assert abs(sum(shares) - 1) < 1e-4  # a step's phases add up
+    text = ea.Tensors("pinchpoint/report")[0].tensor_proto.string_val[0].decode()
+    assert report["findings"][0]["title"] in text
+    assert ea.SummaryMetadata("pinchpoint/report").plugin_data.plugin_name == "text"

@@ -27,6 +27,7 @@ from pinchpoint.report.flamegraph import flamegraph_svg, speedscope_json, write_
 from pinchpoint.report.gpu_report import build_gpu_report, run_gpu_sections
 from pinchpoint.report.json_report import build_report, write_report
 from pinchpoint.report.perfetto import perfetto_trace
+from pinchpoint.report.tensorboard import write_event_file
 from pinchpoint.trace.run import Run
 
 REPORT_NAME = "report.json"
@@ -99,16 +100,20 @@ def _write_stack_views(analysis: RunAnalysis, run_dir: Path, warnings: list[str]
     return [p.name for p in paths]
 
 
-EXPORT_FORMATS = ("perfetto", "speedscope", "flamegraph")
+EXPORT_FORMATS = ("perfetto", "speedscope", "flamegraph", "tensorboard")
 
 
 def export_run(run_dir: Path, fmt: str, out: Path) -> None:
-    """Write `run_dir` as `fmt`: a Chrome trace for Perfetto, or the Python stacks for speedscope or as
-    a flame-graph SVG (those need `pinchpoint run --stacks`)."""
+    """Write `run_dir` as `fmt`: a Chrome trace for Perfetto, TensorBoard event files into the log
+    directory `out`, or the Python stacks for speedscope or as a flame-graph SVG (those need
+    `pinchpoint run --stacks`)."""
     run = read_run_dir(run_dir)
     report_file = run_dir / REPORT_NAME
     report = json.loads(report_file.read_text()) if report_file.is_file() else report_run_dir(run_dir)
     title = " ".join(run.meta.command) or "program"
+    if fmt == "tensorboard":  # a log directory, not a file
+        write_event_file(run, report, out)
+        return
     if fmt == "perfetto":
         windows = {}
         for rank, d in rank_dirs(run_dir):

@@ -9,14 +9,14 @@ from pathlib import Path
 
 class ExportCommand:
     NAME = "export"
-    HELP = "write a run for Perfetto/chrome://tracing, speedscope, or as a flame-graph SVG"
+    HELP = "write a run for Perfetto/chrome://tracing, TensorBoard, speedscope, or as a flame-graph SVG"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         from pinchpoint.pipeline import EXPORT_FORMATS
 
         parser.add_argument("run", help="run directory or history id")
         parser.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="what to write")
-        parser.add_argument("-o", "--out", required=True, help="file to write")
+        parser.add_argument("-o", "--out", required=True, help="file to write (tensorboard: a log directory)")
 
     def execute(self, args: argparse.Namespace) -> int:
         from pinchpoint.history.resolve import run_dir_of
