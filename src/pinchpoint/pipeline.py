@@ -25,12 +25,14 @@ from pinchpoint.ingest.rundir import opwindow_file, rank_dirs, read_run_dir
 from pinchpoint.rank_map import map_ranks
 from pinchpoint.report.flamegraph import flamegraph_svg, speedscope_json, write_stack_views
 from pinchpoint.report.gpu_report import build_gpu_report, run_gpu_sections
+from pinchpoint.report.html import render_html
 from pinchpoint.report.json_report import build_report, write_report
 from pinchpoint.report.perfetto import perfetto_trace
 from pinchpoint.report.tensorboard import write_event_file
 from pinchpoint.trace.run import Run
 
 REPORT_NAME = "report.json"
+HTML_NAME = "report.html"
 NO_HISTORY_ENV = "PINCHPOINT_NO_HISTORY"
 """Set (to anything) to keep runs out of the history database."""
 
@@ -53,6 +55,10 @@ def report_run_dir(run_dir: Path, *, json_path: Path | None = None) -> dict[str,
     write_report(report, run_dir / REPORT_NAME)
     if json_path is not None:
         write_report(report, json_path)
+    try:
+        (run_dir / HTML_NAME).write_text(render_html(report, run))
+    except OSError as exc:
+        print(f"pinchpoint: note: {HTML_NAME} was not written ({exc.strerror})", file=sys.stderr)
     _record(run_dir, report, run_step_ns(run))
     return report
 

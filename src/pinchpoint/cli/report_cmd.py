@@ -15,12 +15,22 @@ class ReportCommand:
         parser.add_argument("run_dir", help="the directory `pinchpoint run` wrote, or its history id")
         parser.add_argument("--json", help="also write report.json to this path")
         parser.add_argument("--no-color", action="store_true", help="plain text report")
+        parser.add_argument(
+            "--html", help="also write the HTML report to this path (one self-contained file)"
+        )
 
     def execute(self, args: argparse.Namespace) -> int:
         from pinchpoint.history.resolve import run_dir_of
         from pinchpoint.pipeline import report_run_dir
         from pinchpoint.report.terminal import render
 
-        report = report_run_dir(run_dir_of(args.run_dir), json_path=Path(args.json) if args.json else None)
+        run_dir = run_dir_of(args.run_dir)
+        report = report_run_dir(run_dir, json_path=Path(args.json) if args.json else None)
+        if args.html:
+            import shutil
+
+            from pinchpoint.pipeline import HTML_NAME
+
+            shutil.copyfile(run_dir / HTML_NAME, args.html)
         render(report, sys.stdout, color=False if args.no_color else None)
         return 0

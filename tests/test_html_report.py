@@ -1,0 +1,101 @@
+"""The HTML report: one self-contained file, findings first, charts as inline SVG, every name from the
+program escaped (a `<script>` in an op or command name is shown, never run). A real-browser check of
+the rendered page is issue 7's next step; here the document is parsed and its content checked."""
+
+from __future__ import annotations
+
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+from conftest import make_env
+from pinchpoint.pipeline import HTML_NAME, report_run_dir
+from pinchpoint.report.html import render_html
+from pinchpoint.trace.run import ProcSample, Run, RunMeta, SystemSample
+
+DATA = Path(__file__).parent / "data" / "rundirs" / "h200"
+HOSTILE = '<script>alert("pwned")</script>'
+VOID = {"meta", "br", "img", "input", "link", "hr"}
+
+
+class _Tags(HTMLParser):
+    """Checks that every element that opens also closes, in order (SVG included)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self.count: dict[str, int] = {}
+        self.scripts = 0
+
+    def handle_starttag(self, tag: str, attrs: Any) -> None:
+        self.count[tag] = self.count.get(tag, 0) + 1
+        if tag == "script":
+            self.scripts += 1
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag: str, attrs: Any) -> None:
+        self.count[tag] = self.count.get(tag, 0) + 1
+
+    def handle_endtag(self, tag: str) -> None:
+        assert self.stack and self.stack[-1] == tag, (tag, self.stack[-5:])
+        self.stack.pop()
+
+
+def _parse(doc: str) -> _Tags:
+    p = _Tags()
+    p.feed(doc)
+    p.close()
+    assert p.stack == [], p.stack
+    return p
+
+
+def test_names_from_the_program_are_escaped_never_run() -> None:
+    report = {
+        "run": {"command": ["python", HOSTILE]},
+        "steps": {"count": 3, "median_ms": 1.0},
+        "environment": {"cpu": {"model": HOSTILE}, "dataloader": {"dataset": HOSTILE}},
+        "findings": [
+            {"id": "host.python", "title": HOSTILE, "share": 0.5, "estimated_speedup": 2.0, "confidence": "high",
+             "evidence": [f"op {HOSTILE} takes 50%"], "fix": HOSTILE, "snippet": HOSTILE, "next_limit": HOSTILE,
+             "ranks": [0]},
+        ],
+        "notes": [HOSTILE],
+        "warnings": [HOSTILE],
+    }  # fmt: skip
+    sample = SystemSample(
+        t_ns=0, procs=(ProcSample(pid=1, ppid=0, name=HOSTILE, user_s=0, sys_s=0, rss_bytes=0, threads=1),)
+    )
+    later = SystemSample(
+        t_ns=10**9,
+        procs=(ProcSample(pid=1, ppid=0, name=HOSTILE, user_s=1, sys_s=0, rss_bytes=0, threads=1),),
+    )
+    last = SystemSample(
+        t_ns=2 * 10**9,
+        procs=(ProcSample(pid=1, ppid=0, name=HOSTILE, user_s=2, sys_s=0, rss_bytes=0, threads=1),),
+    )
+    run = Run(
+        meta=RunMeta(command=("python", HOSTILE), started_at=""),
+        environment=make_env(),
+        system=(sample, later, last),
+    )
+    doc = render_html(report, run)
+    assert "<script" not in doc.lower()
+    assert "&lt;script&gt;alert(&quot;pwned&quot;)&lt;/script&gt;" in doc
+    assert _parse(doc).scripts == 0
+
+
+def test_a_run_directory_gets_a_self_contained_report_with_its_charts(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "fp32-planted", run)
+    report = report_run_dir(run)
+    doc = (run / HTML_NAME).read_text()
+    tags = _parse(doc)
+    assert tags.count.get("svg") == 2  # the steps chart and the CPU timeline
+    assert tags.count.get("rect", 0) > 40  # a bar segment per step and phase
+    assert doc.count('class="finding ') == len(report["findings"]) > 0
+    for f in report["findings"]:
+        assert f["title"].replace("'", "&#x27;").replace('"', "&quot;") in doc or f["id"] in doc
+    assert "http://" not in doc.replace('xmlns="http://www.w3.org/2000/svg"', "")  # nothing fetched
+    assert "https://" not in doc
