@@ -4,7 +4,8 @@ No JavaScript and nothing fetched: the file opens offline, prints, and can be ma
 that comes from the program or a trace (command, op, function and file names, evidence) goes through
 `html.escape`, so a name like `<script>` is shown, never run. Hovering a bar shows its numbers
 (SVG `<title>`). Charts: each step's time by phase (stacked bars, op-window steps marked), and the
-cores each process kept busy over the run, from the system sampler.
+cores each process kept busy over the run, from the system sampler; on GPU reports, each rank's
+GPU time split and heaviest kernels.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from pinchpoint.analysis.steps import exposed_by_phase
+from pinchpoint.analysis.steps import WARMUP_STEPS, exposed_by_phase
 from pinchpoint.trace.run import HOST_OTHER, PHASE_PRIORITY, Run
 
 PHASE_ORDER = [p.value for p in reversed(PHASE_PRIORITY)] + [HOST_OTHER]
@@ -86,8 +87,11 @@ def steps_chart(run: Run, width: int = 1000, height: int = 260) -> str:
     if len(steps) > MAX_BARS:
         stride = len(steps) / MAX_BARS
         steps = [steps[int(i * stride)] for i in range(MAX_BARS)]
-    top = max(s.dur_ns for s in steps) / 1e6
-    left, bottom = 48, 20
+    # Scale to the steady steps: the first (warm-up) steps can be many times longer; taller bars are
+    # cut at the top (their tooltip has the real value).
+    steady = [s.dur_ns for s in steps[WARMUP_STEPS:] if not s.profiled] or [s.dur_ns for s in steps]
+    top = max(steady) * 1.1 / 1e6
+    left, bottom = 64, 20
     plot_w, plot_h = width - left - 8, height - bottom - 8
     bar_w = plot_w / len(steps)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">']
@@ -106,7 +110,9 @@ def steps_chart(run: Run, width: int = 1000, height: int = 260) -> str:
             if ns <= 0:
                 continue
             used.add(name)
-            h = plot_h * (ns / 1e6) / top
+            h = min(plot_h * (ns / 1e6) / top, y - 8)
+            if h <= 0:
+                break
             y -= h
             parts.append(
                 f'<rect x="{x:.2f}" y="{y:.2f}" width="{max(bar_w - 0.5, 0.5):.2f}" height="{h:.2f}" '
@@ -143,7 +149,7 @@ def cpu_chart(run: Run, width: int = 1000, height: int = 200) -> str:
     t0 = min(t for v in series.values() for t, _ in v)
     t1 = max(t for v in series.values() for t, _ in v)
     top = max(1.0, max(c for v in series.values() for _, c in v))
-    left, bottom = 48, 20
+    left, bottom = 64, 20
     plot_w, plot_h = width - left - 8, height - bottom - 8
     colors = {name: LINE_COLORS[i % len(LINE_COLORS)] for i, name in enumerate(series)}
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">']
@@ -164,6 +170,27 @@ def cpu_chart(run: Run, width: int = 1000, height: int = 200) -> str:
     parts.append(f'<text x="{width - 8}" y="{height - 4}" text-anchor="end">{span:.1f} s</text>')
     parts.append("</svg>")
     return _legend(list(series), colors) + "".join(parts)
+
+
+def _gpu(report: Mapping[str, Any]) -> str:
+    """Per rank: the GPU's time split (each instant once) and its heaviest kernels."""
+    out = []
+    for g in report.get("gpu") or []:
+        split = " · ".join(
+            f"{k} {100 * float(g.get(k) or 0):.1f}%" for k in ("compute", "communication", "memory", "idle")
+        )
+        out.append(f"<p><b>rank {_e(g.get('rank'))}</b>: {_e(split)} of {_e(g.get('span_ms'))} ms</p>")
+        rows = "".join(
+            f"<tr><td>{_e(k.get('name'))}</td><td>{_e(k.get('class'))}</td><td>{_e(k.get('count'))}</td>"
+            f"<td>{_e(k.get('total_ms'))}</td><td>{100 * float(k.get('share_of_busy') or 0):.1f}%</td></tr>"
+            for k in g.get("top_kernels") or []
+        )
+        if rows:
+            out.append(
+                "<table><tr><th>kernel</th><th>class</th><th>count</th><th>ms</th><th>of busy</th></tr>"
+                f"{rows}</table>"
+            )
+    return "\n".join(out)
 
 
 def _environment(report: Mapping[str, Any]) -> str:
@@ -200,6 +227,9 @@ def render_html(report: Mapping[str, Any], run: Run | None = None) -> str:
     if run is not None:
         body += ["<h2>Each step's time, by phase</h2>", steps_chart(run)]
         body += ["<h2>Cores busy per process</h2>", cpu_chart(run)]
+    gpu = _gpu(report)
+    if gpu:
+        body += ["<h2>GPU time and the heaviest kernels</h2>", gpu]
     body += ["<h2>Environment</h2>", _environment(report)]
     body += [f'<p class="note">note: {_e(n)}</p>' for n in report.get("notes") or []]
     body += [f'<p class="warn">warning: {_e(w)}</p>' for w in report.get("warnings") or []]
