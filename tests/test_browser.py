@@ -66,7 +66,7 @@ def test_a_captured_runs_report_shows_its_findings_and_draws_every_chart(
         assert cards.nth(i).is_visible()
     assert report["findings"][0]["title"] in page.inner_text("body")
     charts = page.query_selector_all("svg")
-    assert len(charts) == 2
+    assert len(charts) == 3
     for svg in charts:
         box = svg.bounding_box()
         assert box is not None and box["width"] > 100 and box["height"] > 100

@@ -92,10 +92,38 @@ def test_a_run_directory_gets_a_self_contained_report_with_its_charts(tmp_path: 
     report = report_run_dir(run)
     doc = (run / HTML_NAME).read_text()
     tags = _parse(doc)
-    assert tags.count.get("svg") == 2  # the steps chart and the CPU timeline
+    assert tags.count.get("svg") == 3  # steps by phase, cores busy, memory per step
     assert tags.count.get("rect", 0) > 40  # a bar segment per step and phase
     assert doc.count('class="finding ') == len(report["findings"]) > 0
     for f in report["findings"]:
         assert f["title"].replace("'", "&#x27;").replace('"', "&quot;") in doc or f["id"] in doc
     assert "http://" not in doc.replace('xmlns="http://www.w3.org/2000/svg"', "")  # nothing fetched
     assert "https://" not in doc
+
+
+def test_analyze_writes_html_with_the_gpu_section(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "r.html"
+    traces = Path(__file__).parent / "data" / "traces" / "hta" / "trace_filter"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pinchpoint", "analyze", str(traces), "-q", "--html", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = out.read_text()
+    _parse(doc)
+    assert "GPU time and the heaviest kernels" in doc and "ncclKernel_SendRecv" in doc
+
+
+def test_a_profile_renders_its_report_in_a_notebook() -> None:
+    from pinchpoint.capture.api import Profile
+
+    prof = Profile(print_report=False)
+    assert "no report yet" in prof._repr_html_()
+    prof.report = {"run": {"command": ["train.py"]}, "findings": [
+        {"id": "input.fetch", "title": "Steps wait for data", "share": 0.4, "estimated_speedup": 1.6,
+         "confidence": "high", "evidence": [], "fix": "more workers", "ranks": [0]}]}  # fmt: skip
+    html = prof._repr_html_()
+    assert "Steps wait for data" in html and html.startswith("<!DOCTYPE html>")

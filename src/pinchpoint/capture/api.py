@@ -99,6 +99,16 @@ class Profile:
 
             render(self.report, sys.stderr)
 
+    def _repr_html_(self) -> str:
+        """In a notebook, the profile shows its report (the same HTML as the run directory's)."""
+        if self.report is None:
+            return "<p>pinchpoint: no report yet (it is written when the <code>with</code> block ends)</p>"
+        from pinchpoint.ingest.rundir import read_run_dir
+        from pinchpoint.report.html import render_html
+
+        run = read_run_dir(self.run_dir) if self.run_dir is not None else None
+        return render_html(self.report, run)
+
 
 def _default_dir() -> Path:
     import datetime as dt

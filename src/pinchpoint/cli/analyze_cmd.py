@@ -21,6 +21,7 @@ class AnalyzeCommand:
         parser.add_argument("--json", help="also write report.json to this path")
         parser.add_argument("--no-color", action="store_true", help="plain text report")
         parser.add_argument("-q", "--quiet", action="store_true", help="no terminal report (use with --json)")
+        parser.add_argument("--html", help="also write the report as one self-contained HTML file")
         parser.add_argument(
             "--workers",
             type=int,
@@ -54,6 +55,10 @@ class AnalyzeCommand:
             )
         finally:
             bar.close()
+        if args.html:
+            from pinchpoint.report.html import render_html
+
+            Path(args.html).write_text(render_html(report))
         if not args.quiet:
             render(report, sys.stdout, color=False if args.no_color else None)
         return 0

@@ -129,26 +129,13 @@ def steps_chart(run: Run, width: int = 1000, height: int = 260) -> str:
     return _legend([n for n in PHASE_ORDER if n in used], COLORS) + "".join(parts)
 
 
-def cpu_chart(run: Run, width: int = 1000, height: int = 200) -> str:
-    """Cores each process kept busy between the sampler's readings."""
-    series: dict[str, list[tuple[float, float]]] = {}
-    prev: dict[int, tuple[int, float]] = {}
-    names: dict[int, str] = {}
-    for sample in run.system:
-        for p in sample.procs:
-            cpu = p.user_s + p.sys_s
-            last = prev.get(p.pid)
-            prev[p.pid] = (sample.t_ns, cpu)
-            names[p.pid] = f"pid {p.pid} {p.name}"
-            if last is not None and sample.t_ns > last[0]:
-                cores = max(0.0, (cpu - last[1]) / ((sample.t_ns - last[0]) / 1e9))
-                series.setdefault(names[p.pid], []).append((sample.t_ns / 1e9, cores))
-    series = {k: v for k, v in series.items() if len(v) >= 2}
-    if not series:
-        return '<p class="note">Too few system samples for a timeline.</p>'
-    t0 = min(t for v in series.values() for t, _ in v)
-    t1 = max(t for v in series.values() for t, _ in v)
-    top = max(1.0, max(c for v in series.values() for _, c in v))
+def _line_chart(
+    series: Mapping[str, Sequence[tuple[float, float]]], x_labels: tuple[str, str], unit: str,
+    width: int = 1000, height: int = 200,
+) -> str:  # fmt: skip
+    x0 = min(x for v in series.values() for x, _ in v)
+    x1 = max(x for v in series.values() for x, _ in v)
+    top = max(1e-9, max(y for v in series.values() for _, y in v)) * 1.05
     left, bottom = 64, 20
     plot_w, plot_h = width - left - 8, height - bottom - 8
     colors = {name: LINE_COLORS[i % len(LINE_COLORS)] for i, name in enumerate(series)}
@@ -156,20 +143,57 @@ def cpu_chart(run: Run, width: int = 1000, height: int = 200) -> str:
     for frac in (0.0, 0.5, 1.0):
         y = 8 + plot_h * (1 - frac)
         parts.append(f'<line x1="{left}" x2="{width - 8}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
-        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{top * frac:.1f}</text>')
-    span = max(t1 - t0, 1e-9)
+        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{top * frac:.1f}{unit}</text>')
+    span = max(x1 - x0, 1e-9)
     for name, pts in series.items():
         coords = " ".join(
-            f"{left + plot_w * (t - t0) / span:.1f},{8 + plot_h * (1 - c / top):.1f}" for t, c in pts
+            f"{left + plot_w * (x - x0) / span:.1f},{8 + plot_h * (1 - v / top):.1f}" for x, v in pts
         )
         parts.append(
             f'<polyline points="{coords}" fill="none" stroke="{colors[name]}" stroke-width="1.5">'
             f"<title>{_e(name)}</title></polyline>"
         )
-    parts.append(f'<text x="{left}" y="{height - 4}">0 s</text>')
-    parts.append(f'<text x="{width - 8}" y="{height - 4}" text-anchor="end">{span:.1f} s</text>')
+    parts.append(f'<text x="{left}" y="{height - 4}">{_e(x_labels[0])}</text>')
+    parts.append(f'<text x="{width - 8}" y="{height - 4}" text-anchor="end">{_e(x_labels[1])}</text>')
     parts.append("</svg>")
     return _legend(list(series), colors) + "".join(parts)
+
+
+def cpu_chart(run: Run) -> str:
+    """Cores each process kept busy between the sampler's readings."""
+    series: dict[str, list[tuple[float, float]]] = {}
+    prev: dict[int, tuple[int, float]] = {}
+    for sample in run.system:
+        for p in sample.procs:
+            cpu = p.user_s + p.sys_s
+            last = prev.get(p.pid)
+            prev[p.pid] = (sample.t_ns, cpu)
+            if last is not None and sample.t_ns > last[0]:
+                cores = max(0.0, (cpu - last[1]) / ((sample.t_ns - last[0]) / 1e9))
+                series.setdefault(f"pid {p.pid} {p.name}", []).append((sample.t_ns / 1e9, cores))
+    series = {k: v for k, v in series.items() if len(v) >= 2}
+    if not series:
+        return '<p class="note">Too few system samples for a timeline.</p>'
+    t0 = min(t for v in series.values() for t, _ in v)
+    t1 = max(t for v in series.values() for t, _ in v)
+    return _line_chart(series, ("0 s", f"{t1 - t0:.1f} s"), "")
+
+
+def memory_chart(run: Run) -> str:
+    """Each rank's memory at the end of every step: RSS, and CUDA allocated/reserved when recorded."""
+    series: dict[str, list[tuple[float, float]]] = {}
+    for rank in run.ranks:
+        tag = f"rank {rank.rank} " if len(run.ranks) > 1 else ""
+        for s in rank.steps:
+            for label, value in (("RSS", s.rss_bytes), ("CUDA allocated", s.cuda_allocated_bytes),
+                                 ("CUDA reserved", s.cuda_reserved_bytes)):  # fmt: skip
+                if value is not None:
+                    series.setdefault(f"{tag}{label} (MiB)", []).append((s.index, value / 2**20))
+    series = {k: v for k, v in series.items() if len(v) >= 2}
+    if not series:
+        return '<p class="note">No per-step memory was recorded.</p>'
+    steps = [x for v in series.values() for x, _ in v]
+    return _line_chart(series, (f"step {min(steps):.0f}", f"step {max(steps):.0f}"), "")
 
 
 def _gpu(report: Mapping[str, Any]) -> str:
@@ -227,6 +251,7 @@ def render_html(report: Mapping[str, Any], run: Run | None = None) -> str:
     if run is not None:
         body += ["<h2>Each step's time, by phase</h2>", steps_chart(run)]
         body += ["<h2>Cores busy per process</h2>", cpu_chart(run)]
+        body += ["<h2>Memory at the end of each step</h2>", memory_chart(run)]
     gpu = _gpu(report)
     if gpu:
         body += ["<h2>GPU time and the heaviest kernels</h2>", gpu]
