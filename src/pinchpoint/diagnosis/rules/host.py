@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pinchpoint.analysis.run_analysis import RankAnalysis
+from pinchpoint.analysis.steps import StepStats
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding
 from pinchpoint.diagnosis.rules.base import ms, pct, speedup_removing, stack_evidence
 from pinchpoint.trace.run import HOST_OTHER, Environment, Phase
@@ -67,23 +68,56 @@ class HostPython:
         stacks = stack_evidence(rank.stacks.host if rank.stacks else None, "in the loop, outside the phases")
         if stacks:
             evidence.append(stacks)
+        # (On a CUDA program the host also sleeps inside forward and backward, waiting for the device.)
+        waiting = _waiting_outside(steps) if rank.cuda_memory is None else 0.0
+        if waiting >= WAITING_EXPLAINS * steps.phase_ns.get(HOST_OTHER, 0.0):
+            evidence.append(
+                f"≈ {ms(waiting)} of it the main thread is asleep (not on a CPU, not waiting for one, not in "
+                "a data, communication or device wait): the loop blocks on something outside the framework"
+            )
+            title = "The training loop waits outside the framework (sleep, I/O, a lock, a blocking call)"
+            fix = (
+                "Find the blocking call and take it off the step: `pinchpoint run --stacks` shows where the "
+                "main thread sits; write logs, metrics and files from a background thread, and drop sleeps "
+                "or polling in the loop."
+            )
+            snippet = "pinchpoint run --stacks train.py   # flamegraph.svg: the frames under the loop"
+        else:
+            title = self.title
+            fix = (
+                "Keep per-step work on tensors: compute metrics with torch ops instead of .tolist() and "
+                "Python loops, accumulate them on-device and log every N steps."
+            )
+            snippet = (
+                "correct += (logits.argmax(1) == y).sum()   # tensor, no .tolist()\n"
+                "if step % 50 == 0: log(correct.item() / seen)"
+            )
         yield Finding(
             id=self.id,
-            title=self.title,
+            title=title,
             share=share,
             estimated_speedup=speedup_removing(share),
             confidence=Confidence.HIGH if share >= HOST_SHARE_HIGH else Confidence.MEDIUM,
             evidence=tuple(evidence),
-            fix=(
-                "Keep per-step work on tensors: compute metrics with torch ops instead of .tolist() and "
-                "Python loops, accumulate them on-device and log every N steps."
-            ),
-            snippet=(
-                "correct += (logits.argmax(1) == y).sum()   # tensor, no .tolist()\n"
-                "if step % 50 == 0: log(correct.item() / seen)"
-            ),
+            fix=fix,
+            snippet=snippet,
             ranks=(rank.rank,),
         )
+
+
+WAITING_EXPLAINS = 0.5
+"""The loop counts as waiting when the main thread's unexplained sleep covers half its outside time."""
+EXPECTED_WAITS = ("data_wait", "comm", "sync_wait", "checkpoint_io")
+"""Phases in which the main thread is expected to sleep (the loader, collectives, the device, disk)."""
+
+
+def _waiting_outside(steps: StepStats) -> float:
+    """Mean ns per step the main thread slept outside the phases where sleeping is expected."""
+    if steps.main_cpu_fraction is None:
+        return 0.0
+    runq = steps.main_runq_fraction or 0.0
+    asleep = max(0.0, 1.0 - steps.main_cpu_fraction - runq) * steps.host_mean_ns
+    return max(0.0, asleep - sum(steps.phase_ns.get(p, 0.0) for p in EXPECTED_WAITS))
 
 
 class HostDispatch:

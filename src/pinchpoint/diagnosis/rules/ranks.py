@@ -26,7 +26,7 @@ BACKWARD = Phase.BACKWARD.value
 COMM = Phase.COMM.value
 CULPRITS = {
     Phase.DATA_WAIT.value: ("its DataLoader", (Category.INPUT_FETCH, Category.INPUT_PREPROCESS)),
-    HOST_OTHER: ("Python work outside the framework", (Category.HOST_PYTHON,)),
+    HOST_OTHER: ("work in the loop outside the framework", (Category.HOST_PYTHON,)),
     Phase.CHECKPOINT_IO.value: ("checkpoint writes", (Category.IO_CHECKPOINT,)),
     Phase.FORWARD.value: ("its forward pass", ()),
     Phase.OPTIMIZER.value: ("its optimizer step", ()),
