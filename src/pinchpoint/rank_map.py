@@ -23,15 +23,13 @@ from typing import Any
 
 from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis, analyze_trace
 from pinchpoint.errors import TraceError, UsageError
-from pinchpoint.ingest.kineto import read_trace, trace_files
-
-RENUMBERED = "ranks missing or repeated in distributedInfo; numbered the files in name order"
+from pinchpoint.ingest.kineto import RENUMBERED, read_trace, trace_files
 
 
-def analyze_file(path: str) -> GpuRankAnalysis | str:
+def analyze_file(path: str, progress: Callable[[int, int], None] | None = None) -> GpuRankAnalysis | str:
     """The map: one rank's trace, read and analysed; a one-line error instead when it can't be read."""
     try:
-        return analyze_trace(read_trace(Path(path)))
+        return analyze_trace(read_trace(Path(path), progress=progress))
     except TraceError as exc:
         return str(exc)
 
@@ -65,10 +63,7 @@ def _read_here(
         if progress is not None:
             progress(base + done, total)
 
-    try:
-        return analyze_trace(read_trace(f, progress=one))
-    except TraceError as exc:
-        return str(exc)
+    return analyze_file(str(f), one)
 
 
 def _on_pool(

@@ -25,6 +25,22 @@ class CpuUsage:
     """Involuntary context switches per second across the tree: threads preempted by others."""
 
 
+def cores_busy(samples: tuple[SystemSample, ...]) -> dict[tuple[int, str], list[tuple[int, float]]]:
+    """Per process ((pid, name)): the cores it kept busy between each sampler reading and the one
+    before, as (t_ns of the later reading, cores)."""
+    series: dict[tuple[int, str], list[tuple[int, float]]] = {}
+    prev: dict[int, tuple[int, float]] = {}
+    for sample in samples:
+        for p in sample.procs:
+            cpu = p.user_s + p.sys_s
+            last = prev.get(p.pid)
+            prev[p.pid] = (sample.t_ns, cpu)
+            if last is not None and sample.t_ns > last[0]:
+                cores = max(0.0, (cpu - last[1]) / ((sample.t_ns - last[0]) / 1e9))
+                series.setdefault((p.pid, p.name), []).append((sample.t_ns, cores))
+    return series
+
+
 def _bracket(samples: tuple[SystemSample, ...], start_ns: int, end_ns: int) -> list[SystemSample]:
     inside = [s for s in samples if start_ns <= s.t_ns <= end_ns]
     if len(inside) >= 2:

@@ -96,6 +96,10 @@ def read_trace(
     return KinetoTrace(meta=meta, events=events, memory=memory, warnings=tuple(warnings))
 
 
+RENUMBERED = "ranks missing or repeated in distributedInfo; numbered the files in name order"
+"""The warning every rank gets when the traces' own rank numbers can't be used."""
+
+
 def trace_files(path: Path) -> list[Path]:
     """The trace files of a directory of per-rank traces, in name order; TraceError if there are none."""
     path = Path(path)
@@ -141,7 +145,7 @@ def read_trace_dir(
     extra = [f"skipped an unreadable trace: {msg}" for msg in failed]
     ranks = [t.meta.rank for t in traces]
     if not all(t.meta.rank_known for t in traces) or len(set(ranks)) != len(ranks):
-        extra.append("ranks missing or repeated in distributedInfo; numbered the files in name order")
+        extra.append(RENUMBERED)
         traces = [
             dataclasses.replace(t, meta=dataclasses.replace(t.meta, rank=i, rank_known=False))
             for i, t in enumerate(traces)

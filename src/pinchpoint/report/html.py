@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from pinchpoint.analysis.cpu import cores_busy
 from pinchpoint.analysis.steps import WARMUP_STEPS, exposed_by_phase
 from pinchpoint.trace.run import HOST_OTHER, PHASE_PRIORITY, Run
 
@@ -161,17 +162,11 @@ def _line_chart(
 
 def cpu_chart(run: Run) -> str:
     """Cores each process kept busy between the sampler's readings."""
-    series: dict[str, list[tuple[float, float]]] = {}
-    prev: dict[int, tuple[int, float]] = {}
-    for sample in run.system:
-        for p in sample.procs:
-            cpu = p.user_s + p.sys_s
-            last = prev.get(p.pid)
-            prev[p.pid] = (sample.t_ns, cpu)
-            if last is not None and sample.t_ns > last[0]:
-                cores = max(0.0, (cpu - last[1]) / ((sample.t_ns - last[0]) / 1e9))
-                series.setdefault(f"pid {p.pid} {p.name}", []).append((sample.t_ns / 1e9, cores))
-    series = {k: v for k, v in series.items() if len(v) >= 2}
+    series = {
+        f"pid {pid} {name}": [(t / 1e9, cores) for t, cores in points]
+        for (pid, name), points in cores_busy(run.system).items()
+        if len(points) >= 2
+    }
     if not series:
         return '<p class="note">Too few system samples for a timeline.</p>'
     t0 = min(t for v in series.values() for t, _ in v)

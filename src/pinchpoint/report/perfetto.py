@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from pinchpoint.analysis.cpu import cores_busy
 from pinchpoint.trace.run import PHASE_PRIORITY, RankData, Run, Step
 
 STEPS_TID, FINDINGS_TID, FETCH_TID = 1, 2, 3
@@ -96,22 +97,20 @@ def _rank_events(
 def _counters(run: Run, pid: int) -> list[dict[str, Any]]:
     """CPU (cores busy) and RSS per process of the tree, CPU % per core, from the sampler's readings."""
     ev: list[dict[str, Any]] = []
-    prev: dict[int, tuple[int, float]] = {}
     for sample in run.system:
         ts = _us(sample.t_ns)
         if sample.cpu_percent_per_core:
             ev.append({"ph": "C", "pid": pid, "name": "CPU % per core", "ts": ts,
                        "args": {f"core {i}": float(c) for i, c in enumerate(sample.cpu_percent_per_core)}})  # fmt: skip
         for p in sample.procs:
-            cpu_s = p.user_s + p.sys_s
-            last = prev.get(p.pid)
-            prev[p.pid] = (sample.t_ns, cpu_s)
             ev.append({"ph": "C", "pid": pid, "name": f"RSS MiB (pid {p.pid})", "ts": ts,
                        "args": {"rss": round(p.rss_bytes / MIB, 1)}})  # fmt: skip
-            if last is not None and sample.t_ns > last[0]:
-                cores = max(0.0, (cpu_s - last[1]) / ((sample.t_ns - last[0]) / 1e9))
-                ev.append({"ph": "C", "pid": pid, "name": f"cores busy (pid {p.pid} {p.name})", "ts": ts,
-                           "args": {"cores": round(cores, 3)}})  # fmt: skip
+    for (proc, name), points in cores_busy(run.system).items():
+        ev.extend(
+            {"ph": "C", "pid": pid, "name": f"cores busy (pid {proc} {name})", "ts": _us(t),
+             "args": {"cores": round(cores, 3)}}
+            for t, cores in points
+        )  # fmt: skip
     return ev
 
 
