@@ -10,6 +10,8 @@ import gzip
 import json
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,8 @@ import pytest
 from pinchpoint.pipeline import HTML_NAME, report_run_dir
 
 CHROMIUM = Path("/usr/bin/chromium")
-DATA = Path(__file__).parent / "data" / "rundirs" / "h200"
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "rundirs" / "h200"
 ARTIFACTS = Path(os.environ.get("PINCHPOINT_ARTIFACTS", Path(__file__).parent.parent / ".artifacts"))
 HOSTILE = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 
@@ -53,6 +56,21 @@ def _open(browser: Any, html: Path) -> tuple[Any, list[str], list[str]]:
     return page, errors, dialogs
 
 
+def _drawn_charts(page: Any) -> set[str]:
+    """The charts in the page, each checked to be laid out with a size and to have drawn something."""
+    names = set()
+    for section in page.query_selector_all("section.chart"):
+        svg = section.query_selector("svg")
+        assert svg is not None, section.get_attribute("data-chart")
+        box = svg.bounding_box()
+        assert box is not None and box["width"] > 100 and box["height"] > 40, section.get_attribute(
+            "data-chart"
+        )
+        assert svg.query_selector("rect, polyline, circle") is not None
+        names.add(section.get_attribute("data-chart"))
+    return names
+
+
 def test_a_captured_runs_report_shows_its_findings_and_draws_every_chart(
     browser: Any, tmp_path: Path
 ) -> None:
@@ -65,12 +83,8 @@ def test_a_captured_runs_report_shows_its_findings_and_draws_every_chart(
     for i in range(cards.count()):
         assert cards.nth(i).is_visible()
     assert report["findings"][0]["title"] in page.inner_text("body")
-    charts = page.query_selector_all("svg")
-    assert len(charts) == 3
-    for svg in charts:
-        box = svg.bounding_box()
-        assert box is not None and box["width"] > 100 and box["height"] > 100
-        assert svg.query_selector("rect, polyline") is not None
+    drawn = _drawn_charts(page)
+    assert {"steps", "cores", "memory", "gpu"} <= drawn
     assert errors == []
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "report-fp32-planted.png"), full_page=True)
@@ -91,3 +105,26 @@ def test_script_in_kernel_names_is_shown_never_run(browser: Any, tmp_path: Path)
     assert page.evaluate("window.__pwned") is None  # ...and never run
     assert dialogs == [] and page.query_selector_all("script") == []
     assert not [e for e in errors if "pwned" in e]
+
+
+def test_a_cpu_run_with_stacks_shows_its_roofline_and_flame_graph(browser: Any, tmp_path: Path) -> None:
+    """A real capture on this machine: fp32 matmuls on a CPU with bf16 units, Python stacks sampled."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "pinchpoint", "run", "--stacks", "-q", "-o", str(run),
+           str(ROOT / "examples" / "compute_math.py"), "--steps", "30"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    page, errors, _ = _open(browser, run / HTML_NAME)
+    assert {"steps", "cores", "memory", "roofline", "flame"} <= _drawn_charts(page)
+    # The roofline has the measured fp32 and bf16 peaks and the fp32 matmuls under the fp32 one.
+    roof = page.locator('section[data-chart="roofline"]')
+    assert "fp32 peak" in roof.inner_text() and "bf16 peak" in roof.inner_text()
+    tips = [t.text_content() or "" for t in roof.locator("circle > title").all()]
+    assert any(t.startswith(("mm ", "addmm ")) and " fp32:" in t and "% of attainable" in t for t in tips), (
+        tips
+    )
+    flame = page.locator('section[data-chart="flame"] svg g')
+    assert flame.count() > 5
+    assert errors == []
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "report-compute-math.png"), full_page=True)

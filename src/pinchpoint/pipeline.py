@@ -23,7 +23,7 @@ from pinchpoint.ingest.ceilings import gpu_matmul_flops, load_cached, machine_ke
 from pinchpoint.ingest.kineto import read_trace
 from pinchpoint.ingest.rundir import opwindow_file, rank_dirs, read_run_dir
 from pinchpoint.rank_map import map_ranks
-from pinchpoint.report.flamegraph import flamegraph_svg, speedscope_json, write_stack_views
+from pinchpoint.report.flamegraph import flamegraph_svg, process_names, speedscope_json, write_stack_views
 from pinchpoint.report.gpu_report import build_gpu_report, run_gpu_sections
 from pinchpoint.report.html import render_html
 from pinchpoint.report.json_report import build_report, write_report
@@ -78,19 +78,6 @@ def _record(run_dir: Path, report: dict[str, Any], step_ns: tuple[int, ...]) -> 
         print(f"pinchpoint: note: the run was not added to the history ({exc})", file=sys.stderr)
 
 
-def _process_names(run: Run) -> dict[int, str]:
-    """pid -> what the process is (training process, DataLoader worker), for the stack views."""
-    names: dict[int, str] = {}
-    for r in run.ranks:
-        rank = f"rank {r.rank} " if len(run.ranks) > 1 else ""
-        for c in r.loaders:
-            for i, pid in enumerate(c.worker_pids):
-                names[pid] = f"{rank}DataLoader worker {i} (pid {pid})"
-        if r.main is not None:
-            names[r.main.pid] = f"{rank}training process (pid {r.main.pid})"
-    return names
-
-
 def _write_stack_views(analysis: RunAnalysis, run_dir: Path, warnings: list[str]) -> list[str]:
     """flamegraph.svg and stacks.speedscope.json beside the report, processes named by their role."""
     run = analysis.run
@@ -98,7 +85,7 @@ def _write_stack_views(analysis: RunAnalysis, run_dir: Path, warnings: list[str]
     title = " ".join(run.meta.command) or "program"
     try:
         paths = write_stack_views(
-            run.stacks, run_dir, title=f"{title} — Python stacks", process_names=_process_names(run)
+            run.stacks, run_dir, title=f"{title} — Python stacks", process_names=process_names(run)
         )
     except OSError as exc:
         warnings.append(f"the stack views could not be written ({exc.strerror})")
@@ -134,9 +121,9 @@ def export_run(run_dir: Path, fmt: str, out: Path) -> None:
     elif run.stacks is None:
         raise UsageError(f"{run_dir} has no Python stacks: record them with `pinchpoint run --stacks`")
     elif fmt == "speedscope":
-        text = json.dumps(speedscope_json(run.stacks, name=title, process_names=_process_names(run)))
+        text = json.dumps(speedscope_json(run.stacks, name=title, process_names=process_names(run)))
     elif fmt == "flamegraph":
-        text = flamegraph_svg(run.stacks, title=f"{title} — Python stacks", process_names=_process_names(run))
+        text = flamegraph_svg(run.stacks, title=f"{title} — Python stacks", process_names=process_names(run))
     else:
         raise UsageError(f"unknown format {fmt!r}: choose one of {', '.join(EXPORT_FORMATS)}")
     out.write_text(text)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pinchpoint.trace.run import OpEvent, OpWindow
+from pinchpoint.trace.run import OpEvent, OpWindow, Probes
 
 ELEMENTWISE_OPS = frozenset(
     f"aten::{n}"
@@ -168,3 +168,94 @@ def memory_traffic(window: OpWindow) -> MemoryTraffic | None:
         chains=tuple(sorted(merged.values(), key=lambda c: -c.ns_per_step)),
         top_ops=tuple(sorted(by_name.items(), key=lambda kv: -kv[1])[:4]),
     )
+
+
+PROBE_DTYPES = {"float32": "float", "bfloat16": "c10::BFloat16", "float16": "c10::Half"}
+"""The matmul probe's dtype names (torch's) by the names ops carry (Kineto's)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RooflinePoint:
+    """One kind of op (name, largest input's shape and dtype) in the op window, per step."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    calls_per_step: float
+    ns_per_step: float
+    flops_per_step: float
+    bytes_per_step: float
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per byte moved."""
+        return self.flops_per_step / self.bytes_per_step if self.bytes_per_step else 0.0
+
+    @property
+    def achieved_flops(self) -> float:
+        return self.flops_per_step / (self.ns_per_step / 1e9) if self.ns_per_step else 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ceilings:
+    """What this machine measured at the op window: matmul FLOP/s per op dtype, copy bandwidth."""
+
+    matmul_flops: dict[str, float]
+    memory_bytes_per_s: float | None
+
+    def attainable(self, intensity: float, dtype: str) -> float | None:
+        """The roofline: min(the dtype's matmul peak, bandwidth × intensity); None when unmeasured."""
+        peak = self.matmul_flops.get(dtype) or max(self.matmul_flops.values(), default=0.0)
+        if not peak and not self.memory_bytes_per_s:
+            return None
+        if not self.memory_bytes_per_s:
+            return peak
+        mem = self.memory_bytes_per_s * intensity
+        return min(peak, mem) if peak else mem
+
+
+def roofline_points(window: OpWindow, limit: int = 40) -> list[RooflinePoint]:
+    """Matmuls (FLOPs from shapes) and elementwise ops on large tensors (one FLOP per element), the
+    `limit` kinds with the most time. Ops whose work is unknown from shapes are left out."""
+    from pinchpoint.analysis.ops import CONV_OPS, MATMUL_OPS
+
+    steps = max(1, window.steps)
+    groups: dict[tuple[str, tuple[int, ...], str], list[float]] = {}
+    for o in window.ops:
+        n, shape, dtype = _largest(o)
+        if (o.name in MATMUL_OPS or o.name in CONV_OPS) and o.flops:
+            flops = float(o.flops)
+        elif o.name in ELEMENTWISE_OPS and o.depth == 0 and n >= LARGE_NUMEL:
+            flops = float(n)
+        else:
+            continue
+        acc = groups.setdefault((o.name.removeprefix("aten::"), shape, dtype), [0.0, 0.0, 0.0, 0.0])
+        acc[0] += 1
+        acc[1] += o.dur_ns
+        acc[2] += flops
+        acc[3] += op_bytes(o)
+    points = [
+        RooflinePoint(
+            name=name,
+            shape=shape,
+            dtype=dtype,
+            calls_per_step=acc[0] / steps,
+            ns_per_step=acc[1] / steps,
+            flops_per_step=acc[2] / steps,
+            bytes_per_step=acc[3] / steps,
+        )
+        for (name, shape, dtype), acc in groups.items()
+        if acc[1] > 0 and acc[3] > 0
+    ]
+    return sorted(points, key=lambda p: -p.ns_per_step)[:limit]
+
+
+def cpu_ceilings(probes: Probes) -> Ceilings:
+    """Ceilings from the op window's probes (a matmul per dtype of the program's heaviest shape, a copy)."""
+    flops: dict[str, float] = {}
+    for p in probes.matmul:
+        if p.ns > 0:
+            key = PROBE_DTYPES.get(p.dtype, p.dtype)
+            m, k, n = p.shape
+            flops[key] = max(flops.get(key, 0.0), 2 * m * k * n / (p.ns / 1e9))
+    return Ceilings(matmul_flops=flops, memory_bytes_per_s=probes.memory_bytes_per_s)

@@ -28,6 +28,7 @@ from types import ModuleType
 from typing import Any
 
 from pinchpoint.capture import opwindow
+from pinchpoint.capture.annotate import ANNOTATE_ENV, make_annotator
 from pinchpoint.capture.writer import JsonlWriter, write_json_atomic
 
 RUN_DIR_ENV = "PINCHPOINT_RUN_DIR"
@@ -150,6 +151,8 @@ class Agent:
         self.window = opwindow.OpWindow(self.rank_dir, window)
         self.taint_next = False
         self.closed = False
+        self.annot: Any = None
+        """An `annotate.Annotator` with `--annotate nvtx|itt`: phases as native-profiler ranges."""
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -159,9 +162,31 @@ class Agent:
         from pinchpoint.capture.hooks import install_hooks
 
         install_hooks(self, torch)
+        self._start_annotations(torch)
         self.write_process_info()
         os.register_at_fork(after_in_child=self._after_fork)
         atexit.register(self.close)
+
+    def _start_annotations(self, torch: Any) -> None:
+        kind = os.environ.get(ANNOTATE_ENV)
+        if not kind:
+            return
+        try:
+            self.annot = make_annotator(kind, torch)
+        except Exception as exc:
+            message = f"--annotate {kind}: {exc}; running without annotations"
+            _log(self.run_dir, message)
+            with contextlib.suppress(OSError):
+                sys.stderr.write(f"pinchpoint: {message}\n")
+
+    def begin(self, phase: str) -> None:
+        """A phase starts now on the training thread (only with `--annotate`)."""
+        if self.annot is not None:
+            self.annot.begin(phase, self.step_index)
+
+    def end(self) -> None:
+        if self.annot is not None:
+            self.annot.end()
 
     def _after_fork(self) -> None:
         # A forked child (usually a DataLoader worker) keeps the hooks but records only its fetches.
@@ -169,6 +194,7 @@ class Agent:
         self.tid = threading.get_ident()
         _forget_thread_files()
         self._statm.reset()
+        self.annot = None
         for w in (self.steps, self.loaders, self.fetches, self.distributed):
             w.forget()
         self.fetches = JsonlWriter(self.rank_dir / f"fetch-{os.getpid()}.jsonl")
@@ -235,6 +261,9 @@ class Agent:
             # The unfinished last step is still evidence (a crash mid-step): keep it, marked partial.
             with contextlib.suppress(Exception):
                 self.partial_step()
+        if self.annot is not None:
+            with contextlib.suppress(Exception):
+                self.annot.end_step()
         if self.role == "main":
             with contextlib.suppress(Exception):
                 self.write_process_info()
@@ -279,6 +308,8 @@ class Agent:
             }
         )
         self.steps.flush()
+        if self.annot is not None:
+            self.annot.end_step()
         self.fetches.flush()  # batches fetched in this process (num_workers=0)
         self._mark_device_step()
         self.intervals = []

@@ -183,12 +183,14 @@ def blocked_backward(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]
         watch = agent.ddp_on_cpu
         if watch:
             c0, s0 = _thread_cpu(), thread_schedstat()
+        agent.begin("backward")
         t0 = _now()
         try:
             return fn(*args, **kwargs)
         finally:
             t1 = _now()
             agent.interval("backward", t0, t1)
+            agent.end()
             if watch:
                 s1 = thread_schedstat()
                 runq = s1[1] - s0[1] if (s0 is not None and s1 is not None) else 0

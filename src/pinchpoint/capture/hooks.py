@@ -33,11 +33,13 @@ def timed(
             return fn(*args, **kwargs)
         if when is not None and not when(*args, **kwargs):
             return fn(*args, **kwargs)
+        agent.begin(phase)
         t0 = _now()
         try:
             return fn(*args, **kwargs)
         finally:
             agent.interval(phase, t0, _now())
+            agent.end()
 
     return wrapper
 
@@ -53,11 +55,13 @@ def install_hooks(agent: Agent, torch: Any) -> None:
     def next_wrapper(self: Any) -> Any:
         if agent.role != "main" or threading.get_ident() != agent.tid:
             return orig_next(self)
+        agent.begin("data_wait")
         t0 = _now()
         try:
             return orig_next(self)
         finally:
             agent.interval("data_wait", t0, _now())
+            agent.end()
             if not getattr(self, "_pinchpoint_seen", False):
                 self._pinchpoint_seen = True
                 _record_loader(agent, self)
@@ -80,6 +84,7 @@ def install_hooks(agent: Agent, torch: Any) -> None:
         agent.in_module = True
         if agent.autocast_dtype is None:
             agent.note_autocast()
+        agent.begin("forward")
         t0 = _now()
         try:
             return orig_call(self, *args, **kwargs)
@@ -87,6 +92,7 @@ def install_hooks(agent: Agent, torch: Any) -> None:
             agent.in_module = False
             t1 = _now()
             agent.interval("forward", t0, t1)
+            agent.end()
             _after_top_level_call(agent, torch, self, t1)
 
     module_cls.__call__ = call_wrapper
@@ -99,6 +105,7 @@ def install_hooks(agent: Agent, torch: Any) -> None:
 
     def pre_hook(opt: Any, args: Any, kwargs: Any) -> None:
         if agent.role == "main" and threading.get_ident() == agent.tid:
+            agent.begin("optimizer")
             agent.opt_start_ns = _now()
 
     def post_hook(opt: Any, args: Any, kwargs: Any) -> None:
@@ -106,6 +113,7 @@ def install_hooks(agent: Agent, torch: Any) -> None:
             return
         t1 = _now()
         agent.interval("optimizer", agent.opt_start_ns or t1, t1)
+        agent.end()
         if agent.lead_optimizer is None:
             agent.lead_optimizer = id(opt)
         if agent.mode in ("unknown", "inference"):

@@ -19,6 +19,7 @@ from typing import Any
 import pinchpoint
 from pinchpoint.capture import environment
 from pinchpoint.capture.agent import OPWINDOW_ENV, RUN_DIR_ENV
+from pinchpoint.capture.annotate import ANNOTATE_ENV
 from pinchpoint.capture.opwindow import RECORDER_ENV
 from pinchpoint.capture.sampler import DEFAULT_INTERVAL_S, spawn_sampler, stop_sampler
 from pinchpoint.capture.stacks import DEFAULT_RATE_HZ, STACKS_ENV, spawn_stack_sampler, stop_stack_sampler
@@ -89,9 +90,16 @@ def _world_size(command: list[str]) -> int:
 
 
 def child_environment(
-    run_dir: Path, opwindow: str | None, *, kineto: bool = False, stacks: bool = False
+    run_dir: Path,
+    opwindow: str | None,
+    *,
+    kineto: bool = False,
+    stacks: bool = False,
+    annotate: str | None = None,
 ) -> dict[str, str]:
     env = dict(os.environ)
+    if annotate:
+        env[ANNOTATE_ENV] = annotate
     if kineto:
         env[RECORDER_ENV] = "kineto"
     if stacks:
@@ -114,12 +122,13 @@ def launch(
     kineto: bool = False,
     stacks: bool = False,
     stacks_rate_hz: int | None = None,
+    annotate: str | None = None,
 ) -> LaunchResult:
     """Run `command` to completion under capture, writing `run_dir`. Never raises for the child's sake.
 
     `stacks`: sample Python stacks of the whole process tree with py-spy (`capture/stacks.py`)."""
     meta = start_run_dir(run_dir, command, "run")
-    env = child_environment(run_dir, opwindow, kineto=kineto, stacks=stacks)
+    env = child_environment(run_dir, opwindow, kineto=kineto, stacks=stacks, annotate=annotate)
     try:
         proc = subprocess.Popen(command, env=env)
     except OSError as exc:

@@ -119,7 +119,12 @@ class OpWindow:
                 # kernel launch pays for it (measured on an H200: +7 µs a launch, a launch-bound step
                 # 32% slower for the rest of the run). torch itself sets 0 when CUDA graphs need it.
                 os.environ.setdefault("TEARDOWN_CUPTI", "1")
-            self.prof = profile(activities=activities, record_shapes=True, with_flops=True)
+            # Recording scalar arguments' values ("Concrete Inputs") is what makes Kineto costly on
+            # a CPU training step: the window's steps ran x1.42-1.78 with it and x1.06-1.33 without
+            # (healthy.py, 11 runs each; benchmarks/README.md). The analysis reads shapes and dtypes.
+            with contextlib.suppress(Exception):
+                torch._C._profiler._set_record_concrete_inputs_enabled_val(False)
+            self.prof = profile(activities=activities, record_shapes=True)
             with _quiet_stderr():
                 self.prof.__enter__()
             self.active = True
@@ -139,6 +144,8 @@ class OpWindow:
         with contextlib.suppress(Exception):
             with _quiet_stderr():
                 prof.__exit__(None, None, None)
+            with contextlib.suppress(Exception):
+                torch._C._profiler._set_record_concrete_inputs_enabled_val(True)  # torch's default
             self.rank_dir.mkdir(parents=True, exist_ok=True)
             prof.export_chrome_trace(str(self.rank_dir / "opwindow.json"))
             # On a CUDA program the matmuls run on the device: a CPU matmul probe would answer the

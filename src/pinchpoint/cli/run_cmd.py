@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pinchpoint.errors import PinchpointError, UsageError
 
-VALUE_OPTIONS = {"-o", "--out", "--json", "--opwindow", "--interval", "--stacks-rate"}
+VALUE_OPTIONS = {"-o", "--out", "--json", "--opwindow", "--interval", "--stacks-rate", "--annotate"}
 FLAG_OPTIONS = {"--force", "--quiet", "-q", "--no-color", "--kineto", "--stacks", "-h", "--help"}
 
 
@@ -54,6 +54,13 @@ class RunCommand:
             help="stack samples per second (default 20)",
         )
         parser.add_argument(
+            "--annotate",
+            choices=("nvtx", "itt"),
+            default=None,
+            help="also emit each step and phase as an NVTX range (Nsight Systems; needs a CUDA build of torch) "
+            "or an ITT task (VTune), so a timeline those tools record shows pinchpoint's phases",
+        )
+        parser.add_argument(
             "--interval", type=float, default=None, help="system sampling interval, seconds (default 0.5)"
         )
         parser.add_argument("-q", "--quiet", action="store_true", help="don't print the report")
@@ -74,6 +81,7 @@ class RunCommand:
             kineto=args.kineto,
             stacks=args.stacks or args.stacks_rate is not None,
             stacks_rate_hz=args.stacks_rate,
+            annotate=args.annotate,
         )  # interval None: the sampler's default
         if not result.started:
             shutil.rmtree(run_dir, ignore_errors=True)

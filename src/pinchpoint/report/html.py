@@ -10,29 +10,14 @@ GPU time split and heaviest kernels.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from html import escape
 from typing import Any
 
-from pinchpoint.analysis.cpu import cores_busy
-from pinchpoint.analysis.steps import WARMUP_STEPS, exposed_by_phase
-from pinchpoint.trace.run import HOST_OTHER, PHASE_PRIORITY, Run
+from pinchpoint.report import charts
+from pinchpoint.report.flamegraph import flamegraph_svg, process_names
+from pinchpoint.trace.run import Run
 
-PHASE_ORDER = [p.value for p in reversed(PHASE_PRIORITY)] + [HOST_OTHER]
-COLORS = {
-    "forward": "#4e9a06",
-    "backward": "#73d216",
-    "optimizer": "#8ae234",
-    "data_wait": "#cc0000",
-    "checkpoint_io": "#75507b",
-    "h2d_copy": "#c4a000",
-    "sync_wait": "#edd400",
-    "comm": "#3465a4",
-    HOST_OTHER: "#06989a",
-}
-LINE_COLORS = ("#3465a4", "#cc0000", "#4e9a06", "#75507b", "#c4a000", "#06989a", "#ce5c00", "#555753")
-MAX_BARS = 400
-"""Longer runs are shown as this many evenly spaced steps."""
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;
 color:#222;padding:0 16px}
@@ -44,6 +29,7 @@ pre{background:#f6f6f6;padding:8px;overflow-x:auto;border-radius:4px}
 table{border-collapse:collapse}td,th{padding:2px 10px 2px 0;text-align:left;vertical-align:top}
 .legend span{display:inline-block;margin-right:14px}.sw{display:inline-block;width:10px;height:10px;
 margin-right:4px}.note{color:#555}.warn{color:#a40000}svg text{font:11px system-ui,sans-serif;fill:#444}
+.chart{margin:6px 0 4px}.flame svg{width:100%;height:auto}
 """
 
 
@@ -72,123 +58,6 @@ def _finding(f: Mapping[str, Any], multi_rank: bool) -> str:
         out.append(f'<div class="note">Then: {_e(f["next_limit"])}</div>')
     out.append("</div>")
     return "\n".join(out)
-
-
-def _legend(names: Sequence[str], colors: Mapping[str, str]) -> str:
-    items = "".join(f'<span><i class="sw" style="background:{colors[n]}"></i>{_e(n)}</span>' for n in names)
-    return f'<div class="legend">{items}</div>'
-
-
-def steps_chart(run: Run, width: int = 1000, height: int = 260) -> str:
-    """Rank 0's steps as stacked bars of exposed time per phase (ms); op-window steps are outlined."""
-    rank = run.ranks[0] if run.ranks else None
-    steps = [s for s in (rank.steps if rank else ()) if not s.partial and s.dur_ns > 0]
-    if not steps:
-        return '<p class="note">No steps were recorded.</p>'
-    if len(steps) > MAX_BARS:
-        stride = len(steps) / MAX_BARS
-        steps = [steps[int(i * stride)] for i in range(MAX_BARS)]
-    # Scale to the steady steps: the first (warm-up) steps can be many times longer; taller bars are
-    # cut at the top (their tooltip has the real value).
-    steady = [s.dur_ns for s in steps[WARMUP_STEPS:] if not s.profiled] or [s.dur_ns for s in steps]
-    top = max(steady) * 1.1 / 1e6
-    left, bottom = 64, 20
-    plot_w, plot_h = width - left - 8, height - bottom - 8
-    bar_w = plot_w / len(steps)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">']
-    for frac in (0.0, 0.5, 1.0):
-        y = 8 + plot_h * (1 - frac)
-        parts.append(f'<line x1="{left}" x2="{width - 8}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
-        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{top * frac:.1f} ms</text>')
-    used: set[str] = set()
-    for i, s in enumerate(steps):
-        x = left + i * bar_w
-        y = 8 + plot_h
-        phases = exposed_by_phase(s)
-        tip = f"step {s.index}: {s.dur_ns / 1e6:.2f} ms" + (" (op window)" if s.profiled else "")
-        for name in PHASE_ORDER:
-            ns = phases.get(name, 0)
-            if ns <= 0:
-                continue
-            used.add(name)
-            h = min(plot_h * (ns / 1e6) / top, y - 8)
-            if h <= 0:
-                break
-            y -= h
-            parts.append(
-                f'<rect x="{x:.2f}" y="{y:.2f}" width="{max(bar_w - 0.5, 0.5):.2f}" height="{h:.2f}" '
-                f'fill="{COLORS.get(name, "#888")}"><title>{_e(tip)} · {_e(name)} {ns / 1e6:.2f} ms</title></rect>'
-            )
-        if s.profiled:
-            parts.append(
-                f'<rect x="{x:.2f}" y="8" width="{max(bar_w - 0.5, 0.5):.2f}" height="{plot_h}" fill="none" '
-                f'stroke="#888" stroke-dasharray="2,2"><title>{_e(tip)}</title></rect>'
-            )
-    parts.append(f'<text x="{left}" y="{height - 4}">step {steps[0].index}</text>')
-    parts.append(f'<text x="{width - 8}" y="{height - 4}" text-anchor="end">step {steps[-1].index}</text>')
-    parts.append("</svg>")
-    return _legend([n for n in PHASE_ORDER if n in used], COLORS) + "".join(parts)
-
-
-def _line_chart(
-    series: Mapping[str, Sequence[tuple[float, float]]], x_labels: tuple[str, str], unit: str,
-    width: int = 1000, height: int = 200,
-) -> str:  # fmt: skip
-    x0 = min(x for v in series.values() for x, _ in v)
-    x1 = max(x for v in series.values() for x, _ in v)
-    top = max(1e-9, max(y for v in series.values() for _, y in v)) * 1.05
-    left, bottom = 64, 20
-    plot_w, plot_h = width - left - 8, height - bottom - 8
-    colors = {name: LINE_COLORS[i % len(LINE_COLORS)] for i, name in enumerate(series)}
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">']
-    for frac in (0.0, 0.5, 1.0):
-        y = 8 + plot_h * (1 - frac)
-        parts.append(f'<line x1="{left}" x2="{width - 8}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
-        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{top * frac:.1f}{unit}</text>')
-    span = max(x1 - x0, 1e-9)
-    for name, pts in series.items():
-        coords = " ".join(
-            f"{left + plot_w * (x - x0) / span:.1f},{8 + plot_h * (1 - v / top):.1f}" for x, v in pts
-        )
-        parts.append(
-            f'<polyline points="{coords}" fill="none" stroke="{colors[name]}" stroke-width="1.5">'
-            f"<title>{_e(name)}</title></polyline>"
-        )
-    parts.append(f'<text x="{left}" y="{height - 4}">{_e(x_labels[0])}</text>')
-    parts.append(f'<text x="{width - 8}" y="{height - 4}" text-anchor="end">{_e(x_labels[1])}</text>')
-    parts.append("</svg>")
-    return _legend(list(series), colors) + "".join(parts)
-
-
-def cpu_chart(run: Run) -> str:
-    """Cores each process kept busy between the sampler's readings."""
-    series = {
-        f"pid {pid} {name}": [(t / 1e9, cores) for t, cores in points]
-        for (pid, name), points in cores_busy(run.system).items()
-        if len(points) >= 2
-    }
-    if not series:
-        return '<p class="note">Too few system samples for a timeline.</p>'
-    t0 = min(t for v in series.values() for t, _ in v)
-    t1 = max(t for v in series.values() for t, _ in v)
-    return _line_chart(series, ("0 s", f"{t1 - t0:.1f} s"), "")
-
-
-def memory_chart(run: Run) -> str:
-    """Each rank's memory at the end of every step: RSS, and CUDA allocated/reserved when recorded."""
-    series: dict[str, list[tuple[float, float]]] = {}
-    for rank in run.ranks:
-        tag = f"rank {rank.rank} " if len(run.ranks) > 1 else ""
-        for s in rank.steps:
-            for label, value in (("RSS", s.rss_bytes), ("CUDA allocated", s.cuda_allocated_bytes),
-                                 ("CUDA reserved", s.cuda_reserved_bytes)):  # fmt: skip
-                if value is not None:
-                    series.setdefault(f"{tag}{label} (MiB)", []).append((s.index, value / 2**20))
-    series = {k: v for k, v in series.items() if len(v) >= 2}
-    if not series:
-        return '<p class="note">No per-step memory was recorded.</p>'
-    steps = [x for v in series.values() for x, _ in v]
-    return _line_chart(series, (f"step {min(steps):.0f}", f"step {max(steps):.0f}"), "")
 
 
 def _gpu(report: Mapping[str, Any]) -> str:
@@ -228,6 +97,43 @@ def _environment(report: Mapping[str, Any]) -> str:
     return "<table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows) + "</table>"
 
 
+def _section(key: str, title: str, *content: str) -> str:
+    """A chart under its heading; `data-chart` names it for readers and tests."""
+    return f'<section class="chart" data-chart="{key}"><h2>{title}</h2>{"".join(content)}</section>'
+
+
+def _charts(report: Mapping[str, Any], run: Run) -> list[str]:
+    out = [_section("steps", "Each step's time, by phase", charts.steps_chart(run))]
+    ranks = charts.ranks_chart(run)
+    if ranks:
+        out.append(_section("ranks", "Each rank's step, by phase (mean of the steady steps)", ranks))
+    out.append(_section("cores", "Cores busy per process (waits shaded)", charts.cpu_chart(run)))
+    gpu_util = charts.gpu_chart(run)
+    if gpu_util:
+        out.append(_section("gpu-util", "GPU utilization (NVML; waits shaded)", gpu_util))
+    out.append(_section("memory", "Memory at the end of each step", charts.memory_chart(run)))
+    gpu = _gpu(report)
+    if gpu:
+        out.append(_section("gpu", "GPU time and the heaviest kernels", charts.gpu_ranks_chart(report), gpu))
+    roofline = charts.roofline_chart(run)
+    if roofline:
+        note = (
+            '<p class="note">Each circle is one kind of op (name, shape, dtype), sized by its time in the op '
+            "window; the lines are the matmul peaks and copy bandwidth measured on this machine at the "
+            "window. Hover for the numbers.</p>"
+        )
+        out.append(_section("roofline", "Roofline: the op window against this machine", note, roofline))
+    if run.stacks is not None and run.stacks.samples:
+        title = " ".join(run.meta.command) or "program"
+        svg = flamegraph_svg(run.stacks, title=f"{title} — Python stacks", process_names=process_names(run))
+        out.append(
+            _section(
+                "flame", "Where Python spends its time (sampled stacks)", f'<div class="flame">{svg}</div>'
+            )
+        )
+    return out
+
+
 def render_html(report: Mapping[str, Any], run: Run | None = None) -> str:
     """The HTML document for `report` (and, when given, charts from the run it was built from)."""
     command = " ".join((report.get("run") or {}).get("command") or [])
@@ -244,12 +150,13 @@ def render_html(report: Mapping[str, Any], run: Run | None = None) -> str:
     if not findings:
         body.append("<p>No bottleneck found above the reporting thresholds.</p>")
     if run is not None:
-        body += ["<h2>Each step's time, by phase</h2>", steps_chart(run)]
-        body += ["<h2>Cores busy per process</h2>", cpu_chart(run)]
-        body += ["<h2>Memory at the end of each step</h2>", memory_chart(run)]
-    gpu = _gpu(report)
-    if gpu:
-        body += ["<h2>GPU time and the heaviest kernels</h2>", gpu]
+        body += _charts(report, run)
+    else:
+        gpu = _gpu(report)
+        if gpu:
+            body.append(
+                _section("gpu", "GPU time and the heaviest kernels", charts.gpu_ranks_chart(report), gpu)
+            )
     body += ["<h2>Environment</h2>", _environment(report)]
     body += [f'<p class="note">note: {_e(n)}</p>' for n in report.get("notes") or []]
     body += [f'<p class="warn">warning: {_e(w)}</p>' for w in report.get("warnings") or []]
