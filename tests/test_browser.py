@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -107,14 +108,19 @@ def test_script_in_kernel_names_is_shown_never_run(browser: Any, tmp_path: Path)
     assert not [e for e in errors if "pwned" in e]
 
 
-def test_a_cpu_run_with_stacks_shows_its_roofline_and_flame_graph(browser: Any, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def stacks_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real capture on this machine: fp32 matmuls on a CPU with bf16 units, Python stacks sampled."""
-    run = tmp_path / "run"
+    run = tmp_path_factory.mktemp("stacks") / "run"
     cmd = [sys.executable, "-m", "pinchpoint", "run", "--stacks", "-q", "-o", str(run),
            str(ROOT / "examples" / "compute_math.py"), "--steps", "30"]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    page, errors, _ = _open(browser, run / HTML_NAME)
+    return run
+
+
+def test_a_cpu_run_with_stacks_shows_its_roofline_and_flame_graph(browser: Any, stacks_run: Path) -> None:
+    page, errors, _ = _open(browser, stacks_run / HTML_NAME)
     assert {"steps", "cores", "memory", "roofline", "flame"} <= _drawn_charts(page)
     # The roofline has the measured fp32 and bf16 peaks and the fp32 matmuls under the fp32 one.
     roof = page.locator('section[data-chart="roofline"]')
@@ -128,3 +134,47 @@ def test_a_cpu_run_with_stacks_shows_its_roofline_and_flame_graph(browser: Any, 
     assert errors == []
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "report-compute-math.png"), full_page=True)
+
+
+SPEEDSCOPE = "speedscope@1.25.0"
+SPEEDSCOPE_DIR = ROOT / ".cache" / "speedscope-1.25.0"
+
+
+@pytest.fixture(scope="module")
+def speedscope_app() -> Path:
+    """speedscope's own offline build (index.html + its scripts), from its npm package, cached in .cache/."""
+    index = SPEEDSCOPE_DIR / "package" / "dist" / "release" / "index.html"
+    if index.exists():
+        return index
+    npm = shutil.which("npm")
+    if npm is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI needs npm to fetch the speedscope app (see .ci/run)", pytrace=False)
+        pytest.skip("no npm to fetch the speedscope app")
+    SPEEDSCOPE_DIR.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        [npm, "pack", SPEEDSCOPE, "--pack-destination", str(SPEEDSCOPE_DIR)],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (tgz,) = SPEEDSCOPE_DIR.glob("speedscope-*.tgz")
+    with tarfile.open(tgz) as tar:
+        tar.extractall(SPEEDSCOPE_DIR, filter="data")
+    return index
+
+
+def test_the_speedscope_export_opens_in_speedscope(
+    browser: Any, stacks_run: Path, speedscope_app: Path
+) -> None:
+    profile = stacks_run / "stacks.speedscope.json"
+    page, errors, _ = _open(browser, speedscope_app)
+    page.set_input_files("input[type=file]", str(profile))
+    page.wait_for_function(
+        "document.title.endsWith(' - speedscope') && document.title.includes('Python stacks')"
+    )
+    name = json.loads(profile.read_text())["profiles"][0]["name"]
+    page.get_by_text(name).first.wait_for()  # the profile's process, named by its role, in the toolbar
+    assert page.locator("canvas").count() > 0
+    assert errors == [], errors
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "speedscope-compute-math.png"))

@@ -12,6 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 DATA = Path(__file__).parent / "data" / "rundirs" / "h200"
@@ -125,6 +126,10 @@ def test_stacks_export_as_speedscope_and_flame_graph(cpu_run: Path, tmp_path: Pa
     doc = json.loads(speedscope.read_text())
     assert doc["$schema"] == "https://www.speedscope.app/file-format-schema.json"
     assert doc["profiles"] and doc["shared"]["frames"]
+    schema = json.loads(
+        (Path(__file__).parent / "data" / "speedscope" / "file-format-schema.json").read_text()
+    )
+    jsonschema.validate(doc, schema)  # speedscope's published schema (its draft-07 $ref to FileFormat.File)
     assert svg.read_text().lstrip().startswith("<svg") or "<svg" in svg.read_text()[:200]
 
 

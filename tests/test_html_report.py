@@ -4,17 +4,21 @@ the rendered page is issue 7's next step; here the document is parsed and its co
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from conftest import make_env
+from conftest import make_env, make_steps
 from pinchpoint.pipeline import HTML_NAME, report_run_dir
+from pinchpoint.report import charts as chart_mod
 from pinchpoint.report.html import render_html
-from pinchpoint.trace.run import ProcSample, Run, RunMeta, SystemSample
+from pinchpoint.trace.run import ProcSample, RankData, Run, RunMeta, SystemSample
 
 DATA = Path(__file__).parent / "data" / "rundirs" / "h200"
+CPU_RUNS = Path(__file__).parent / "data" / "rundirs"
 HOSTILE = '<script>alert("pwned")</script>'
 VOID = {"meta", "br", "img", "input", "link", "hr"}
 
@@ -92,7 +96,9 @@ def test_a_run_directory_gets_a_self_contained_report_with_its_charts(tmp_path: 
     report = report_run_dir(run)
     doc = (run / HTML_NAME).read_text()
     tags = _parse(doc)
-    assert tags.count.get("svg") == 3  # steps by phase, cores busy, memory per step
+    charts = set(re.findall(r'<section class="chart" data-chart="([a-z-]+)">', doc))
+    assert {"steps", "cores", "memory", "gpu"} <= charts  # a CUDA run: no CPU roofline, no stacks
+    assert "roofline" not in charts and "flame" not in charts and "ranks" not in charts
     assert tags.count.get("rect", 0) > 40  # a bar segment per step and phase
     assert doc.count('class="finding ') == len(report["findings"]) > 0
     for f in report["findings"]:
@@ -127,3 +133,46 @@ def test_a_profile_renders_its_report_in_a_notebook() -> None:
          "confidence": "high", "evidence": [], "fix": "more workers", "ranks": [0]}]}  # fmt: skip
     html = prof._repr_html_()
     assert "Steps wait for data" in html and html.startswith("<!DOCTYPE html>")
+
+
+def test_a_cpu_op_window_is_drawn_on_the_roofline_with_hostile_op_names_escaped(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(CPU_RUNS / "two_causes", run)
+    window = run / "ranks" / "rank0" / "opwindow.json"
+    doc = json.loads(window.read_text())
+    for e in doc["traceEvents"]:
+        if e.get("name") == "aten::relu":  # an elementwise op: on the roofline if its tensor is large
+            e["args"]["Input Dims"] = [[4096, 512]]
+    window.write_text(json.dumps(doc))
+    report_run_dir(run)
+    page = (run / HTML_NAME).read_text()
+    _parse(page)
+    roof = page[page.index('data-chart="roofline"') :].split("</section>")[0]
+    assert "fp32 peak" in roof and "bf16 peak" in roof  # from the matmul probes: 33.6 and 134 GFLOP/s
+    tips = re.findall(r"<circle [^>]*><title>([^<]*)</title>", roof)
+    assert any(t.startswith("mm [") and "fp32" in t and "% of attainable" in t for t in tips), tips
+    assert any(t.startswith("relu [4096×512] fp32") for t in tips), tips
+
+    # A program's op names go into the tooltips: escaped.
+    for e in doc["traceEvents"]:
+        if e.get("name") == "aten::mm":
+            e["name"] = "aten::mm" + HOSTILE
+    window.write_text(json.dumps(doc))
+    (run / "report.json").unlink()
+    page = render_html(report_run_dir(run), None)
+    assert "<script" not in page.lower()
+
+
+def test_each_rank_gets_a_bar_of_its_mean_step_by_phase() -> None:
+    fast = make_steps(8, {"data_wait": 1, "forward": 10, "backward": 30, "optimizer": 4})
+    slow = make_steps(8, {"data_wait": 25, "forward": 10, "backward": 6, "optimizer": 4})
+    run = Run(
+        meta=RunMeta(command=("train.py",), started_at=""),
+        environment=make_env(),
+        ranks=(RankData(rank=0, steps=fast), RankData(rank=1, steps=slow)),
+    )
+    svg = chart_mod.ranks_chart(run)
+    _parse(svg)
+    assert ">rank 0<" in svg and ">rank 1<" in svg
+    assert "rank 1 · data_wait 25.00 ms" in svg and "rank 0 · backward 30.00 ms" in svg
+    assert chart_mod.ranks_chart(Run(meta=run.meta, environment=run.environment, ranks=run.ranks[:1])) == ""
