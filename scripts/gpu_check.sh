@@ -51,6 +51,16 @@ check() {
             echo "rc=$?"
         done
     done
+    # --annotate nvtx: the phases pushed as NVTX ranges (nsys, when installed, shows them)
+    prog="examples/cuda_train.py --plant h2d --device $DEVICE --steps 40"
+    echo "== pinchpoint run --annotate nvtx"
+    if command -v nsys >/dev/null 2>&1; then
+        timeout 150 nsys profile -o "$W/nvtx" --force-overwrite true -t nvtx,cuda \
+            $PP run -q --annotate nvtx --force -o "$W/runs/nvtx" -- $PY $prog; echo "rc=$?"
+        timeout 60 nsys stats -r nvtx_sum "$W/nvtx.nsys-rep" 2>&1 | head -20
+    else
+        timeout 150 $PP run -q --annotate nvtx --force -o "$W/runs/nvtx" -- $PY $prog 2>&1 | tail -3; echo "rc=$? (no nsys here)"
+    fi
     overhead
     echo "== done  $(date -u +%FT%TZ)"
 }
