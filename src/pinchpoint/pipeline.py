@@ -23,10 +23,11 @@ from pinchpoint.ingest.ceilings import gpu_matmul_flops, load_cached, machine_ke
 from pinchpoint.ingest.kineto import read_trace
 from pinchpoint.ingest.rundir import opwindow_file, rank_dirs, read_run_dir
 from pinchpoint.rank_map import map_ranks
-from pinchpoint.report.flamegraph import flamegraph_svg, process_names, speedscope_json, write_stack_views
+from pinchpoint.report.flamegraph import flamegraph_svg, speedscope_json, write_stack_views
 from pinchpoint.report.gpu_report import build_gpu_report, run_gpu_sections
 from pinchpoint.report.html import render_html
 from pinchpoint.report.json_report import build_report, write_report
+from pinchpoint.report.names import process_names
 from pinchpoint.report.perfetto import perfetto_trace
 from pinchpoint.report.tensorboard import write_event_file
 from pinchpoint.trace.run import Run

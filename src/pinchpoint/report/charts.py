@@ -10,6 +10,7 @@ from typing import Any
 from pinchpoint.analysis.cpu import cores_busy
 from pinchpoint.analysis.roofline import cpu_ceilings, roofline_points
 from pinchpoint.analysis.steps import WARMUP_STEPS, exposed_by_phase, steady_steps
+from pinchpoint.report.names import process_names
 from pinchpoint.report.svg import (
     BOTTOM,
     LEFT,
@@ -101,27 +102,26 @@ def steps_chart(run: Run, width: int = 1000, height: int = 260) -> str:
 
 
 def _wait_bands(run: Run, t0_ns: int) -> list[Band]:
-    """Every rank's waits (data, checkpoint, sync, communication) in seconds from `t0_ns`."""
+    """Every rank's waits (data, checkpoint, sync, communication) in seconds from `t0_ns`; ranks that
+    wait at once shade darker."""
     bands = []
     for rank in run.ranks:
-        tag = f"rank {rank.rank} " if len(run.ranks) > 1 else ""
         for s in rank.steps:
             for iv in s.intervals:
                 if iv.phase.value in WAIT_PHASES and iv.dur_ns >= WAIT_SHADE_MIN * s.dur_ns:
-                    bands.append(
-                        Band(
-                            (iv.start_ns - t0_ns) / 1e9,
-                            (iv.end_ns - t0_ns) / 1e9,
-                            COLORS[iv.phase.value],
-                            f"{tag}{iv.phase.value}",
-                        )
-                    )
+                    start, end = (iv.start_ns - t0_ns) / 1e9, (iv.end_ns - t0_ns) / 1e9
+                    bands.append(Band(start, end, COLORS[iv.phase.value], iv.phase.value))
     return bands
 
 
 def cpu_chart(run: Run) -> str:
     """Cores each process kept busy between the sampler's readings, the program's waits shaded."""
-    raw = {f"pid {pid} {name}": pts for (pid, name), pts in cores_busy(run.system).items() if len(pts) >= 2}
+    names = process_names(run)
+    raw = {
+        names.get(pid, f"{name} (pid {pid})"): pts
+        for (pid, name), pts in cores_busy(run.system).items()
+        if len(pts) >= 2
+    }
     if not raw:
         return NOTE.format("Too few system samples for a timeline.")
     t0 = min(t for v in raw.values() for t, _ in v)

@@ -15,7 +15,6 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from pinchpoint.trace.run import Run
 from pinchpoint.trace.stacks import Frame, Stacks
 
 WIDTH = 1200
@@ -114,19 +113,6 @@ def _fit(text: str, width_px: float) -> str:
     if room < 3:
         return ""
     return text if len(text) <= room else text[: room - 2] + ".."
-
-
-def process_names(run: Run) -> dict[int, str]:
-    """pid -> what the process is (training process, DataLoader worker), for the stack views."""
-    names: dict[int, str] = {}
-    for r in run.ranks:
-        rank = f"rank {r.rank} " if len(run.ranks) > 1 else ""
-        for c in r.loaders:
-            for i, pid in enumerate(c.worker_pids):
-                names[pid] = f"{rank}DataLoader worker {i} (pid {pid})"
-        if r.main is not None:
-            names[r.main.pid] = f"{rank}training process (pid {r.main.pid})"
-    return names
 
 
 def speedscope_json(

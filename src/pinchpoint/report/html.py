@@ -15,7 +15,8 @@ from html import escape
 from typing import Any
 
 from pinchpoint.report import charts
-from pinchpoint.report.flamegraph import flamegraph_svg, process_names
+from pinchpoint.report.flamegraph import flamegraph_svg
+from pinchpoint.report.names import process_names
 from pinchpoint.trace.run import Run
 
 CSS = """
@@ -103,7 +104,8 @@ def _section(key: str, title: str, *content: str) -> str:
 
 
 def _charts(report: Mapping[str, Any], run: Run) -> list[str]:
-    out = [_section("steps", "Each step's time, by phase", charts.steps_chart(run))]
+    rank0 = " (rank 0)" if len(run.ranks) > 1 else ""
+    out = [_section("steps", f"Each step's time, by phase{rank0}", charts.steps_chart(run))]
     ranks = charts.ranks_chart(run)
     if ranks:
         out.append(_section("ranks", "Each rank's step, by phase (mean of the steady steps)", ranks))
