@@ -9,10 +9,13 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -178,3 +181,49 @@ def test_the_speedscope_export_opens_in_speedscope(
     assert errors == [], errors
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "speedscope-compute-math.png"))
+
+
+def test_the_tensorboard_export_shows_in_a_running_tensorboard(
+    browser: Any, stacks_run: Path, tmp_path: Path
+) -> None:
+    """`tensorboard --logdir` on the export (a real TensorBoard server, on localhost): its scalars API lists
+    pinchpoint's tags, and its own web app, opened in Chromium, shows them."""
+    pytest.importorskip("tensorboard")
+    logdir = tmp_path / "tb"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pinchpoint", "export", str(stacks_run), "--format", "tensorboard", "-o", str(logdir)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1", "--port", "0",
+         "--load_fast", "false"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        url = None
+        assert server.stdout is not None
+        for line in server.stdout:  # "TensorBoard 2.21.0 at http://127.0.0.1:PORT/ (Press CTRL+C to quit)"
+            m = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
+            if m:
+                url = m.group(1)
+                break
+        assert url, "tensorboard did not start"
+        tags: dict[str, Any] = {}
+        for _ in range(60):  # the server loads the event files in the background
+            with urllib.request.urlopen(url + "data/plugin/scalars/tags", timeout=10) as r:
+                tags = json.loads(r.read())
+            if any("pinchpoint/step_time_ms" in t for t in tags.values()):
+                break
+            time.sleep(0.5)
+        (run_tags,) = tags.values()
+        assert "pinchpoint/step_time_ms" in run_tags and "pinchpoint/phase/forward" in run_tags
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(url) else r.abort())
+        page.goto(url + "#scalars")
+        page.get_by_text("pinchpoint/step_time_ms").first.wait_for(timeout=30_000)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "tensorboard-compute-math.png"))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
