@@ -94,7 +94,12 @@ class RunCommand:
         if not args.quiet:
             print(file=sys.stderr)
             render(report, sys.stderr, color=False if args.no_color else None)
-        print(f"pinchpoint: run directory {run_dir}  (report: {run_dir / 'report.json'})", file=sys.stderr)
+        html = run_dir / "report.html"
+        charts = f", charts: {html}" if html.exists() else ""
+        print(
+            f"pinchpoint: run directory {run_dir}  (report: {run_dir / 'report.json'}{charts})",
+            file=sys.stderr,
+        )
         if report.get("history_id") is not None:
             print(
                 f"pinchpoint: recorded as #{report['history_id']} (`pinchpoint runs`; compare with "

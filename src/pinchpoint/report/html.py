@@ -121,8 +121,9 @@ def _charts(report: Mapping[str, Any], run: Run) -> list[str]:
     if roofline:
         note = (
             '<p class="note">Each circle is one kind of op (name, shape, dtype), sized by its time in the op '
-            "window; the lines are the matmul peaks and copy bandwidth measured on this machine at the "
-            "window. Hover for the numbers.</p>"
+            "window; the lines are the matmul peaks and the copy bandwidth (dashed; a large copy, from DRAM) "
+            "measured on this machine at the window. Ops above the dashed line ran on tensors that fit in "
+            "cache. Hover for the numbers.</p>"
         )
         out.append(_section("roofline", "Roofline: the op window against this machine", note, roofline))
     if run.stacks is not None and run.stacks.samples:
