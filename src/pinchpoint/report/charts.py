@@ -124,10 +124,7 @@ def cpu_chart(run: Run) -> str:
     }
     if not raw:
         return NOTE.format("Too few system samples for a timeline.")
-    t0 = min(t for v in raw.values() for t, _ in v)
-    t1 = max(t for v in raw.values() for t, _ in v)
-    series = {k: [((t - t0) / 1e9, c) for t, c in v] for k, v in raw.items()}
-    return line_chart(series, ("0 s", f"{(t1 - t0) / 1e9:.1f} s"), "", bands=_wait_bands(run, t0))
+    return _timeline(run, raw, "")
 
 
 def gpu_chart(run: Run) -> str:
@@ -138,12 +135,15 @@ def gpu_chart(run: Run) -> str:
             if g.util_percent is not None:
                 series.setdefault(f"GPU {g.index} busy (%)", []).append((sample.t_ns, g.util_percent))
     series = {k: v for k, v in series.items() if len(v) >= 2}
-    if not series:
-        return ""
+    return _timeline(run, series, "%") if series else ""
+
+
+def _timeline(run: Run, series: Mapping[str, Sequence[tuple[int, float]]], unit: str) -> str:
+    """Series over the run's monotonic clock, drawn in seconds from the first reading, waits shaded."""
     t0 = min(t for v in series.values() for t, _ in v)
     t1 = max(t for v in series.values() for t, _ in v)
-    scaled = {k: [((t - t0) / 1e9, u) for t, u in v] for k, v in series.items()}
-    return line_chart(scaled, ("0 s", f"{(t1 - t0) / 1e9:.1f} s"), "%", bands=_wait_bands(run, t0))
+    scaled = {k: [((t - t0) / 1e9, y) for t, y in v] for k, v in series.items()}
+    return line_chart(scaled, ("0 s", f"{(t1 - t0) / 1e9:.1f} s"), unit, bands=_wait_bands(run, t0))
 
 
 def memory_chart(run: Run) -> str:
