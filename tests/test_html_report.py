@@ -11,6 +11,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import make_env, make_steps
 from pinchpoint.pipeline import HTML_NAME, report_run_dir
 from pinchpoint.report import charts as chart_mod
@@ -90,15 +92,19 @@ def test_names_from_the_program_are_escaped_never_run() -> None:
     assert _parse(doc).scripts == 0
 
 
-def test_a_run_directory_gets_a_self_contained_report_with_its_charts(tmp_path: Path) -> None:
+def test_a_run_directory_gets_a_self_contained_report_with_its_charts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PINCHPOINT_HOME", str(tmp_path / "empty-home"))  # never calibrated: the datasheet
     run = tmp_path / "run"
     shutil.copytree(DATA / "fp32-planted", run)
     report = report_run_dir(run)
     doc = (run / HTML_NAME).read_text()
     tags = _parse(doc)
     charts = set(re.findall(r'<section class="chart" data-chart="([a-z-]+)">', doc))
-    assert {"steps", "cores", "memory", "gpu"} <= charts  # a CUDA run: no CPU roofline, no stacks
-    assert "roofline" not in charts and "flame" not in charts and "ranks" not in charts
+    assert {"steps", "cores", "memory", "gpu", "roofline"} <= charts
+    assert "flame" not in charts and "ranks" not in charts  # no stacks recorded; one rank
+    assert "H200 SXM datasheet" in doc
     assert tags.count.get("rect", 0) > 40  # a bar segment per step and phase
     assert doc.count('class="finding ') == len(report["findings"]) > 0
     for f in report["findings"]:
@@ -176,3 +182,27 @@ def test_each_rank_gets_a_bar_of_its_mean_step_by_phase() -> None:
     assert ">rank 0<" in svg and ">rank 1<" in svg
     assert "rank 1 · data_wait 25.00 ms" in svg and "rank 0 · backward 30.00 ms" in svg
     assert chart_mod.ranks_chart(Run(meta=run.meta, environment=run.environment, ranks=run.ranks[:1])) == ""
+
+
+def test_a_cuda_windows_ops_sit_on_the_gpus_roofline_by_their_kernel_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The H200 fp32 run: its 4096² fp32 matmuls ran at the SIMT fp32 peak that `pinchpoint calibrate`
+    measured there (50.8 TFLOP/s), 17x under the bf16 one; the points are timed by their kernels."""
+    monkeypatch.setenv("PINCHPOINT_HOME", str(DATA / "home"))
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "fp32-planted", run)
+    report_run_dir(run)
+    doc = (run / HTML_NAME).read_text()
+    roof = doc[doc.index('data-chart="roofline"') :].split("</section>")[0]
+    assert "measured by pinchpoint calibrate" in roof
+    assert "fp32 peak 50.8 T" in roof and "bf16 peak 867 T" in roof and "tf32 peak 444 T" in roof
+    tips = dict(
+        (t.split(" fp32:")[0], t)
+        for t in re.findall(r"<circle [^>]*><title>([^<]*)</title>", roof)
+        if " fp32:" in t
+    )
+    mm = tips["mm [4096×4096]"]
+    achieved = float(re.search(r"= (\d+)% of attainable 50.8 TFLOP/s", mm).group(1))  # type: ignore[union-attr]
+    assert 90 <= achieved <= 110, mm
+    assert "ms a step (7 calls)" in mm  # 2 forward + 5 backward mm per step, by kernel time

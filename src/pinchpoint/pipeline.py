@@ -12,14 +12,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pinchpoint.analysis.datasheet import gpu_peaks
 from pinchpoint.analysis.gpu._common import GPU_KINDS, kind_mask
 from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis, analyze_traces, combine_ranks
+from pinchpoint.analysis.roofline import Ceilings, ceilings_from
 from pinchpoint.analysis.run_analysis import RunAnalysis, analyze_run
 from pinchpoint.analysis.steps import steady_step_ns
 from pinchpoint.diagnosis.engine import diagnose, diagnose_gpu
 from pinchpoint.errors import RunDirError, TraceError, UsageError
 from pinchpoint.history import store as history
-from pinchpoint.ingest.ceilings import gpu_matmul_flops, load_cached, machine_key
+from pinchpoint.ingest.ceilings import gpu_matmul_flops, gpu_memory_bandwidth, load_cached, machine_key
 from pinchpoint.ingest.kineto import read_trace
 from pinchpoint.ingest.rundir import opwindow_file, rank_dirs, read_run_dir
 from pinchpoint.rank_map import map_ranks
@@ -57,7 +59,8 @@ def report_run_dir(run_dir: Path, *, json_path: Path | None = None) -> dict[str,
     if json_path is not None:
         write_report(report, json_path)
     try:
-        (run_dir / HTML_NAME).write_text(render_html(report, run))
+        device = gpu_ceilings(run_dir, analysis) if gpu is not None else None
+        (run_dir / HTML_NAME).write_text(render_html(report, run, device_ceilings=device))
     except OSError as exc:
         print(f"pinchpoint: note: {HTML_NAME} was not written ({exc.strerror})", file=sys.stderr)
     _record(run_dir, report, run_step_ns(run))
@@ -130,12 +133,13 @@ def export_run(run_dir: Path, fmt: str, out: Path) -> None:
     out.write_text(text)
 
 
-def measured_gpu_matmul(run_dir: Path, analysis: RunAnalysis) -> dict[str, float] | None:
-    """This machine's GPU matmul ceilings from `pinchpoint calibrate`'s cache, if it was run here with
-    the same torch (the key is read from the run's environment and its main process)."""
+def _cached_gpu(run_dir: Path, analysis: RunAnalysis) -> tuple[dict[str, Any] | None, str | None]:
+    """(`pinchpoint calibrate`'s cache for this machine, if it was run here with the same torch; the
+    first CUDA device's name). The key is read from the run's environment and its main process."""
     main = next((r.main for r in analysis.ranks if r.main is not None), None)
     if main is None or main.torch is None or not main.cuda_devices:
-        return None
+        return None, None
+    name = main.cuda_devices[0].name
     try:
         env = json.loads((run_dir / "environment.json").read_text())
         cpu = env.get("cpu") or {}
@@ -146,8 +150,29 @@ def measured_gpu_matmul(run_dir: Path, analysis: RunAnalysis) -> dict[str, float
             [d.name for d in main.cuda_devices],
         )
     except (OSError, ValueError, AttributeError):
+        return None, name
+    return load_cached(key), name
+
+
+def measured_gpu_matmul(run_dir: Path, analysis: RunAnalysis) -> dict[str, float] | None:
+    """This machine's GPU matmul ceilings from `pinchpoint calibrate`'s cache (see `_cached_gpu`)."""
+    cached, name = _cached_gpu(run_dir, analysis)
+    return gpu_matmul_flops(cached, name)
+
+
+def gpu_ceilings(run_dir: Path, analysis: RunAnalysis) -> Ceilings | None:
+    """The GPU's matmul peaks and memory bandwidth for the roofline: measured by `pinchpoint calibrate`
+    on this machine when cached, else the datasheet's; None for an unknown device never calibrated."""
+    cached, name = _cached_gpu(run_dir, analysis)
+    flops = gpu_matmul_flops(cached, name)
+    if flops:
+        bw = gpu_memory_bandwidth(cached, name)
+        return ceilings_from(flops, bw, "measured by pinchpoint calibrate")
+    peaks = gpu_peaks(name)
+    if peaks is None:
         return None
-    return gpu_matmul_flops(load_cached(key), main.cuda_devices[0].name)
+    sheet = {d: peaks.matmul_flops(d) or 0.0 for d in ("float32", "tf32", "bfloat16", "float16")}
+    return ceilings_from(sheet, peaks.memory_bytes_per_s, f"{peaks.name} datasheet")
 
 
 def gpu_window(

@@ -11,6 +11,7 @@ reads its inputs once and writes once, like its slowest member does alone: that 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pinchpoint.trace.run import OpEvent, OpWindow, Probes
@@ -198,10 +199,12 @@ class RooflinePoint:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Ceilings:
-    """What this machine measured at the op window: matmul FLOP/s per op dtype, copy bandwidth."""
+    """What the machine can do: matmul FLOP/s per op dtype ("tf32" too, on GPUs), memory bandwidth."""
 
     matmul_flops: dict[str, float]
     memory_bytes_per_s: float | None
+    source: str = "measured"
+    """Where the numbers come from, for labels: "measured at the op window", "datasheet", ..."""
 
     def attainable(self, intensity: float, dtype: str) -> float | None:
         """The roofline: min(the dtype's matmul peak, bandwidth × intensity); None when unmeasured."""
@@ -216,22 +219,29 @@ class Ceilings:
 
 def roofline_points(window: OpWindow, limit: int = 40) -> list[RooflinePoint]:
     """Matmuls (FLOPs from shapes) and elementwise ops on large tensors (one FLOP per element), the
-    `limit` kinds with the most time. Ops whose work is unknown from shapes are left out."""
+    `limit` kinds with the most time. Ops whose work is unknown from shapes are left out.
+
+    On a CUDA program's window (ops carry `device_ns`) each op is timed by the kernels it launched,
+    so the points say what the device achieved; on a CPU window by the op's own duration."""
     from pinchpoint.analysis.ops import CONV_OPS, MATMUL_OPS
 
     steps = max(1, window.steps)
+    on_device = any(o.device_ns is not None for o in window.ops)
     groups: dict[tuple[str, tuple[int, ...], str], list[float]] = {}
     for o in window.ops:
+        ns = o.device_ns if on_device else o.dur_ns
+        if not ns:
+            continue
         n, shape, dtype = _largest(o)
         if (o.name in MATMUL_OPS or o.name in CONV_OPS) and o.flops:
             flops = float(o.flops)
-        elif o.name in ELEMENTWISE_OPS and o.depth == 0 and n >= LARGE_NUMEL:
+        elif o.name in ELEMENTWISE_OPS and (on_device or o.depth == 0) and n >= LARGE_NUMEL:
             flops = float(n)
         else:
             continue
         acc = groups.setdefault((o.name.removeprefix("aten::"), shape, dtype), [0.0, 0.0, 0.0, 0.0])
         acc[0] += 1
-        acc[1] += o.dur_ns
+        acc[1] += ns
         acc[2] += flops
         acc[3] += op_bytes(o)
     points = [
@@ -250,12 +260,19 @@ def roofline_points(window: OpWindow, limit: int = 40) -> list[RooflinePoint]:
     return sorted(points, key=lambda p: -p.ns_per_step)[:limit]
 
 
+def ceilings_from(
+    matmul_flops: Mapping[str, float], memory_bytes_per_s: float | None, source: str
+) -> Ceilings:
+    """Ceilings keyed by the dtype names ops carry, from FLOP/s keyed by torch's ("float32", "tf32", ...)."""
+    flops = {PROBE_DTYPES.get(k, k): float(v) for k, v in matmul_flops.items() if v}
+    return Ceilings(matmul_flops=flops, memory_bytes_per_s=memory_bytes_per_s, source=source)
+
+
 def cpu_ceilings(probes: Probes) -> Ceilings:
     """Ceilings from the op window's probes (a matmul per dtype of the program's heaviest shape, a copy)."""
     flops: dict[str, float] = {}
     for p in probes.matmul:
         if p.ns > 0:
-            key = PROBE_DTYPES.get(p.dtype, p.dtype)
             m, k, n = p.shape
-            flops[key] = max(flops.get(key, 0.0), 2 * m * k * n / (p.ns / 1e9))
-    return Ceilings(matmul_flops=flops, memory_bytes_per_s=probes.memory_bytes_per_s)
+            flops[p.dtype] = max(flops.get(p.dtype, 0.0), 2 * m * k * n / (p.ns / 1e9))
+    return ceilings_from(flops, probes.memory_bytes_per_s, "measured at the op window")

@@ -56,3 +56,12 @@ def gpu_matmul_flops(ceilings: dict[str, Any] | None, device_name: str | None) -
             if isinstance(flops, dict):
                 return {str(k): float(v) for k, v in flops.items() if isinstance(v, (int, float))}
     return None
+
+
+def gpu_memory_bandwidth(ceilings: dict[str, Any] | None, device_name: str | None) -> float | None:
+    """Measured device-memory bandwidth (bytes/s) of the first cached CUDA device named `device_name`."""
+    for dev in (ceilings or {}).get("devices") or []:
+        if str(dev.get("device", "")).startswith("cuda") and dev.get("name") == device_name:
+            bw = dev.get("memory_bytes_per_s")
+            return float(bw) if isinstance(bw, (int, float)) and bw > 0 else None
+    return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 from collections.abc import Sequence
@@ -18,6 +19,12 @@ def _us_to_ns(v: Any) -> int:
     # Chrome traces carry microseconds with (at most) nanosecond decimals: round to the nanosecond,
     # never to the microsecond.
     return round(float(v) * 1000.0)
+
+
+def _external_id(e: dict[str, Any]) -> int | None:
+    args = e.get("args")
+    v = args.get("External id", args.get("external id")) if isinstance(args, dict) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _list(v: Any) -> list[Any]:
@@ -56,6 +63,13 @@ def read_opwindow(path: Path, window_steps: int | None, wall_minus_mono_ns: int 
     base_ns = doc.get("baseTimeNanoseconds")
     offset = (int(base_ns) - wall_minus_mono_ns) if isinstance(base_ns, int) and wall_minus_mono_ns else 0
     raw = []
+    kernel_ns: dict[int, int] = {}  # External id -> GPU kernel time it launched
+    for e in events:
+        if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") == "kernel":
+            ext = _external_id(e)
+            if ext is not None:
+                with contextlib.suppress(KeyError, TypeError, ValueError, OverflowError):
+                    kernel_ns[ext] = kernel_ns.get(ext, 0) + _us_to_ns(e["dur"])
     for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X" or e.get("cat") not in ("cpu_op", "Operator"):
             continue
@@ -69,12 +83,14 @@ def read_opwindow(path: Path, window_steps: int | None, wall_minus_mono_ns: int 
         types = tuple(str(t) for t in _list(args.get("Input type")))
         name = str(e.get("name", "?"))
         tid = e.get("tid")
-        raw.append((tid if isinstance(tid, int) else 0, start, dur, name, types, dims))
+        ext = _external_id(e)
+        device = kernel_ns.get(ext) if ext is not None else None
+        raw.append((tid if isinstance(tid, int) else 0, start, dur, name, types, dims, device))
     raw.sort(key=lambda r: (r[0], r[1], -r[2]))
     ops: list[OpEvent] = []
     stack: list[int] = []  # end times of enclosing ops on the current thread
     current_tid = None
-    for tid, start, dur, name, types, dims in raw:
+    for tid, start, dur, name, types, dims, device in raw:
         if tid != current_tid:
             stack, current_tid = [], tid
         while stack and stack[-1] <= start:
@@ -89,6 +105,7 @@ def read_opwindow(path: Path, window_steps: int | None, wall_minus_mono_ns: int 
                 input_types=types,
                 input_dims=dims,
                 flops=matmul_flops(name, dims),
+                device_ns=device,
             )
         )
         stack.append(start + dur)

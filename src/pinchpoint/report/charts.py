@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pinchpoint.analysis.cpu import cores_busy
-from pinchpoint.analysis.roofline import cpu_ceilings, roofline_points
+from pinchpoint.analysis.roofline import Ceilings, cpu_ceilings, roofline_points
 from pinchpoint.analysis.steps import WARMUP_STEPS, exposed_by_phase, steady_steps
 from pinchpoint.report.names import process_names
 from pinchpoint.report.svg import (
@@ -44,8 +44,14 @@ WAIT_SHADE_MIN = 0.02
 """A wait is shaded when it takes at least this share of its step (shorter ones are noise at this scale)."""
 MAX_BARS = 400
 """Longer runs are shown as this many evenly spaced steps."""
-DTYPE_LABELS = {"float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "double": "fp64"}
-DTYPE_COLORS = {"fp32": "#cc0000", "bf16": "#4e9a06", "fp16": "#3465a4", "fp64": "#75507b"}
+DTYPE_LABELS = {
+    "float": "fp32",
+    "c10::BFloat16": "bf16",
+    "c10::Half": "fp16",
+    "double": "fp64",
+    "tf32": "tf32",
+}
+DTYPE_COLORS = {"fp32": "#cc0000", "tf32": "#ce5c00", "bf16": "#4e9a06", "fp16": "#3465a4", "fp64": "#75507b"}
 NOTE = '<p class="note">{}</p>'
 
 
@@ -226,14 +232,19 @@ def gpu_ranks_chart(report: Mapping[str, Any]) -> str:
     return stacked_rows(rows, GPU_SPLIT_COLORS, " ms")
 
 
-def roofline_chart(run: Run, width: int = 1000, height: int = 380) -> str:
-    """Rank 0's op window on this machine's roofline: each op kind at its FLOPs per byte and achieved
-    FLOP/s, under the matmul peaks and copy bandwidth measured at the window. '' when there is no CPU
-    op window with measured ceilings (a CUDA program's ops are timed on the host, not the device)."""
+def roofline_chart(
+    run: Run, device_ceilings: Ceilings | None = None, width: int = 1000, height: int = 380
+) -> str:
+    """Rank 0's op window on the roofline: each op kind at its FLOPs per byte and achieved FLOP/s, under
+    the matmul peaks and memory bandwidth. A CPU window uses the ceilings its probes measured; a CUDA
+    window (ops timed by their kernels) needs `device_ceilings`. '' when there is nothing to draw."""
     rank = run.ranks[0] if run.ranks else None
     if rank is None or rank.opwindow is None:
         return ""
-    ceilings = cpu_ceilings(rank.probes)
+    on_device = any(o.device_ns is not None for o in rank.opwindow.ops)
+    ceilings = device_ceilings if on_device else cpu_ceilings(rank.probes)
+    if ceilings is None:
+        return ""
     points = roofline_points(rank.opwindow)
     if not points or not ceilings.matmul_flops:
         return ""
@@ -258,20 +269,22 @@ def roofline_chart(run: Run, width: int = 1000, height: int = 380) -> str:
     )
     out.append(f'<text x="{plot_l}" y="{plot_t - 2 + 10}" dx="4">FLOP/s (log)</text>')
     # Roofs: copy bandwidth up to each dtype's ridge, then that dtype's measured matmul peak.
+    label_y = float("inf")  # labels go up the right margin; close peaks (bf16 ~ fp16) must not overlap
     for label, peak in sorted(peaks.items(), key=lambda kv: kv[1]):
         color = DTYPE_COLORS.get(label, "#555")
+        label_y = min(ys(peak) + 4, label_y - 13)
         ridge = peak / bw if bw else xs.lo
         x_r = min(max(ridge, xs.lo), xs.hi)
-        tip = f"{label} matmul peak {si(peak, 'FLOP/s')} (measured at the op window)"
+        tip = f"{label} matmul peak {si(peak, 'FLOP/s')} ({ceilings.source})"
         out.append(
             f'<line x1="{xs(x_r):.1f}" x2="{plot_r}" y1="{ys(peak):.1f}" y2="{ys(peak):.1f}" stroke="{color}" '
             f'stroke-width="2"><title>{esc(tip)}</title></line>'
         )
-        out.append(f'<text x="{plot_r + 4}" y="{ys(peak) + 4:.1f}">{esc(label)} peak {esc(si(peak))}</text>')
+        out.append(f'<text x="{plot_r + 4}" y="{label_y:.1f}">{esc(label)} peak {esc(si(peak))}</text>')
     if bw:
         top_ridge = max(ridges)
         x_a, x_b = xs.lo, min(top_ridge, xs.hi)
-        tip = f"copy bandwidth {si(bw, 'B/s')} (measured at the op window)"
+        tip = f"memory bandwidth {si(bw, 'B/s')} ({ceilings.source})"
         out.append(
             f'<line x1="{xs(x_a):.1f}" y1="{ys(bw * x_a):.1f}" x2="{xs(x_b):.1f}" y2="{ys(bw * x_b):.1f}" '
             f'stroke="#555" stroke-width="2" stroke-dasharray="5,3"><title>{esc(tip)}</title></line>'

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
+from pinchpoint.analysis.roofline import Ceilings
 from pinchpoint.report import charts
 from pinchpoint.report.flamegraph import flamegraph_svg
 from pinchpoint.report.names import process_names
@@ -103,7 +104,7 @@ def _section(key: str, title: str, *content: str) -> str:
     return f'<section class="chart" data-chart="{key}"><h2>{title}</h2>{"".join(content)}</section>'
 
 
-def _charts(report: Mapping[str, Any], run: Run) -> list[str]:
+def _charts(report: Mapping[str, Any], run: Run, device_ceilings: Ceilings | None) -> list[str]:
     rank0 = " (rank 0)" if len(run.ranks) > 1 else ""
     out = [_section("steps", f"Each step's time, by phase{rank0}", charts.steps_chart(run))]
     ranks = charts.ranks_chart(run)
@@ -117,14 +118,21 @@ def _charts(report: Mapping[str, Any], run: Run) -> list[str]:
     gpu = _gpu(report)
     if gpu:
         out.append(_section("gpu", "GPU time and the heaviest kernels", charts.gpu_ranks_chart(report), gpu))
-    roofline = charts.roofline_chart(run)
+    roofline = charts.roofline_chart(run, device_ceilings)
     if roofline:
-        note = (
-            '<p class="note">Each circle is one kind of op (name, shape, dtype), sized by its time in the op '
-            "window; the lines are the matmul peaks and the copy bandwidth (dashed; a large copy, from DRAM) "
-            "measured on this machine at the window. Ops above the dashed line ran on tensors that fit in "
-            "cache. Hover for the numbers.</p>"
-        )
+        if device_ceilings is not None:
+            note = (
+                '<p class="note">Each circle is one kind of op (name, shape, dtype), placed by the GPU kernels '
+                "it launched in the op window and sized by their time; the lines are the GPU's matmul peaks "
+                f"and memory bandwidth (dashed), {_e(device_ceilings.source)}. Hover for the numbers.</p>"
+            )
+        else:
+            note = (
+                '<p class="note">Each circle is one kind of op (name, shape, dtype), sized by its time in the '
+                "op window; the lines are the matmul peaks and the copy bandwidth (dashed; a large copy, from "
+                "DRAM) measured on this machine at the window. Ops above the dashed line ran on tensors that "
+                "fit in cache. Hover for the numbers.</p>"
+            )
         out.append(_section("roofline", "Roofline: the op window against this machine", note, roofline))
     if run.stacks is not None and run.stacks.samples:
         title = " ".join(run.meta.command) or "program"
@@ -137,7 +145,9 @@ def _charts(report: Mapping[str, Any], run: Run) -> list[str]:
     return out
 
 
-def render_html(report: Mapping[str, Any], run: Run | None = None) -> str:
+def render_html(
+    report: Mapping[str, Any], run: Run | None = None, *, device_ceilings: Ceilings | None = None
+) -> str:
     """The HTML document for `report` (and, when given, charts from the run it was built from)."""
     command = " ".join((report.get("run") or {}).get("command") or [])
     steps = report.get("steps") or {}
@@ -153,7 +163,7 @@ def render_html(report: Mapping[str, Any], run: Run | None = None) -> str:
     if not findings:
         body.append("<p>No bottleneck found above the reporting thresholds.</p>")
     if run is not None:
-        body += _charts(report, run)
+        body += _charts(report, run, device_ceilings)
     else:
         gpu = _gpu(report)
         if gpu:

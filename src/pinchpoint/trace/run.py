@@ -195,6 +195,9 @@ class OpEvent:
     input_types: tuple[str, ...] = ()
     input_dims: tuple[tuple[int, ...], ...] = ()
     flops: int | None = None
+    device_ns: int | None = None
+    """GPU kernel time this op launched itself (Kineto links a kernel to the innermost op through
+    `External id`); None on a CPU program's window."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
