@@ -206,3 +206,30 @@ def test_a_cuda_windows_ops_sit_on_the_gpus_roofline_by_their_kernel_time(
     achieved = float(re.search(r"= (\d+)% of attainable 50.8 TFLOP/s", mm).group(1))  # type: ignore[union-attr]
     assert 90 <= achieved <= 110, mm
     assert "ms a step (7 calls)" in mm  # 2 forward + 5 backward mm per step, by kernel time
+
+
+def test_analyze_html_puts_a_traces_ops_on_its_gpus_datasheet_roofline(tmp_path: Path) -> None:
+    """Traces from elsewhere: an H100 trace (2025 format) and a V100 one (2021: `Kernel`, `external id`)."""
+    import subprocess
+    import sys
+
+    traces = Path(__file__).parent / "data" / "traces"
+    for rel, sheet, op in (
+        ("tracelens/h100", "H100 SXM5 datasheet", "addmm"),  # bert-small's bf16 linears
+        # ResNet-50's ReLU backward on 32×256×56×56 fp32 ran at ~90% of the V100's 900 GB/s
+        ("kineto_tb_plugin/resnet50_num_workers_0", "V100 SXM2 datasheet", "threshold_backward"),
+    ):
+        out = tmp_path / "r.html"
+        proc = subprocess.run(
+            [sys.executable, "-m", "pinchpoint", "analyze", str(traces / rel), "-q", "--html", str(out)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        doc = out.read_text()
+        _parse(doc)
+        roof = doc[doc.index('data-chart="roofline"') :].split("</section>")[0]
+        assert sheet in roof, rel
+        tips = re.findall(r"<circle [^>]*><title>([^<]*)</title>", roof)
+        assert any(t.startswith(op + " [") and "% of attainable" in t for t in tips), (rel, tips)
+    relu = next(t for t in tips if t.startswith("threshold_backward [32×256×56×56] fp32"))
+    assert 70 <= float(re.search(r"= (\d+)% of attainable", relu).group(1)) <= 110, relu  # type: ignore[union-attr]

@@ -22,7 +22,8 @@ from pinchpoint.diagnosis.engine import diagnose, diagnose_gpu
 from pinchpoint.errors import RunDirError, TraceError, UsageError
 from pinchpoint.history import store as history
 from pinchpoint.ingest.ceilings import gpu_matmul_flops, gpu_memory_bandwidth, load_cached, machine_key
-from pinchpoint.ingest.kineto import read_trace
+from pinchpoint.ingest.kineto import read_trace, trace_files
+from pinchpoint.ingest.opwindow import read_opwindow
 from pinchpoint.ingest.rundir import opwindow_file, rank_dirs, read_run_dir
 from pinchpoint.rank_map import map_ranks
 from pinchpoint.report.flamegraph import flamegraph_svg, speedscope_json, write_stack_views
@@ -32,7 +33,7 @@ from pinchpoint.report.json_report import build_report, write_report
 from pinchpoint.report.names import process_names
 from pinchpoint.report.perfetto import perfetto_trace
 from pinchpoint.report.tensorboard import write_event_file
-from pinchpoint.trace.run import Run
+from pinchpoint.trace.run import OpWindow, Run
 
 REPORT_NAME = "report.json"
 HTML_NAME = "report.html"
@@ -168,11 +169,37 @@ def gpu_ceilings(run_dir: Path, analysis: RunAnalysis) -> Ceilings | None:
     if flops:
         bw = gpu_memory_bandwidth(cached, name)
         return ceilings_from(flops, bw, "measured by pinchpoint calibrate")
-    peaks = gpu_peaks(name)
+    return datasheet_ceilings(name)
+
+
+def datasheet_ceilings(device_name: str | None) -> Ceilings | None:
+    """A GPU's datasheet peaks as roofline ceilings; None for a device not in `analysis.datasheet`."""
+    peaks = gpu_peaks(device_name)
     if peaks is None:
         return None
     sheet = {d: peaks.matmul_flops(d) or 0.0 for d in ("float32", "tf32", "bfloat16", "float16")}
     return ceilings_from(sheet, peaks.memory_bytes_per_s, f"{peaks.name} datasheet")
+
+
+MAX_ROOFLINE_TRACE_BYTES = 256 << 20
+"""The roofline re-reads rank 0's trace whole (json): larger files are left without one."""
+
+
+def trace_roofline(path: Path) -> tuple[OpWindow, Ceilings] | None:
+    """Rank 0's trace (the first file of a directory) as ops timed by their kernels, and the datasheet
+    ceilings of its GPU: what `analyze --html` draws on a roofline. None when the trace has no kernels
+    linked to ops, names no known GPU, or is too large to re-read."""
+    try:
+        first = path if path.is_file() else trace_files(path)[0]
+        if first.stat().st_size > MAX_ROOFLINE_TRACE_BYTES:
+            return None
+        window = read_opwindow(first, None)
+    except (OSError, ValueError, TraceError):
+        return None
+    ceilings = datasheet_ceilings(window.device_name)
+    if ceilings is None or not any(o.device_ns for o in window.ops):
+        return None
+    return window, ceilings
 
 
 def gpu_window(

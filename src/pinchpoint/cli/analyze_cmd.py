@@ -56,9 +56,12 @@ class AnalyzeCommand:
         finally:
             bar.close()
         if args.html:
+            from pinchpoint.pipeline import trace_roofline
             from pinchpoint.report.html import render_html
 
-            Path(args.html).write_text(render_html(report))
+            roofline = trace_roofline(Path(args.path))
+            window, ceilings = roofline if roofline is not None else (None, None)
+            Path(args.html).write_text(render_html(report, trace_window=window, device_ceilings=ceilings))
         if not args.quiet:
             render(report, sys.stdout, color=False if args.no_color else None)
         return 0

@@ -65,7 +65,9 @@ def read_opwindow(path: Path, window_steps: int | None, wall_minus_mono_ns: int 
     raw = []
     kernel_ns: dict[int, int] = {}  # External id -> GPU kernel time it launched
     for e in events:
-        if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") == "kernel":
+        if (
+            isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in ("kernel", "Kernel")
+        ):  # 2021: "Kernel"
             ext = _external_id(e)
             if ext is not None:
                 with contextlib.suppress(KeyError, TypeError, ValueError, OverflowError):
@@ -109,7 +111,16 @@ def read_opwindow(path: Path, window_steps: int | None, wall_minus_mono_ns: int 
             )
         )
         stack.append(start + dur)
+    if not window_steps:  # a trace from elsewhere: its profiler steps, when it marked them
+        names = (str(e.get("name", "")) for e in events if isinstance(e, dict))
+        window_steps = len({n for n in names if n.startswith("ProfilerStep#")})
     n_steps = max(1, window_steps or 1)
     start_ns = min((o.start_ns for o in ops), default=0)
     end_ns = max((o.start_ns + o.dur_ns for o in ops), default=0)
-    return OpWindow(steps=n_steps, start_ns=start_ns, end_ns=end_ns, ops=tuple(ops))
+    devices = doc.get("deviceProperties")
+    first = devices[0] if isinstance(devices, list) and devices and isinstance(devices[0], dict) else {}
+    device = first.get("name")
+    return OpWindow(
+        steps=n_steps, start_ns=start_ns, end_ns=end_ns, ops=tuple(ops),
+        device_name=device if isinstance(device, str) else None,
+    )  # fmt: skip

@@ -24,7 +24,7 @@ from pinchpoint.report.svg import (
     open_svg,
     si,
 )
-from pinchpoint.trace.run import HOST_OTHER, PHASE_PRIORITY, Run
+from pinchpoint.trace.run import HOST_OTHER, PHASE_PRIORITY, OpWindow, Run
 
 PHASE_ORDER = [p.value for p in reversed(PHASE_PRIORITY)] + [HOST_OTHER]
 COLORS = {
@@ -243,9 +243,12 @@ def roofline_chart(
         return ""
     on_device = any(o.device_ns is not None for o in rank.opwindow.ops)
     ceilings = device_ceilings if on_device else cpu_ceilings(rank.probes)
-    if ceilings is None:
-        return ""
-    points = roofline_points(rank.opwindow)
+    return roofline_svg(rank.opwindow, ceilings, width, height) if ceilings is not None else ""
+
+
+def roofline_svg(window: OpWindow, ceilings: Ceilings, width: int = 1000, height: int = 380) -> str:
+    """An op window's kinds of op on the roofline of `ceilings`; '' when nothing can be placed."""
+    points = roofline_points(window)
     if not points or not ceilings.matmul_flops:
         return ""
     bw = ceilings.memory_bytes_per_s
@@ -269,10 +272,10 @@ def roofline_chart(
     )
     out.append(f'<text x="{plot_l}" y="{plot_t - 2 + 10}" dx="4">FLOP/s (log)</text>')
     # Roofs: copy bandwidth up to each dtype's ridge, then that dtype's measured matmul peak.
-    label_y = float("inf")  # labels go up the right margin; close peaks (bf16 ~ fp16) must not overlap
-    for label, peak in sorted(peaks.items(), key=lambda kv: kv[1]):
+    label_y = float("-inf")  # labels go down the right margin; close peaks (bf16 ~ fp16) must not overlap
+    for label, peak in sorted(peaks.items(), key=lambda kv: -kv[1]):
         color = DTYPE_COLORS.get(label, "#555")
-        label_y = min(ys(peak) + 4, label_y - 13)
+        label_y = max(ys(peak) + 4, label_y + 13)
         ridge = peak / bw if bw else xs.lo
         x_r = min(max(ridge, xs.lo), xs.hi)
         tip = f"{label} matmul peak {si(peak, 'FLOP/s')} ({ceilings.source})"

@@ -18,7 +18,7 @@ from pinchpoint.analysis.roofline import Ceilings
 from pinchpoint.report import charts
 from pinchpoint.report.flamegraph import flamegraph_svg
 from pinchpoint.report.names import process_names
-from pinchpoint.trace.run import Run
+from pinchpoint.trace.run import OpWindow, Run
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;
@@ -104,6 +104,23 @@ def _section(key: str, title: str, *content: str) -> str:
     return f'<section class="chart" data-chart="{key}"><h2>{title}</h2>{"".join(content)}</section>'
 
 
+def _roofline_section(svg: str, device_ceilings: Ceilings | None) -> str:
+    if device_ceilings is not None:
+        note = (
+            '<p class="note">Each circle is one kind of op (name, shape, dtype), placed by the GPU kernels '
+            "it launched and sized by their time; the lines are the GPU's matmul peaks and memory "
+            f"bandwidth (dashed), {_e(device_ceilings.source)}. Hover for the numbers.</p>"
+        )
+    else:
+        note = (
+            '<p class="note">Each circle is one kind of op (name, shape, dtype), sized by its time in the '
+            "op window; the lines are the matmul peaks and the copy bandwidth (dashed; a large copy, from "
+            "DRAM) measured on this machine at the window. Ops above the dashed line ran on tensors that "
+            "fit in cache. Hover for the numbers.</p>"
+        )
+    return _section("roofline", "Roofline: each kind of op against the hardware's ceilings", note, svg)
+
+
 def _charts(report: Mapping[str, Any], run: Run, device_ceilings: Ceilings | None) -> list[str]:
     rank0 = " (rank 0)" if len(run.ranks) > 1 else ""
     out = [_section("steps", f"Each step's time, by phase{rank0}", charts.steps_chart(run))]
@@ -120,20 +137,7 @@ def _charts(report: Mapping[str, Any], run: Run, device_ceilings: Ceilings | Non
         out.append(_section("gpu", "GPU time and the heaviest kernels", charts.gpu_ranks_chart(report), gpu))
     roofline = charts.roofline_chart(run, device_ceilings)
     if roofline:
-        if device_ceilings is not None:
-            note = (
-                '<p class="note">Each circle is one kind of op (name, shape, dtype), placed by the GPU kernels '
-                "it launched in the op window and sized by their time; the lines are the GPU's matmul peaks "
-                f"and memory bandwidth (dashed), {_e(device_ceilings.source)}. Hover for the numbers.</p>"
-            )
-        else:
-            note = (
-                '<p class="note">Each circle is one kind of op (name, shape, dtype), sized by its time in the '
-                "op window; the lines are the matmul peaks and the copy bandwidth (dashed; a large copy, from "
-                "DRAM) measured on this machine at the window. Ops above the dashed line ran on tensors that "
-                "fit in cache. Hover for the numbers.</p>"
-            )
-        out.append(_section("roofline", "Roofline: the op window against this machine", note, roofline))
+        out.append(_roofline_section(roofline, device_ceilings))
     if run.stacks is not None and run.stacks.samples:
         title = " ".join(run.meta.command) or "program"
         svg = flamegraph_svg(run.stacks, title=f"{title} — Python stacks", process_names=process_names(run))
@@ -146,9 +150,14 @@ def _charts(report: Mapping[str, Any], run: Run, device_ceilings: Ceilings | Non
 
 
 def render_html(
-    report: Mapping[str, Any], run: Run | None = None, *, device_ceilings: Ceilings | None = None
+    report: Mapping[str, Any],
+    run: Run | None = None,
+    *,
+    device_ceilings: Ceilings | None = None,
+    trace_window: OpWindow | None = None,
 ) -> str:
-    """The HTML document for `report` (and, when given, charts from the run it was built from)."""
+    """The HTML document for `report` (and, when given, charts from the run it was built from; for a
+    trace, its ops on the GPU's roofline when `trace_window` and `device_ceilings` are given)."""
     command = " ".join((report.get("run") or {}).get("command") or [])
     steps = report.get("steps") or {}
     findings = report.get("findings") or []
@@ -170,6 +179,10 @@ def render_html(
             body.append(
                 _section("gpu", "GPU time and the heaviest kernels", charts.gpu_ranks_chart(report), gpu)
             )
+        if trace_window is not None and device_ceilings is not None:
+            roofline = charts.roofline_svg(trace_window, device_ceilings)
+            if roofline:
+                body.append(_roofline_section(roofline, device_ceilings))
     body += ["<h2>Environment</h2>", _environment(report)]
     body += [f'<p class="note">note: {_e(n)}</p>' for n in report.get("notes") or []]
     body += [f'<p class="warn">warning: {_e(w)}</p>' for w in report.get("warnings") or []]

@@ -207,6 +207,8 @@ class OpWindow:
     start_ns: int
     end_ns: int
     ops: tuple[OpEvent, ...] = ()
+    device_name: str | None = None
+    """The first GPU's name in the trace's `deviceProperties` (None on a CPU program's window)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
