@@ -103,11 +103,13 @@ class Profile:
         """In a notebook, the profile shows its report (the same HTML as the run directory's)."""
         if self.report is None:
             return "<p>pinchpoint: no report yet (it is written when the <code>with</code> block ends)</p>"
-        from pinchpoint.ingest.rundir import read_run_dir
+        from pinchpoint.pipeline import HTML_NAME
         from pinchpoint.report.html import render_html
 
-        run = read_run_dir(self.run_dir) if self.run_dir is not None else None
-        return render_html(self.report, run)
+        page = self.run_dir / HTML_NAME if self.run_dir is not None else None
+        if page is not None and page.is_file():
+            return page.read_text()  # the run directory's own page: charts, rooflines and all
+        return render_html(self.report)
 
 
 def _default_dir() -> Path:
