@@ -43,6 +43,8 @@ check() {
             run="$W/runs/$plant-$variant"
             echo "== pinchpoint run $plant $variant"
             timeout 150 $PP run --no-color --force -o "$run" -- $PY $prog; echo "rc=$?"
+            # the GPU roofline in report.html: each op kind's kernel-timed FLOP/s against the ceilings
+            $PY -c 'import re, sys; d = open(sys.argv[1]).read(); [print("   roofline:", t) for t in re.findall(r"<circle [^>]*><title>([^<]*)</title>", d)[:4]]' "$run/report.html" 2>&1 | tail -4
             # the CUDA allocator's counters at step ends (device_steps.jsonl -> ranks[].memory)
             $PY -c 'import json, sys; r = json.load(open(sys.argv[1])); print("   memory:", json.dumps(r["ranks"][0].get("memory")))' "$run/report.json" 2>&1 | tail -1
             echo "== pinchpoint analyze $plant $variant (op window)"
