@@ -233,3 +233,22 @@ def test_analyze_html_puts_a_traces_ops_on_its_gpus_datasheet_roofline(tmp_path:
         assert any(t.startswith(op + " [") and "% of attainable" in t for t in tips), (rel, tips)
     relu = next(t for t in tips if t.startswith("threshold_backward [32×256×56×56] fp32"))
     assert 70 <= float(re.search(r"= (\d+)% of attainable", relu).group(1)) <= 110, relu  # type: ignore[union-attr]
+
+
+def test_a_truncated_first_trace_leaves_the_roofline_to_the_next_rank(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    src = next((Path(__file__).parent / "data" / "traces" / "tracelens" / "h100").glob("*.json.gz"))
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "a_rank0.json.gz").write_bytes(src.read_bytes()[:3000])  # cut mid-stream
+    (traces / "b_rank1.json.gz").write_bytes(src.read_bytes())
+    out = tmp_path / "r.html"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pinchpoint", "analyze", str(traces), "-q", "--html", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    doc = out.read_text()
+    assert 'data-chart="roofline"' in doc and "skipped an unreadable trace" in doc

@@ -186,20 +186,24 @@ MAX_ROOFLINE_TRACE_BYTES = 256 << 20
 
 
 def trace_roofline(path: Path) -> tuple[OpWindow, Ceilings] | None:
-    """Rank 0's trace (the first file of a directory) as ops timed by their kernels, and the datasheet
-    ceilings of its GPU: what `analyze --html` draws on a roofline. None when the trace has no kernels
-    linked to ops, names no known GPU, or is too large to re-read."""
+    """The first readable trace (of at most two: rank 0's, else the next) as ops timed by their kernels,
+    and the datasheet ceilings of its GPU: what `analyze --html` draws on a roofline. None when no
+    trace has kernels linked to ops, names a known GPU, or is small enough to re-read."""
     try:
-        first = path if path.is_file() else trace_files(path)[0]
-        if first.stat().st_size > MAX_ROOFLINE_TRACE_BYTES:
-            return None
-        window = read_opwindow(first, None)
-    except (OSError, ValueError, TraceError):
+        files = [path] if path.is_file() else trace_files(path)[:2]
+    except (OSError, TraceError):
         return None
-    ceilings = datasheet_ceilings(window.device_name)
-    if ceilings is None or not any(o.device_ns for o in window.ops):
-        return None
-    return window, ceilings
+    for f in files:
+        try:
+            if f.stat().st_size > MAX_ROOFLINE_TRACE_BYTES:
+                continue
+            window = read_opwindow(f, None)
+        except Exception:  # a file the analysis skipped (a truncated gzip raises EOFError): try the next
+            continue
+        ceilings = datasheet_ceilings(window.device_name)
+        if ceilings is not None and any(o.device_ns for o in window.ops):
+            return window, ceilings
+    return None
 
 
 def gpu_window(
