@@ -69,3 +69,28 @@ def test_ops_on_other_tensors_or_small_ones_break_a_chain() -> None:
     ]  # fmt: skip
     t = memory_traffic(OpWindow(steps=1, start_ns=0, end_ns=100, ops=tuple(ops)))
     assert t is not None and t.chains == () and t.elementwise_ops_per_step == 5
+
+
+def test_roofline_points_time_ops_by_their_kernels_on_a_gpu_and_by_themselves_on_a_cpu() -> None:
+    from dataclasses import replace
+
+    from pinchpoint.analysis.roofline import ceilings_from, roofline_points
+
+    mm = _op("aten::mm", 0, 50_000, [(4096, 4096), (4096, 4096)])
+    mm = replace(mm, flops=2 * 4096**3)
+    relu = _op("aten::relu", 60_000, 20_000, [(4096, 4096)])
+    tiny = _op("aten::relu", 90_000, 5_000, [(16, 16)])  # dispatch-bound: not on the roofline
+    cpu = roofline_points(OpWindow(steps=2, start_ns=0, end_ns=100_000, ops=(mm, relu, tiny)))
+    assert [(p.name, p.ns_per_step) for p in cpu] == [("mm", 25_000), ("relu", 10_000)]
+    # The same ops on a GPU: the host spent 50 µs launching the matmul; its kernel ran 2.7 ms.
+    gpu_ops = (replace(mm, device_ns=2_700_000), replace(relu, device_ns=40_000), tiny)
+    gpu = roofline_points(OpWindow(steps=1, start_ns=0, end_ns=100_000, ops=gpu_ops))
+    assert [(p.name, p.ns_per_step) for p in gpu] == [("mm", 2_700_000), ("relu", 40_000)]
+    m = gpu[0]
+    assert abs(m.achieved_flops - 2 * 4096**3 / 2.7e-3) < 1e6
+    assert abs(m.intensity - 2 * 4096**3 / (3 * 4096 * 4096 * 4)) < 1e-9  # two inputs read, one written
+
+    c = ceilings_from({"float32": 50e12, "tf32": 440e12, "bfloat16": 860e12}, 4e12, "test")
+    assert c.attainable(m.intensity, "float", m.achieved_flops) == 50e12  # SIMT fp32: 51 TFLOP/s ≈ peak
+    assert c.attainable(m.intensity, "float", 200e12) == 440e12  # 4x the SIMT peak: it ran as TF32
+    assert c.attainable(0.1, "c10::BFloat16") == 4e12 * 0.1  # memory-bound

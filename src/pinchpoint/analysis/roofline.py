@@ -171,6 +171,8 @@ def memory_traffic(window: OpWindow) -> MemoryTraffic | None:
     )
 
 
+TF32_EVIDENCE = 1.2
+"""An fp32 op faster than this × the fp32 peak ran on TF32 Tensor Cores."""
 PROBE_DTYPES = {"float32": "float", "bfloat16": "c10::BFloat16", "float16": "c10::Half"}
 """The matmul probe's dtype names (torch's) by the names ops carry (Kineto's)."""
 
@@ -206,9 +208,15 @@ class Ceilings:
     source: str = "measured"
     """Where the numbers come from, for labels: "measured at the op window", "datasheet", ..."""
 
-    def attainable(self, intensity: float, dtype: str) -> float | None:
-        """The roofline: min(the dtype's matmul peak, bandwidth × intensity); None when unmeasured."""
+    def attainable(self, intensity: float, dtype: str, achieved: float = 0.0) -> float | None:
+        """The roofline: min(the dtype's matmul peak, bandwidth × intensity); None when unmeasured.
+
+        An fp32 op that ran well past the fp32 (SIMT) peak can only have used TF32 Tensor Cores
+        (`torch.backends.cuda.matmul.allow_tf32`): its roof is the TF32 peak."""
         peak = self.matmul_flops.get(dtype) or max(self.matmul_flops.values(), default=0.0)
+        tf32 = self.matmul_flops.get("tf32")
+        if dtype == "float" and tf32 and peak and achieved > TF32_EVIDENCE * peak:
+            peak = tf32
         if not peak and not self.memory_bytes_per_s:
             return None
         if not self.memory_bytes_per_s:

@@ -295,7 +295,7 @@ def roofline_svg(window: OpWindow, ceilings: Ceilings, width: int = 1000, height
     total = sum(p.ns_per_step for p in points) or 1.0
     for p in sorted(points, key=lambda p: -p.ns_per_step):
         label = DTYPE_LABELS.get(p.dtype, p.dtype)
-        attainable = ceilings.attainable(p.intensity, p.dtype)
+        attainable = ceilings.attainable(p.intensity, p.dtype, p.achieved_flops)
         of = (
             f" = {100 * p.achieved_flops / attainable:.0f}% of attainable {si(attainable, 'FLOP/s')}"
             if attainable
