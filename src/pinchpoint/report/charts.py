@@ -64,10 +64,13 @@ def steps_chart(run: Run, width: int = 1000, height: int = 260) -> str:
     if len(steps) > MAX_BARS:
         stride = len(steps) / MAX_BARS
         steps = [steps[int(i * stride)] for i in range(MAX_BARS)]
-    # Scale to the steady steps: the first (warm-up) steps can be many times longer; taller bars are
-    # cut at the top (their tooltip has the real value).
-    steady = [s.dur_ns for s in steps[WARMUP_STEPS:] if not s.profiled] or [s.dur_ns for s in steps]
-    top = max(steady) * 1.1 / 1e6
+    # Scale to the typical steady step (its 90th percentile, with room): warm-up steps and rare outliers
+    # can be fifty times longer and would flatten the rest; taller bars are cut at the top, marked with
+    # a dark cap, and their tooltip has the real value.
+    steady = sorted(s.dur_ns for s in steps[WARMUP_STEPS:] if not s.profiled) or sorted(
+        s.dur_ns for s in steps
+    )
+    top = steady[min(len(steady) - 1, int(0.9 * len(steady)))] * 1.5 / 1e6
     plot_w, plot_h = width - LEFT - RIGHT, height - BOTTOM - TOP
     bar_w = plot_w / len(steps)
     parts = [open_svg(width, height)]
@@ -93,6 +96,11 @@ def steps_chart(run: Run, width: int = 1000, height: int = 260) -> str:
             parts.append(
                 f'<rect x="{x:.2f}" y="{y:.2f}" width="{max(bar_w - 0.5, 0.5):.2f}" height="{h:.2f}" '
                 f'fill="{COLORS.get(name, "#888")}"><title>{esc(tip)} · {esc(name)} {ns / 1e6:.2f} ms</title></rect>'
+            )
+        if s.dur_ns / 1e6 > top:
+            parts.append(
+                f'<rect x="{x:.2f}" y="{TOP}" width="{max(bar_w - 0.5, 0.5):.2f}" height="3" fill="#222">'
+                f"<title>{esc(tip)} (cut: taller than the chart)</title></rect>"
             )
         if s.profiled:
             parts.append(

@@ -62,6 +62,14 @@ def _finding(f: Mapping[str, Any], multi_rank: bool) -> str:
     return "\n".join(out)
 
 
+KERNEL_NAME_CHARS = 110
+"""Kernel names longer than this (templated C++ runs to 500+) are cut in the table; hover for all of it."""
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= KERNEL_NAME_CHARS else name[: KERNEL_NAME_CHARS - 1] + "…"
+
+
 def _gpu(report: Mapping[str, Any]) -> str:
     """Per rank: the GPU's time split (each instant once) and its heaviest kernels."""
     out = []
@@ -71,7 +79,8 @@ def _gpu(report: Mapping[str, Any]) -> str:
         )
         out.append(f"<p><b>rank {_e(g.get('rank'))}</b>: {_e(split)} of {_e(g.get('span_ms'))} ms</p>")
         rows = "".join(
-            f"<tr><td>{_e(k.get('name'))}</td><td>{_e(k.get('class'))}</td><td>{_e(k.get('count'))}</td>"
+            f'<tr><td title="{_e(k.get("name"))}">{_e(_short(str(k.get("name"))))}</td><td>{_e(k.get("class"))}</td>'
+            f"<td>{_e(k.get('count'))}</td>"
             f"<td>{_e(k.get('total_ms'))}</td><td>{100 * float(k.get('share_of_busy') or 0):.1f}%</td></tr>"
             for k in g.get("top_kernels") or []
         )
