@@ -24,6 +24,9 @@ INPUT_SHARE_HIGH = 0.20
 SLEEP_FRACTION_IO = 0.5
 """Loaders asleep for more than half their fetch time: I/O- or latency-bound (cf. XProf's host-input
 split, rules-catalog §1e, which uses ≥ 50% for the dominant side)."""
+SATURATED_CORES = 0.75
+"""The rest of the step keeps at least this share of the cores busy: a CPU-bound worker must take a core
+from the intra-op pool rather than share an idle one."""
 MAX_IO_WORKERS = 8
 """Most workers suggested for sleeping (I/O-bound) loaders: each is a process with its own memory."""
 
@@ -164,16 +167,35 @@ class InputPreprocess:
             tree_cpu = compute_ns * min(cores, max(1, intra or cores)) + prep_cpu
         other_cpu = max(compute_ns, tree_cpu - prep_cpu)
         current = loader.config.num_workers if loader.config else 0
-        workers = max(current + 1, min(cores, math.ceil(prep_cpu / compute_ns)))
-        with_workers = max(compute_ns, prep_cpu / workers, (other_cpu + prep_cpu) / cores)
+        saturated = other_cpu / compute_ns >= SATURATED_CORES * cores
+        if saturated:
+            # The rest of the step already keeps the cores busy (intra-op threads): a busy worker needs a
+            # core of its own, or the intra-op pool runs oversubscribed and its threads stall at every
+            # barrier (input_preprocess.py on 2 cores: ×0.88 with one worker). So the worker's core comes
+            # out of the pool, and the compute runs on what is left.
+            options = [
+                (max(compute_ns, prep_cpu / w, other_cpu / (cores - w)), w) for w in range(current + 1, cores)
+            ]
+            with_workers, workers = min(options) if options else (float(step_ns), current + 1)
+            threads = cores - workers
+        else:
+            workers = max(current + 1, min(cores, math.ceil(prep_cpu / compute_ns)))
+            with_workers = max(compute_ns, prep_cpu / workers, (other_cpu + prep_cpu) / cores)
+            threads = None
         speedup_workers = step_ns / with_workers
         speedup_cheaper = speedup_removing(share)
+        how = (
+            f"with num_workers={workers} and torch.set_num_threads({threads}): the compute keeps the "
+            f"{cores} cores busy, so a worker takes one of them"
+            if threads
+            else f"workers share the {cores} cores with compute"
+        )
         evidence = [
             f"DataLoader wait is {pct(share)} of the step ({ms(wait_ns)} of {ms(step_ns)})",
             _loader_evidence(loader),
             f"Preprocessing needs {ms(prep_cpu)} of CPU per batch; the rest of the step uses "
             f"{ms(other_cpu)} of CPU; the machine has {cores} usable core(s)",
-            f"More workers: predicted ×{speedup_workers:.2f} (workers share the {cores} cores with compute); "
+            f"More workers: predicted ×{speedup_workers:.2f} ({how}); "
             f"cheaper or cached preprocessing: up to ×{speedup_cheaper:.2f}",
         ]
         stacks = _loader_stacks(rank)
@@ -184,8 +206,9 @@ class InputPreprocess:
             evidence.append(settings)
         use_workers = speedup_workers >= 1.15 and workers > current
         if use_workers:
+            pool = f" with torch.set_num_threads({threads}) to leave it a core" if threads else ""
             fix = (
-                f"Move preprocessing off the critical path: num_workers={workers} "
+                f"Move preprocessing off the critical path: num_workers={workers}{pool} "
                 f"(fits {cores} cores), or make it cheaper (cache decoded samples, vectorise augmentation)."
             )
             speedup = speedup_workers
@@ -205,7 +228,8 @@ class InputPreprocess:
             evidence=tuple(evidence),
             fix=fix,
             snippet=(
-                f"DataLoader(dataset, num_workers={workers}, persistent_workers=True)"
+                (f"torch.set_num_threads({threads})\n" if threads else "")
+                + f"DataLoader(dataset, num_workers={workers}, persistent_workers=True)"
                 if use_workers
                 else "cache = [transform(x) for x in raw]  # once, before training\n"
                 "dataset = TensorDataset(torch.stack(cache), labels)"
