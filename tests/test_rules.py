@@ -264,9 +264,11 @@ INPUT_PREPROCESS = {
     # Compute keeps ~6.8 of 8 cores busy while it runs (5 on average over the step, waits included): a
     # worker takes a core from the intra-op pool, and the fix says so.
     "saturated-cores-worker-takes-a-pool-core": _busy_cores_case(
-        8, 5.0, evidence=("a worker takes one of them",),
+        8,
+        5.0,
+        evidence=("a worker takes one of them",),
         check=_all(_fix_has("torch.set_num_threads("), _has("snippet", "torch.set_num_threads(")),
-    ),  # fmt: skip
+    ),
     "waiting-for-a-cpu-counts-as-cpu-bound": Case(
         rank_of({"data_wait": 0.30}, loader=make_loader(cpu_fraction=0.3, runq_fraction=0.3)),
         True,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pinchpoint.trace.run import Run, SystemSample
+from pinchpoint.trace.run import RankData, Run, SystemSample
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,3 +83,33 @@ def cpu_usage(run: Run, start_ns: int, end_ns: int, main_pid: int | None) -> Cpu
         max_processes=max(len(s.procs) for s in samples),
         invol_switches_per_s=invol / window_s,
     )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThreadTrialResult:
+    """What the thread trial measured: the program's steady step against its steps at `fit` threads."""
+
+    threads: int
+    fit: int
+    steps: int
+    trial_median_ns: int
+    steady_median_ns: int
+
+    @property
+    def speedup(self) -> float:
+        return self.steady_median_ns / max(1, self.trial_median_ns)
+
+
+def thread_trial(rank: RankData, steady_median_ns: int | None) -> ThreadTrialResult | None:
+    """The trial's measured steps (whole ones) against the steady median; None without a trial."""
+    trial = rank.thread_trial
+    if trial is None or not steady_median_ns:
+        return None
+    wanted = set(trial.steps)
+    durs = sorted(s.dur_ns for s in rank.steps if s.index in wanted and not s.partial and s.dur_ns > 0)
+    if not durs:
+        return None
+    return ThreadTrialResult(
+        threads=trial.threads, fit=trial.fit, steps=len(durs), trial_median_ns=durs[len(durs) // 2],
+        steady_median_ns=steady_median_ns,
+    )  # fmt: skip

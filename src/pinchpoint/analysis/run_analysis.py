@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from pinchpoint.analysis.comm import CommActivity, comm_activity
-from pinchpoint.analysis.cpu import CpuUsage, cpu_usage
+from pinchpoint.analysis.cpu import CpuUsage, ThreadTrialResult, cpu_usage, thread_trial
 from pinchpoint.analysis.loader import LoaderActivity, loader_activity
 from pinchpoint.analysis.memory import (
     CudaMemory,
@@ -44,6 +44,8 @@ class RankAnalysis:
     """Where the Python stack samples landed (`pinchpoint run --stacks`)."""
     comm: CommActivity | None = None
     """Collectives and DDP's gradient all-reduce wait per step (distributed programs)."""
+    thread_trial: ThreadTrialResult | None = None
+    """Steps pinchpoint ran with one intra-op thread per core, against the steady step."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +87,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         probes=rank.probes,
         stacks=stacks,
         comm=comm_activity(rank),
+        thread_trial=thread_trial(rank, stats.host_median_ns if stats is not None else None),
         traffic=memory_traffic(rank.opwindow) if rank.opwindow is not None else None,
         cuda_memory=cuda_memory(
             rank.steps,

@@ -29,6 +29,7 @@ from typing import Any
 
 from pinchpoint.capture import opwindow
 from pinchpoint.capture.annotate import ANNOTATE_ENV, make_annotator
+from pinchpoint.capture.thread_trial import ThreadTrial
 from pinchpoint.capture.writer import JsonlWriter, write_json_atomic
 
 RUN_DIR_ENV = "PINCHPOINT_RUN_DIR"
@@ -150,6 +151,9 @@ class Agent:
         self.window_spec = window
         self.window = opwindow.OpWindow(self.rank_dir, window)
         self.taint_next = False
+        self.trial = ThreadTrial(self.rank_dir)
+        self.trial_now = False
+        """The step in progress runs at the trial's thread count (`thread_trial`)."""
         self.closed = False
         self.annot: Any = None
         """An `annotate.Annotator` with `--annotate nvtx|itt`: phases as native-profiler ranges."""
@@ -219,6 +223,7 @@ class Agent:
                 old_info.unlink()
         if not self.window.active:
             self.window = opwindow.OpWindow(self.rank_dir, self.window_spec)
+            self.trial = ThreadTrial(self.rank_dir)
         self.write_process_info()
 
     def become_launcher(self) -> None:
@@ -252,6 +257,7 @@ class Agent:
         # stop the op window first, whatever happens next.
         with contextlib.suppress(Exception):
             self.window.stop(self.torch)
+        self.trial.restore(self.torch)
         if (
             self.step_start_ns is not None
             and self.intervals
@@ -299,6 +305,7 @@ class Agent:
                 "start_ns": start,
                 "end_ns": end,
                 "profiled": profiled,
+                "trial": self.trial_now,
                 "partial": partial,
                 "intervals": self.intervals,
                 "cpu_ns": cpu - self.step_cpu_start,
@@ -319,6 +326,8 @@ class Agent:
             self.taint_next = True
             end = _now()
             cpu, sched, faults_now = _thread_cpu(), thread_schedstat(), _minor_faults()
+        if self.role == "main" and self.window.done and self.window.spec is not None:
+            self.trial_now = self.trial.on_step_end(self.torch, self.step_index, ready=not self.taint_next)
         # The next step starts where this one ended: its counters too (one reading, not two).
         self.step_start_ns = end
         self.step_cpu_start = cpu

@@ -39,6 +39,7 @@ from pinchpoint.trace.run import (
     StepKind,
     SystemSample,
     ThreadSettings,
+    ThreadTrial,
     TorchBuild,
 )
 from pinchpoint.trace.stacks import Stacks
@@ -219,7 +220,24 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
         opwindow=window,
         probes=read_probes(probes_obj) if isinstance(probes_obj, dict) else Probes(),
         ddp=_ddp(jsonl(d / "distributed.jsonl", warnings)),
+        thread_trial=_thread_trial(
+            load_json(d / TRIAL_FILE, warnings) if (d / TRIAL_FILE).is_file() else None
+        ),
     )
+
+
+TRIAL_FILE = "thread_trial.json"
+
+
+def _thread_trial(o: Any) -> ThreadTrial | None:
+    """thread_trial.json: {"threads", "fit", "steps"}; None when absent or not that."""
+    if not isinstance(o, dict):
+        return None
+    threads, fit = as_int(o.get("threads")), as_int(o.get("fit"))
+    steps = tuple(i for i in (as_int(x) for x in as_list(o.get("steps"))) if i is not None)
+    if not threads or not fit or threads <= fit or not steps:
+        return None
+    return ThreadTrial(threads=threads, fit=fit, steps=steps)
 
 
 def _step(o: dict[str, Any]) -> Step | None:
@@ -248,6 +266,7 @@ def _step(o: dict[str, Any]) -> Step | None:
         end_ns=end,
         intervals=tuple(intervals),
         profiled=bool(o.get("profiled")),
+        trial=bool(o.get("trial")),
         partial=bool(o.get("partial")),
         cpu_ns=as_int(o.get("cpu_ns")),
         runq_ns=as_int(o.get("runq_ns")),

@@ -67,7 +67,7 @@ def steps_chart(run: Run, width: int = 1000, height: int = 260) -> str:
     # Scale to the typical steady step (its 90th percentile, with room): warm-up steps and rare outliers
     # can be fifty times longer and would flatten the rest; taller bars are cut at the top, marked with
     # a dark cap, and their tooltip has the real value.
-    steady = sorted(s.dur_ns for s in steps[WARMUP_STEPS:] if not s.profiled) or sorted(
+    steady = sorted(s.dur_ns for s in steps[WARMUP_STEPS:] if not s.profiled and not s.trial) or sorted(
         s.dur_ns for s in steps
     )
     top = steady[min(len(steady) - 1, int(0.9 * len(steady)))] * 1.5 / 1e6
@@ -83,7 +83,13 @@ def steps_chart(run: Run, width: int = 1000, height: int = 260) -> str:
         x = LEFT + i * bar_w
         y = TOP + plot_h
         phases = exposed_by_phase(s)
-        tip = f"step {s.index}: {s.dur_ns / 1e6:.2f} ms" + (" (op window)" if s.profiled else "")
+        tip = f"step {s.index}: {s.dur_ns / 1e6:.2f} ms" + (
+            " (op window)"
+            if s.profiled
+            else " (thread trial: one intra-op thread per core)"
+            if s.trial
+            else ""
+        )
         for name in PHASE_ORDER:
             ns = phases.get(name, 0)
             if ns <= 0:
@@ -102,10 +108,11 @@ def steps_chart(run: Run, width: int = 1000, height: int = 260) -> str:
                 f'<rect x="{x:.2f}" y="{TOP}" width="{max(bar_w - 0.5, 0.5):.2f}" height="3" fill="#222">'
                 f"<title>{esc(tip)} (cut: taller than the chart)</title></rect>"
             )
-        if s.profiled:
+        if s.profiled or s.trial:
+            stroke = "#888" if s.profiled else "#ce5c00"
             parts.append(
                 f'<rect x="{x:.2f}" y="{TOP}" width="{max(bar_w - 0.5, 0.5):.2f}" height="{plot_h}" fill="none" '
-                f'stroke="#888" stroke-dasharray="2,2"><title>{esc(tip)}</title></rect>'
+                f'stroke="{stroke}" stroke-dasharray="2,2"><title>{esc(tip)}</title></rect>'
             )
     parts.append(f'<text x="{LEFT}" y="{height - 4}">step {steps[0].index}</text>')
     parts.append(

@@ -42,6 +42,8 @@ def _step_args(s: Step) -> dict[str, Any]:
     args: dict[str, Any] = {"kind": s.kind.value}
     if s.profiled:
         args["op_window"] = True
+    if s.trial:
+        args["thread_trial"] = True
     if s.partial:
         args["partial"] = True
     if s.cpu_ns is not None:
@@ -67,7 +69,7 @@ def _rank_events(
         for iv in s.intervals:
             ev.append({"ph": "X", "pid": pid, "tid": PHASE_TIDS[iv.phase.value], "name": iv.phase.value,
                        "cat": "phase", "ts": _us(iv.start_ns), "dur": _us(iv.dur_ns)})  # fmt: skip
-    steady = [s for s in rank.steps if not s.partial and not s.profiled]
+    steady = [s for s in rank.steps if not s.partial and not s.profiled and not s.trial]
     mine = [f for f in findings if rank.rank in (f.get("ranks") or [0])]
     if steady and mine:
         ev += _meta(pid, FINDINGS_TID, "findings")

@@ -112,7 +112,7 @@ def _events(run: Run, report: Mapping[str, Any], markdown: str) -> Iterable[byte
     for s in steps:
         wall = (s.end_ns + wall0) / 1e9 if run.meta.wall_time_ns else now
         values = []
-        if not s.profiled:
+        if not s.profiled and not s.trial:
             values.append(_scalar("pinchpoint/step_time_ms", s.dur_ns / 1e6))
             for phase, ns in exposed_by_phase(s).items():
                 values.append(_scalar(f"pinchpoint/phase/{phase}", ns / s.dur_ns if s.dur_ns else 0.0))

@@ -75,6 +75,8 @@ class Step:
     end_ns: int
     intervals: tuple[Interval, ...] = ()
     profiled: bool = False
+    trial: bool = False
+    """Run at another thread count by pinchpoint's thread trial (`capture/thread_trial.py`)."""
     partial: bool = False
     """The step in progress when the program ended (crash, kill, or the tail after the last step)."""
     cpu_ns: int | None = None
@@ -257,6 +259,16 @@ class Probes:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ThreadTrial:
+    """Steps pinchpoint ran with one intra-op thread per core instead of the program's `threads`."""
+
+    threads: int
+    fit: int
+    steps: tuple[int, ...]
+    """Indices of the measured trial steps."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RankData:
     rank: int
     steps: tuple[Step, ...] = ()
@@ -266,6 +278,7 @@ class RankData:
     opwindow: OpWindow | None = None
     probes: Probes = field(default_factory=Probes)
     ddp: tuple[DdpConfig, ...] = ()
+    thread_trial: ThreadTrial | None = None
 
     @property
     def main(self) -> ProcessInfo | None:

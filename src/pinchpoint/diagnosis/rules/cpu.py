@@ -63,13 +63,26 @@ class CpuOversubscription:
         if env_vars:
             evidence.append("Thread variables set: " + ", ".join(f"{k}={v}" for k, v in env_vars.items()))
         share = max(runq, 0.0)
+        speedup = 1.0 / max(0.05, 1.0 - share)
+        confidence = Confidence.HIGH if runq >= RUNQ_SHARE_MIN else Confidence.MEDIUM
+        trial = rank.thread_trial
+        if trial is not None:
+            # Measured, not modelled: pinchpoint ran a few steps at one thread per core.
+            speedup = max(1.0, trial.speedup)
+            share = 1.0 - 1.0 / speedup
+            confidence = Confidence.HIGH if trial.speedup >= 1 + RUNQ_SHARE_MIN else Confidence.LOW
+            evidence.append(
+                f"Measured: {trial.steps} steps run by pinchpoint with torch.set_num_threads({trial.fit}) took "
+                f"{trial.trial_median_ns / 1e6:.1f} ms (median) against {trial.steady_median_ns / 1e6:.1f} ms "
+                f"with {trial.threads} threads: ×{trial.speedup:.2f}"
+            )
         target = max(1, min(intra, (cores - worker_threads) // rank.local_ranks))
         yield Finding(
             id=self.id,
             title=self.title,
             share=share,
-            estimated_speedup=1.0 / max(0.05, 1.0 - share),
-            confidence=Confidence.HIGH if runq >= RUNQ_SHARE_MIN else Confidence.MEDIUM,
+            estimated_speedup=speedup,
+            confidence=confidence,
             evidence=tuple(evidence),
             fix=f"Use at most one busy thread per core: torch.set_num_threads({target}) "
             f"(or OMP_NUM_THREADS={target}); keep DataLoader workers at 1 thread each.",

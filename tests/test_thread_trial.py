@@ -1,0 +1,114 @@
+"""The thread trial: with more intra-op threads than cores, pinchpoint runs a few steps at one thread
+per core and reports what that measured (`capture/thread_trial.py`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conftest import make_env, make_process, make_rank_analysis, make_run_analysis, make_steps
+from pinchpoint.analysis.cpu import thread_trial
+from pinchpoint.analysis.steps import steady_steps, step_stats
+from pinchpoint.capture.thread_trial import FILE, STEPS, WARM, ThreadTrial, fitting_threads
+from pinchpoint.diagnosis.engine import diagnose
+from pinchpoint.trace.run import RankData
+from pinchpoint.trace.run import ThreadTrial as TrialRecord
+
+torch = pytest.importorskip("torch")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def threads() -> object:
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_the_trial_runs_its_steps_at_one_thread_per_core_then_restores(
+    tmp_path: Path, threads: object
+) -> None:
+    fit = fitting_threads()
+    torch.set_num_threads(fit * 4)
+    trial = ThreadTrial(tmp_path)
+    assert trial.on_step_end(torch, 10, ready=False) is False  # the op window is not done yet
+    assert torch.get_num_threads() == fit * 4
+    assert trial.on_step_end(torch, 11, ready=True) is True  # step 11: the warm-up at `fit` threads
+    assert torch.get_num_threads() == fit
+    for step in range(12, 11 + WARM + STEPS):
+        assert trial.on_step_end(torch, step, ready=True) is True
+        assert torch.get_num_threads() == fit
+    # Back to the program's setting; the first step after it rebuilds the pool and is left out too.
+    assert trial.on_step_end(torch, 11 + WARM + STEPS, ready=True) is True
+    assert torch.get_num_threads() == fit * 4
+    assert trial.on_step_end(torch, 12 + WARM + STEPS, ready=True) is False
+    record = json.loads((tmp_path / FILE).read_text())
+    assert record == {"threads": fit * 4, "fit": fit, "steps": list(range(11 + WARM, 11 + WARM + STEPS))}
+
+
+def test_no_trial_when_the_threads_fit_and_the_setting_comes_back_if_the_program_ends_mid_trial(
+    tmp_path: Path, threads: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch.set_num_threads(fitting_threads())
+    trial = ThreadTrial(tmp_path)
+    assert trial.on_step_end(torch, 5, ready=True) is False
+    assert not (tmp_path / FILE).exists()
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(len(os.sched_getaffinity(0))))  # a rank per core: 1 each
+    assert fitting_threads() == 1
+    torch.set_num_threads(3)
+    trial = ThreadTrial(tmp_path)
+    assert trial.on_step_end(torch, 5, ready=True) is True and torch.get_num_threads() == 1
+    trial.restore(torch)  # the agent's close(): the program ended during the trial
+    assert torch.get_num_threads() == 3 and not (tmp_path / FILE).exists()
+
+
+def test_trial_steps_stay_out_of_the_statistics_and_price_the_finding() -> None:
+    steps = list(make_steps(20, {"forward": 30, "backward": 30}, 10))  # 70 ms steps
+    for i in range(14, 19):  # the trial: a warm-up, three measured, the step after restoring
+        steps[i] = replace(steps[i], trial=True, end_ns=steps[i].start_ns + 40_000_000)
+    rank = RankData(
+        rank=0, steps=tuple(steps), thread_trial=TrialRecord(threads=16, fit=2, steps=(15, 16, 17))
+    )
+    assert all(not s.trial for s in steady_steps(rank.steps))
+    stats = step_stats(rank)
+    assert stats is not None and stats.median_ns == 70_000_000
+    result = thread_trial(rank, stats.host_median_ns)
+    assert result is not None and result.steps == 3 and result.speedup == pytest.approx(70 / 40)
+
+    analysis = replace(
+        make_rank_analysis({"forward": 30, "backward": 30}, 10, main=make_process(intra_op=16)),
+        thread_trial=result,
+    )
+    found = diagnose(make_run_analysis(make_env(cores=2), [analysis])).findings
+    (f,) = [f for f in found if f.id == "cpu.oversubscription"]
+    assert f.estimated_speedup == pytest.approx(1.75)
+    assert f.share == pytest.approx(1 - 40 / 70)
+    assert any("Measured: 3 steps run by pinchpoint with torch.set_num_threads(2)" in e for e in f.evidence)
+
+
+@pytest.mark.e2e
+def test_sixteen_threads_on_this_machine_are_priced_by_the_trial(tmp_path: Path) -> None:
+    if len(os.sched_getaffinity(0)) >= 16:
+        pytest.skip("16 threads fit this machine")
+    run = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pinchpoint", "run", "-q", "-o", str(run),
+         str(ROOT / "examples" / "cpu_oversubscription.py"), "--steps", "40"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((run / "ranks" / "rank0" / FILE).read_text())
+    assert record["threads"] == 16 and len(record["steps"]) == STEPS
+    steps = [json.loads(x) for x in (run / "ranks" / "rank0" / "steps.jsonl").read_text().splitlines()]
+    assert sum(s["trial"] for s in steps) == WARM + STEPS + 1
+    report = json.loads((run / "report.json").read_text())
+    (f,) = [f for f in report["findings"] if f["id"] == "cpu.oversubscription"]
+    assert any(e.startswith("Measured:") for e in f["evidence"])
+    assert f["estimated_speedup"] > 1.2  # TRUTH.md: ×1.82 with the fix
