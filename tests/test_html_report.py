@@ -252,3 +252,15 @@ def test_a_truncated_first_trace_leaves_the_roofline_to_the_next_rank(tmp_path: 
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     doc = out.read_text()
     assert 'data-chart="roofline"' in doc and "skipped an unreadable trace" in doc
+
+
+def test_report_json_carries_each_ranks_roofline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PINCHPOINT_HOME", str(DATA / "home"))
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "fp32-planted", run)
+    roof = report_run_dir(run)["ranks"][0]["roofline"]
+    assert roof["source"] == "measured by pinchpoint calibrate" and roof["timed_by"] == "kernels"
+    assert roof["matmul_peak_gflops"]["fp32"] == pytest.approx(50792.8, abs=0.1)
+    mm = next(o for o in roof["ops"] if o["op"] == "mm")
+    assert mm["dtype"] == "fp32" and mm["shape"] == [4096, 4096] and mm["calls_per_step"] == pytest.approx(7)
+    assert 0.9 <= mm["achieved_gflops"] / mm["attainable_gflops"] <= 1.1  # at the SIMT fp32 roof

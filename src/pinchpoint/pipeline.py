@@ -15,7 +15,7 @@ from typing import Any
 from pinchpoint.analysis.datasheet import gpu_peaks
 from pinchpoint.analysis.gpu._common import GPU_KINDS, kind_mask
 from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis, analyze_traces, combine_ranks
-from pinchpoint.analysis.roofline import Ceilings, ceilings_from
+from pinchpoint.analysis.roofline import Ceilings, ceilings_from, cpu_ceilings, roofline_summary
 from pinchpoint.analysis.run_analysis import RunAnalysis, analyze_run
 from pinchpoint.analysis.steps import steady_step_ns
 from pinchpoint.diagnosis.engine import diagnose, diagnose_gpu
@@ -53,6 +53,8 @@ def report_run_dir(run_dir: Path, *, json_path: Path | None = None) -> dict[str,
     report = build_report(analysis, diagnose(analysis, gpu=gpu))
     if gpu is not None:
         report["gpu"] = run_gpu_sections(gpu)
+    device = gpu_ceilings(run_dir, analysis) if gpu is not None else None
+    _add_rooflines(report, run, device)
     report["warnings"] = list(report.get("warnings") or []) + warnings
     if analysis.run.stacks is not None:
         report["stack_files"] = _write_stack_views(analysis, run_dir, report["warnings"])
@@ -60,12 +62,26 @@ def report_run_dir(run_dir: Path, *, json_path: Path | None = None) -> dict[str,
     if json_path is not None:
         write_report(report, json_path)
     try:
-        device = gpu_ceilings(run_dir, analysis) if gpu is not None else None
         (run_dir / HTML_NAME).write_text(render_html(report, run, device_ceilings=device))
     except OSError as exc:
         print(f"pinchpoint: note: {HTML_NAME} was not written ({exc.strerror})", file=sys.stderr)
     _record(run_dir, report, run_step_ns(run))
     return report
+
+
+def _add_rooflines(report: dict[str, Any], run: Run, device: Ceilings | None) -> None:
+    """`ranks[].roofline` for every rank with an op window: CPU windows against their probes' ceilings,
+    CUDA windows (ops timed by their kernels) against `device`."""
+    by_rank = {r.get("rank"): r for r in report.get("ranks") or []}
+    for rank in run.ranks:
+        out = by_rank.get(rank.rank)
+        if rank.opwindow is None or out is None:
+            continue
+        on_device = any(o.device_ns is not None for o in rank.opwindow.ops)
+        ceilings = device if on_device else cpu_ceilings(rank.probes)
+        summary = roofline_summary(rank.opwindow, ceilings) if ceilings is not None else None
+        if summary is not None:
+            out["roofline"] = summary
 
 
 def run_step_ns(run: Run) -> tuple[int, ...]:

@@ -171,6 +171,14 @@ def memory_traffic(window: OpWindow) -> MemoryTraffic | None:
     )
 
 
+DTYPE_LABELS = {
+    "float": "fp32",
+    "c10::BFloat16": "bf16",
+    "c10::Half": "fp16",
+    "double": "fp64",
+    "tf32": "tf32",
+}
+"""Short names for dtypes as ops carry them, for people and for report.json."""
 TF32_EVIDENCE = 1.2
 """An fp32 op faster than this × the fp32 peak ran on TF32 Tensor Cores."""
 PROBE_DTYPES = {"float32": "float", "bfloat16": "c10::BFloat16", "float16": "c10::Half"}
@@ -284,3 +292,34 @@ def cpu_ceilings(probes: Probes) -> Ceilings:
             m, k, n = p.shape
             flops[p.dtype] = max(flops.get(p.dtype, 0.0), 2 * m * k * n / (p.ns / 1e9))
     return ceilings_from(flops, probes.memory_bytes_per_s, "measured at the op window")
+
+
+def roofline_summary(window: OpWindow, ceilings: Ceilings, limit: int = 20) -> dict[str, object] | None:
+    """The roofline as report.json carries it (`ranks[].roofline`): the ceilings, then each kind of op
+    with its FLOPs, bytes, achieved and attainable FLOP/s per step; None when nothing can be placed."""
+    points = roofline_points(window, limit)
+    if not points or not ceilings.matmul_flops:
+        return None
+    ops = []
+    for p in points:
+        attainable = ceilings.attainable(p.intensity, p.dtype, p.achieved_flops)
+        ops.append(
+            {
+                "op": p.name, "shape": list(p.shape), "dtype": DTYPE_LABELS.get(p.dtype, p.dtype),
+                "calls_per_step": round(p.calls_per_step, 2),
+                "ms_per_step": round(p.ns_per_step / 1e6, 4), "gflop_per_step": round(p.flops_per_step / 1e9, 4),
+                "mb_per_step": round(p.bytes_per_step / 1e6, 4), "flops_per_byte": round(p.intensity, 4),
+                "achieved_gflops": round(p.achieved_flops / 1e9, 2),
+                "attainable_gflops": round(attainable / 1e9, 2) if attainable else None,
+            }
+        )  # fmt: skip
+    bw = ceilings.memory_bytes_per_s
+    return {
+        "source": ceilings.source,
+        "timed_by": "kernels" if any(o.device_ns is not None for o in window.ops) else "ops",
+        "matmul_peak_gflops": {
+            DTYPE_LABELS.get(k, k): round(v / 1e9, 1) for k, v in ceilings.matmul_flops.items()
+        },
+        "memory_gb_per_s": round(bw / 1e9, 1) if bw else None,
+        "ops": ops,
+    }

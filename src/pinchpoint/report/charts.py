@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pinchpoint.analysis.cpu import cores_busy
-from pinchpoint.analysis.roofline import Ceilings, cpu_ceilings, roofline_points
+from pinchpoint.analysis.roofline import DTYPE_LABELS, Ceilings, cpu_ceilings, roofline_points
 from pinchpoint.analysis.steps import WARMUP_STEPS, exposed_by_phase, steady_steps
 from pinchpoint.report.names import process_names
 from pinchpoint.report.svg import (
@@ -44,13 +44,6 @@ WAIT_SHADE_MIN = 0.02
 """A wait is shaded when it takes at least this share of its step (shorter ones are noise at this scale)."""
 MAX_BARS = 400
 """Longer runs are shown as this many evenly spaced steps."""
-DTYPE_LABELS = {
-    "float": "fp32",
-    "c10::BFloat16": "bf16",
-    "c10::Half": "fp16",
-    "double": "fp64",
-    "tf32": "tf32",
-}
 DTYPE_COLORS = {"fp32": "#cc0000", "tf32": "#ce5c00", "bf16": "#4e9a06", "fp16": "#3465a4", "fp64": "#75507b"}
 NOTE = '<p class="note">{}</p>'
 
