@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pinchpoint.analysis.roofline import memory_traffic, op_bytes
 from pinchpoint.trace.run import OpEvent, OpWindow
 
@@ -94,3 +96,38 @@ def test_roofline_points_time_ops_by_their_kernels_on_a_gpu_and_by_themselves_on
     assert c.attainable(m.intensity, "float", m.achieved_flops) == 50e12  # SIMT fp32: 51 TFLOP/s ≈ peak
     assert c.attainable(m.intensity, "float", 200e12) == 440e12  # 4x the SIMT peak: it ran as TF32
     assert c.attainable(0.1, "c10::BFloat16") == 4e12 * 0.1  # memory-bound
+
+
+def test_kernels_find_their_launching_op_by_id_or_by_the_launch_time(tmp_path: Path) -> None:
+    """2025 traces link kernel -> launch -> op by `External id`; 2022 ones number launches and kernels by
+    correlation only, so the op is the innermost one whose time holds the launch. An op whose id merely
+    equals a correlation number is not taken unless it holds the launch."""
+    import json
+
+    from pinchpoint.ingest.opwindow import read_opwindow
+
+    def op(name: str, ts: float, dur: float, ext: int, dims: list[list[int]]) -> dict[str, object]:
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 7, "ts": ts, "dur": dur,
+                "args": {"External id": ext, "Input Dims": dims, "Input type": ["float"] * len(dims)}}  # fmt: skip
+
+    def launch(ts: float, corr: int, ext: int) -> dict[str, object]:
+        return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 7, "ts": ts,
+                "dur": 2, "args": {"correlation": corr, "External id": ext}}  # fmt: skip
+
+    def kernel(dur: float, corr: int, ext: int) -> dict[str, object]:
+        return {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 9, "ts": 1000, "dur": dur,
+                "args": {"correlation": corr, "External id": ext}}  # fmt: skip
+
+    events = [
+        op("aten::linear", 100, 50, 1, [[64, 128], [256, 128]]),
+        op("aten::addmm", 110, 30, 2, [[256], [64, 128], [128, 256]]),  # inner: launches at 120
+        op("aten::relu", 200, 10, 900, [[64, 256]]),  # its id equals the 2022 launch's correlation
+        launch(120, 900, 900), kernel(40, 900, 900),  # 2022: ids are the correlation
+        launch(205, 901, 3), kernel(7, 901, 3),  # 2025: the launch names op 3 ... which does not exist
+    ]  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    ops = {o.name: o for o in read_opwindow(path, 1).ops}
+    assert ops["aten::addmm"].device_ns == 40_000  # by the launch time, not by the colliding id
+    assert ops["aten::relu"].device_ns == 7_000  # no op 3: the op that holds the launch at 205
+    assert ops["aten::linear"].device_ns is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import gzip
 import json
@@ -21,10 +22,22 @@ def _us_to_ns(v: Any) -> int:
     return round(float(v) * 1000.0)
 
 
-def _external_id(e: dict[str, Any]) -> int | None:
+RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "hip_runtime", "hip_driver"})
+KERNEL_CATS = frozenset({"kernel", "Kernel"})
+"""Event categories of launches and of kernels (Kineto's names; 2021 traces capitalise them)."""
+INNERMOST_SEARCH = 64
+"""Ops looked at, back from the last one starting before a launch, for the innermost that contains it."""
+
+
+def _arg_int(e: dict[str, Any], key: str) -> int | None:
     args = e.get("args")
-    v = args.get("External id", args.get("external id")) if isinstance(args, dict) else None
+    v = args.get(key) if isinstance(args, dict) else None
     return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _external_id(e: dict[str, Any]) -> int | None:
+    v = _arg_int(e, "External id")
+    return v if v is not None else _arg_int(e, "external id")
 
 
 def _list(v: Any) -> list[Any]:
@@ -51,6 +64,68 @@ def matmul_flops(name: str, dims: Sequence[Sequence[int]]) -> int | None:
     return 2 * batch * a[-2] * a[-1] * b[-1]
 
 
+Raw = tuple[int, int, int, str, tuple[str, ...], tuple[tuple[int, ...], ...], int | None]
+"""A CPU op as read: (thread, start ns, duration ns, name, input types, input dims, External id)."""
+
+
+def _kernel_time_by_op(events: list[Any], raw: list[Raw], offset: int) -> dict[int, int]:
+    """GPU kernel time per op (index into `raw`, sorted by thread and start) that launched it.
+
+    A kernel's `correlation` names the runtime call that enqueued it; that call carries the launching
+    op's `External id` (newer traces copy it onto the kernel too). Some traces (2022) give runtime calls
+    and kernels their correlation as `External id` instead: then the launching op is the innermost op of
+    the call's thread whose time contains the call. An id match is trusted only when that op contains
+    the call (ids of the two kinds can collide)."""
+    launches: dict[int, tuple[int, int, int | None]] = {}  # correlation -> (thread, ns, External id)
+    for e in events:
+        if isinstance(e, dict) and e.get("cat") in RUNTIME_CATS:
+            corr, tid = _arg_int(e, "correlation"), e.get("tid")
+            with contextlib.suppress(KeyError, TypeError, ValueError, OverflowError):
+                if corr is not None:
+                    ts = _us_to_ns(e["ts"]) + offset
+                    launches[corr] = (tid if isinstance(tid, int) else 0, ts, _external_id(e))
+    by_ext = {r[6]: i for i, r in enumerate(raw) if r[6] is not None}
+    by_tid: dict[int, tuple[list[int], list[int]]] = {}  # thread -> (starts, indices), in start order
+    for i, r in enumerate(raw):
+        starts, idx = by_tid.setdefault(r[0], ([], []))
+        starts.append(r[1])
+        idx.append(i)
+
+    def contains(i: int, tid: int, t: int) -> bool:
+        r = raw[i]
+        return r[0] == tid and r[1] <= t <= r[1] + r[2]
+
+    def innermost(tid: int, t: int) -> int | None:
+        starts, idx = by_tid.get(tid, ([], []))
+        k = bisect.bisect_right(starts, t) - 1
+        for j in range(k, max(-1, k - INNERMOST_SEARCH), -1):
+            if contains(idx[j], tid, t):
+                return idx[j]
+        return None
+
+    out: dict[int, int] = {}
+    for e in events:
+        if not (isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in KERNEL_CATS):
+            continue
+        try:
+            dur = _us_to_ns(e["dur"])
+        except (KeyError, TypeError, ValueError, OverflowError):
+            continue
+        corr = _arg_int(e, "correlation")
+        launch = launches.get(corr) if corr is not None else None
+        op: int | None = None
+        for ext in (launch[2] if launch else None, _external_id(e)):
+            found = by_ext.get(ext) if ext is not None else None
+            if found is not None and (launch is None or contains(found, launch[0], launch[1])):
+                op = found
+                break
+        if op is None and launch is not None:
+            op = innermost(launch[0], launch[1])
+        if op is not None:
+            out[op] = out.get(op, 0) + dur
+    return out
+
+
 def read_opwindow(path: Path, window_steps: int | None, wall_minus_mono_ns: int = 0) -> OpWindow:
     """`wall_minus_mono_ns` maps Kineto's wall-clock stamps onto CLOCK_MONOTONIC (0: keep them)."""
     raw_bytes = path.read_bytes()
@@ -62,16 +137,7 @@ def read_opwindow(path: Path, window_steps: int | None, wall_minus_mono_ns: int 
         raise ValueError("no traceEvents list")
     base_ns = doc.get("baseTimeNanoseconds")
     offset = (int(base_ns) - wall_minus_mono_ns) if isinstance(base_ns, int) and wall_minus_mono_ns else 0
-    raw = []
-    kernel_ns: dict[int, int] = {}  # External id -> GPU kernel time it launched
-    for e in events:
-        if (
-            isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in ("kernel", "Kernel")
-        ):  # 2021: "Kernel"
-            ext = _external_id(e)
-            if ext is not None:
-                with contextlib.suppress(KeyError, TypeError, ValueError, OverflowError):
-                    kernel_ns[ext] = kernel_ns.get(ext, 0) + _us_to_ns(e["dur"])
+    raw: list[Raw] = []
     for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X" or e.get("cat") not in ("cpu_op", "Operator"):
             continue
@@ -83,16 +149,24 @@ def read_opwindow(path: Path, window_steps: int | None, wall_minus_mono_ns: int 
         args: dict[str, Any] = args_obj if isinstance(args_obj, dict) else {}
         dims = tuple(_dims(d) for d in _list(args.get("Input Dims")))
         types = tuple(str(t) for t in _list(args.get("Input type")))
-        name = str(e.get("name", "?"))
         tid = e.get("tid")
-        ext = _external_id(e)
-        device = kernel_ns.get(ext) if ext is not None else None
-        raw.append((tid if isinstance(tid, int) else 0, start, dur, name, types, dims, device))
+        raw.append(
+            (
+                tid if isinstance(tid, int) else 0,
+                start,
+                dur,
+                str(e.get("name", "?")),
+                types,
+                dims,
+                _external_id(e),
+            )
+        )
     raw.sort(key=lambda r: (r[0], r[1], -r[2]))
+    kernel_ns = _kernel_time_by_op(events, raw, offset)
     ops: list[OpEvent] = []
     stack: list[int] = []  # end times of enclosing ops on the current thread
     current_tid = None
-    for tid, start, dur, name, types, dims, device in raw:
+    for i, (tid, start, dur, name, types, dims, _) in enumerate(raw):
         if tid != current_tid:
             stack, current_tid = [], tid
         while stack and stack[-1] <= start:
@@ -107,7 +181,7 @@ def read_opwindow(path: Path, window_steps: int | None, wall_minus_mono_ns: int 
                 input_types=types,
                 input_dims=dims,
                 flops=matmul_flops(name, dims),
-                device_ns=device,
+                device_ns=kernel_ns.get(i),
             )
         )
         stack.append(start + dur)
