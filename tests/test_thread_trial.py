@@ -15,7 +15,7 @@ import pytest
 from conftest import make_env, make_process, make_rank_analysis, make_run_analysis, make_steps
 from pinchpoint.analysis.cpu import thread_trial
 from pinchpoint.analysis.steps import steady_steps, step_stats
-from pinchpoint.capture.thread_trial import FILE, STEPS, WARM, ThreadTrial, fitting_threads
+from pinchpoint.capture.thread_trial import FILE, STEPS, WARM, ThreadTrialRunner, fitting_threads
 from pinchpoint.diagnosis.engine import diagnose
 from pinchpoint.trace.run import RankData
 from pinchpoint.trace.run import ThreadTrial as TrialRecord
@@ -36,7 +36,7 @@ def test_the_trial_runs_its_steps_at_one_thread_per_core_then_restores(
 ) -> None:
     fit = fitting_threads()
     torch.set_num_threads(fit * 4)
-    trial = ThreadTrial(tmp_path)
+    trial = ThreadTrialRunner(tmp_path)
     assert trial.on_step_end(torch, 10, ready=False) is False  # the op window is not done yet
     assert torch.get_num_threads() == fit * 4
     assert trial.on_step_end(torch, 11, ready=True) is True  # step 11: the warm-up at `fit` threads
@@ -56,14 +56,14 @@ def test_no_trial_when_the_threads_fit_and_the_setting_comes_back_if_the_program
     tmp_path: Path, threads: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     torch.set_num_threads(fitting_threads())
-    trial = ThreadTrial(tmp_path)
+    trial = ThreadTrialRunner(tmp_path)
     assert trial.on_step_end(torch, 5, ready=True) is False
     assert not (tmp_path / FILE).exists()
 
     monkeypatch.setenv("LOCAL_WORLD_SIZE", str(len(os.sched_getaffinity(0))))  # a rank per core: 1 each
     assert fitting_threads() == 1
     torch.set_num_threads(3)
-    trial = ThreadTrial(tmp_path)
+    trial = ThreadTrialRunner(tmp_path)
     assert trial.on_step_end(torch, 5, ready=True) is True and torch.get_num_threads() == 1
     trial.restore(torch)  # the agent's close(): the program ended during the trial
     assert torch.get_num_threads() == 3 and not (tmp_path / FILE).exists()

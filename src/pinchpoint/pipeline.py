@@ -15,7 +15,7 @@ from typing import Any
 from pinchpoint.analysis.datasheet import gpu_peaks
 from pinchpoint.analysis.gpu._common import GPU_KINDS, kind_mask
 from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis, analyze_traces, combine_ranks
-from pinchpoint.analysis.roofline import Ceilings, ceilings_from, cpu_ceilings, roofline_summary
+from pinchpoint.analysis.roofline import Ceilings, ceilings_from, roofline_summary, window_ceilings
 from pinchpoint.analysis.run_analysis import RunAnalysis, analyze_run
 from pinchpoint.analysis.steps import steady_step_ns
 from pinchpoint.diagnosis.engine import diagnose, diagnose_gpu
@@ -49,11 +49,12 @@ def report_run_dir(run_dir: Path, *, json_path: Path | None = None) -> dict[str,
     run = read_run_dir(run_dir)
     analysis = analyze_run(run)
     warnings: list[str] = []
-    gpu = gpu_window(run_dir, warnings, matmul_flops=measured_gpu_matmul(run_dir, analysis))
+    cached, device_name = _cached_gpu(run_dir, analysis)
+    gpu = gpu_window(run_dir, warnings, matmul_flops=gpu_matmul_flops(cached, device_name))
     report = build_report(analysis, diagnose(analysis, gpu=gpu))
     if gpu is not None:
         report["gpu"] = run_gpu_sections(gpu)
-    device = gpu_ceilings(run_dir, analysis) if gpu is not None else None
+    device = _gpu_ceilings(cached, device_name) if gpu is not None else None
     _add_rooflines(report, run, device)
     report["warnings"] = list(report.get("warnings") or []) + warnings
     if analysis.run.stacks is not None:
@@ -77,8 +78,7 @@ def _add_rooflines(report: dict[str, Any], run: Run, device: Ceilings | None) ->
         out = by_rank.get(rank.rank)
         if rank.opwindow is None or out is None:
             continue
-        on_device = any(o.device_ns is not None for o in rank.opwindow.ops)
-        ceilings = device if on_device else cpu_ceilings(rank.probes)
+        ceilings = window_ceilings(rank.opwindow, rank.probes, device)
         summary = roofline_summary(rank.opwindow, ceilings) if ceilings is not None else None
         if summary is not None:
             out["roofline"] = summary
@@ -171,20 +171,12 @@ def _cached_gpu(run_dir: Path, analysis: RunAnalysis) -> tuple[dict[str, Any] | 
     return load_cached(key), name
 
 
-def measured_gpu_matmul(run_dir: Path, analysis: RunAnalysis) -> dict[str, float] | None:
-    """This machine's GPU matmul ceilings from `pinchpoint calibrate`'s cache (see `_cached_gpu`)."""
-    cached, name = _cached_gpu(run_dir, analysis)
-    return gpu_matmul_flops(cached, name)
-
-
-def gpu_ceilings(run_dir: Path, analysis: RunAnalysis) -> Ceilings | None:
+def _gpu_ceilings(cached: dict[str, Any] | None, name: str | None) -> Ceilings | None:
     """The GPU's matmul peaks and memory bandwidth for the roofline: measured by `pinchpoint calibrate`
-    on this machine when cached, else the datasheet's; None for an unknown device never calibrated."""
-    cached, name = _cached_gpu(run_dir, analysis)
+    on this machine when cached (see `_cached_gpu`), else the datasheet's; None for an unknown device."""
     flops = gpu_matmul_flops(cached, name)
     if flops:
-        bw = gpu_memory_bandwidth(cached, name)
-        return ceilings_from(flops, bw, "measured by pinchpoint calibrate")
+        return ceilings_from(flops, gpu_memory_bandwidth(cached, name), "measured by pinchpoint calibrate")
     return datasheet_ceilings(name)
 
 

@@ -233,6 +233,16 @@ class Ceilings:
         return min(peak, mem) if peak else mem
 
 
+def timed_on_device(window: OpWindow) -> bool:
+    """The window's ops carry the GPU kernel time they launched (a CUDA program's Kineto window)."""
+    return any(o.device_ns is not None for o in window.ops)
+
+
+def window_ceilings(window: OpWindow, probes: Probes, device: Ceilings | None) -> Ceilings | None:
+    """The roof a window's ops are held to: a CPU window's own probes, a CUDA window's `device` ceilings."""
+    return device if timed_on_device(window) else cpu_ceilings(probes)
+
+
 def roofline_points(window: OpWindow, limit: int = 40) -> list[RooflinePoint]:
     """Matmuls (FLOPs from shapes) and elementwise ops on large tensors (one FLOP per element), the
     `limit` kinds with the most time. Ops whose work is unknown from shapes are left out.
@@ -242,7 +252,7 @@ def roofline_points(window: OpWindow, limit: int = 40) -> list[RooflinePoint]:
     from pinchpoint.analysis.ops import CONV_OPS, MATMUL_OPS
 
     steps = max(1, window.steps)
-    on_device = any(o.device_ns is not None for o in window.ops)
+    on_device = timed_on_device(window)
     groups: dict[tuple[str, tuple[int, ...], str], list[float]] = {}
     for o in window.ops:
         ns = o.device_ns if on_device else o.dur_ns
@@ -316,7 +326,7 @@ def roofline_summary(window: OpWindow, ceilings: Ceilings, limit: int = 20) -> d
     bw = ceilings.memory_bytes_per_s
     return {
         "source": ceilings.source,
-        "timed_by": "kernels" if any(o.device_ns is not None for o in window.ops) else "ops",
+        "timed_by": "kernels" if timed_on_device(window) else "ops",
         "matmul_peak_gflops": {
             DTYPE_LABELS.get(k, k): round(v / 1e9, 1) for k, v in ceilings.matmul_flops.items()
         },

@@ -29,7 +29,7 @@ from typing import Any
 
 from pinchpoint.capture import opwindow
 from pinchpoint.capture.annotate import ANNOTATE_ENV, make_annotator
-from pinchpoint.capture.thread_trial import ThreadTrial
+from pinchpoint.capture.thread_trial import ThreadTrialRunner
 from pinchpoint.capture.writer import JsonlWriter, write_json_atomic
 
 RUN_DIR_ENV = "PINCHPOINT_RUN_DIR"
@@ -151,7 +151,7 @@ class Agent:
         self.window_spec = window
         self.window = opwindow.OpWindow(self.rank_dir, window)
         self.taint_next = False
-        self.trial = ThreadTrial(self.rank_dir)
+        self.trial = ThreadTrialRunner(self.rank_dir)
         self.trial_now = False
         """The step in progress runs at the trial's thread count (`thread_trial`)."""
         self.closed = False
@@ -223,7 +223,7 @@ class Agent:
                 old_info.unlink()
         if not self.window.active:
             self.window = opwindow.OpWindow(self.rank_dir, self.window_spec)
-            self.trial = ThreadTrial(self.rank_dir)
+            self.trial = ThreadTrialRunner(self.rank_dir)
         self.write_process_info()
 
     def become_launcher(self) -> None:

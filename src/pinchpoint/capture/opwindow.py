@@ -122,13 +122,13 @@ class OpWindow:
             # Recording scalar arguments' values ("Concrete Inputs") is what makes Kineto costly on
             # a CPU training step: the window's steps ran x1.42-1.78 with it and x1.06-1.33 without
             # (healthy.py, 11 runs each; benchmarks/README.md). The analysis reads shapes and dtypes.
-            with contextlib.suppress(Exception):
-                torch._C._profiler._set_record_concrete_inputs_enabled_val(False)
+            _record_concrete_inputs(torch, False)
             self.prof = profile(activities=activities, record_shapes=True)
             with _quiet_stderr():
                 self.prof.__enter__()
             self.active = True
         except Exception:
+            _record_concrete_inputs(torch, True)
             self.disable()
 
     def stop(self, torch: Any) -> None:
@@ -142,10 +142,11 @@ class OpWindow:
         self.active = False
         self.done = True
         with contextlib.suppress(Exception):
-            with _quiet_stderr():
-                prof.__exit__(None, None, None)
-            with contextlib.suppress(Exception):
-                torch._C._profiler._set_record_concrete_inputs_enabled_val(True)  # torch's default
+            try:
+                with _quiet_stderr():
+                    prof.__exit__(None, None, None)
+            finally:
+                _record_concrete_inputs(torch, True)
             self.rank_dir.mkdir(parents=True, exist_ok=True)
             prof.export_chrome_trace(str(self.rank_dir / "opwindow.json"))
             # On a CUDA program the matmuls run on the device: a CPU matmul probe would answer the
@@ -188,6 +189,12 @@ class OpWindow:
             return {"before": self._live_before, "after": live_tensors(torch), "steps": self.spec[1]}
         except Exception:
             return None
+
+
+def _record_concrete_inputs(torch: Any, on: bool) -> None:
+    """Kineto's recording of scalar arguments' values: off for the window, back to torch's default after."""
+    with contextlib.suppress(Exception):
+        torch._C._profiler._set_record_concrete_inputs_enabled_val(on)
 
 
 def _cuda_in_use(torch: Any) -> bool:

@@ -36,7 +36,7 @@ def fitting_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)) // max(1, local))
 
 
-class ThreadTrial:
+class ThreadTrialRunner:
     def __init__(self, rank_dir: Path) -> None:
         self.rank_dir = rank_dir
         self.state = "idle"  # idle -> running -> done

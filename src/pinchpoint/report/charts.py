@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pinchpoint.analysis.cpu import cores_busy
-from pinchpoint.analysis.roofline import DTYPE_LABELS, Ceilings, cpu_ceilings, roofline_points
+from pinchpoint.analysis.roofline import DTYPE_LABELS, Ceilings, roofline_points, window_ceilings
 from pinchpoint.analysis.steps import WARMUP_STEPS, exposed_by_phase, steady_steps
 from pinchpoint.report.names import process_names
 from pinchpoint.report.svg import (
@@ -249,8 +249,7 @@ def roofline_chart(
     rank = run.ranks[0] if run.ranks else None
     if rank is None or rank.opwindow is None:
         return ""
-    on_device = any(o.device_ns is not None for o in rank.opwindow.ops)
-    ceilings = device_ceilings if on_device else cpu_ceilings(rank.probes)
+    ceilings = window_ceilings(rank.opwindow, rank.probes, device_ceilings)
     return roofline_svg(rank.opwindow, ceilings, width, height) if ceilings is not None else ""
 
 
