@@ -170,7 +170,7 @@ print(prof.report["steps"]["kind"], prof.report["steps"]["total"])
 
 
 DDP = """
-import torch, torch.distributed as dist
+import time, torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 dist.init_process_group("gloo")
@@ -182,6 +182,7 @@ for x, y in DataLoader(data, batch_size=8, num_workers=1):
     torch.nn.functional.cross_entropy(model(x), y).backward()
     opt.step()
 dist.destroy_process_group()
+time.sleep(0.05)  # gloo frees the last collective with the GIL (see examples/ddp_straggler.py)
 """
 
 

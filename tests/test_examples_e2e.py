@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -55,43 +54,30 @@ def _example_files() -> list[Path]:
     return files
 
 
-GLOO_TEARDOWN_ABORT = "terminate called without an active exception"
-"""A torchrun rank of ddp_straggler.py once died with this at exit (SIGABRT) in a fresh-clone CI run,
-after the run had finished and its report was written; 34 runs since, plain and under CPU load, never
-showed it again. A rank that dies this way is run once more; anything else fails at once."""
-
-
 def _profile(example: Path, tmp_path: Path) -> dict[str, Any]:
     out = tmp_path / "run"
     env = dict(os.environ)
     env.pop("PINCHPOINT_RUN_DIR", None)
-    for attempt in range(2):
-        res = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pinchpoint",
-                "run",
-                "-q",
-                "--force",
-                "-o",
-                str(out),
-                "--",
-                *_launch(example),
-            ]
-            + ([str(example)] if _launch(example) else [sys.executable, str(example)]),
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
-        )
-        if res.returncode == 0 or not (_launch(example) and GLOO_TEARDOWN_ABORT in res.stderr) or attempt:
-            break
-        warnings.warn(
-            f"{example.name}: a rank aborted at teardown ({GLOO_TEARDOWN_ABORT}); running it again",
-            stacklevel=2,
-        )
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pinchpoint",
+            "run",
+            "-q",
+            "--force",
+            "-o",
+            str(out),
+            "--",
+            *_launch(example),
+        ]
+        + ([str(example)] if _launch(example) else [sys.executable, str(example)]),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     report: dict[str, Any] = json.loads((out / "report.json").read_text())
     return report

@@ -28,6 +28,7 @@ PROGRAM = textwrap.dedent(
             loss.backward()
             opt.step()
         dist.destroy_process_group()
+        time.sleep(0.05)  # gloo's worker frees the last collective with the GIL: let it (see examples/ddp_straggler.py)
 
     if __name__ == "__main__":
         mp.spawn(worker, args=(2, sys.argv[1]), nprocs=2)
