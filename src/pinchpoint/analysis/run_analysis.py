@@ -69,7 +69,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
     stacks = None
     if run.stacks is not None and main is not None:
         workers = {p for c in rank.loaders for p in c.worker_pids} | {f.pid for f in rank.fetches}
-        stacks = stack_summary(run.stacks, [main.pid], workers - {main.pid}, run.meta.cwd)
+        stacks = stack_summary(run.stacks, [main.pid], workers - {main.pid}, run.meta.cwd, main.loop)
     return RankAnalysis(
         rank=rank.rank,
         steps=stats,

@@ -6,17 +6,20 @@ cost, and the numpy function it called is named beside it. Two scopes per rank:
 
   loader  samples of the DataLoader worker processes, and of the training process inside a dataset
           fetch (num_workers=0): what makes a batch expensive to produce.
-  host    samples of the training process's main thread outside model calls, backward, the
-          optimizer, the DataLoader and torch.save: the loop's own Python (metrics, logging,
-          per-item conversions), which the phase timings can only call host_other.
+  host    samples of the training process's main thread inside the loop's body (`LoopSite`, when
+          the capture found the loop) and outside model calls, backward, the optimizer, the
+          DataLoader and torch.save: the loop's own Python (metrics, logging, per-item
+          conversions), which the phase timings can only call host_other. Imports, building the
+          model and data, and evaluation after the loop are left out.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from pinchpoint.trace.run import LoopSite
 from pinchpoint.trace.stacks import Frame, Stacks, StackSample
 
 TOP_FRAMES = 3
@@ -52,6 +55,9 @@ class StackScope:
     samples: int
     seconds: float | None
     top: tuple[HotFunction, ...] = ()
+    within: str | None = None
+    """Where the scope's samples were taken from, when narrower than the process (`lines 40-58 of
+    train.py`: the loop's body)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,7 +71,11 @@ def is_library(frame: Frame) -> bool:
 
 
 def stack_summary(
-    stacks: Stacks, main_pids: Iterable[int], worker_pids: Iterable[int], cwd: str = ""
+    stacks: Stacks,
+    main_pids: Iterable[int],
+    worker_pids: Iterable[int],
+    cwd: str = "",
+    loop: LoopSite | None = None,
 ) -> StackSummary:
     mains, workers = set(main_pids), set(worker_pids)
     loader: list[StackSample] = []
@@ -76,11 +86,18 @@ def stack_summary(
         elif s.pid in mains or (s.pid is None and not workers):
             if any(f.file.endswith(_FETCH_FILE) for f in s.frames):
                 loader.append(s)
-            elif _on_main_thread(s) and not _in_timed_phase(s):
+            elif _on_main_thread(s) and not _in_timed_phase(s) and _in_loop(s, loop):
                 host.append(s)
-    return StackSummary(
-        loader=_scope("loader", loader, stacks.rate_hz, cwd), host=_scope("host", host, stacks.rate_hz, cwd)
-    )
+    host_scope = _scope("host", host, stacks.rate_hz, cwd)
+    if host_scope is not None and loop is not None:
+        where = display_path(loop.file, cwd)
+        host_scope = replace(host_scope, within=f"lines {loop.first_line}-{loop.last_line} of {where}")
+    return StackSummary(loader=_scope("loader", loader, stacks.rate_hz, cwd), host=host_scope)
+
+
+def _in_loop(s: StackSample, loop: LoopSite | None) -> bool:
+    """Inside the loop's body, or anywhere when the loop is not known."""
+    return loop is None or any(loop.holds(f.file, f.function, f.line) for f in s.frames)
 
 
 def _on_main_thread(s: StackSample) -> bool:
@@ -159,8 +176,13 @@ def _short(frame: Frame) -> str:
 
 def display_label(frame: Frame, cwd: str = "") -> str:
     """`function (file.py:12)` with the path relative to the program's directory when under it."""
-    path = frame.file
-    if cwd and path.startswith(cwd.rstrip("/") + "/"):
-        path = path[len(cwd.rstrip("/")) + 1 :]
+    path = display_path(frame.file, cwd)
     where = path if frame.line is None else f"{path}:{frame.line}"
     return f"{frame.function} ({where})" if path else frame.function
+
+
+def display_path(path: str, cwd: str = "") -> str:
+    """The path relative to the program's directory when under it."""
+    if cwd and path.startswith(cwd.rstrip("/") + "/"):
+        return path[len(cwd.rstrip("/")) + 1 :]
+    return path

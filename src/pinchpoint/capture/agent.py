@@ -29,6 +29,7 @@ from typing import Any
 
 from pinchpoint.capture import opwindow
 from pinchpoint.capture.annotate import ANNOTATE_ENV, make_annotator
+from pinchpoint.capture.loop_site import loop_site
 from pinchpoint.capture.thread_trial import ThreadTrialRunner
 from pinchpoint.capture.writer import JsonlWriter, write_json_atomic
 
@@ -139,6 +140,9 @@ class Agent:
         self.lead_optimizer: int | None = None
         self.opt_start_ns = 0
         self.autocast_dtype: str | None = None
+        self.loop: dict[str, Any] | None = None
+        """The program's loop statement around its steps (`capture/loop_site.py`), found at the first step."""
+        self._loop_sought = False
         self.steps = JsonlWriter(self.rank_dir / "steps.jsonl")
         self.device_clock: Any = None
         """CUDA events at step boundaries (`cuda_steps.DeviceStepClock`), once the program uses CUDA."""
@@ -247,6 +251,8 @@ class Agent:
             "threads": environment.thread_info(torch) if torch is not None else None,
             "autocast": {"cpu": self.autocast_dtype},
         }
+        if self.loop is not None:
+            info["loop"] = self.loop
         write_json_atomic(self.rank_dir / f"process-{os.getpid()}.json", info)
 
     def close(self) -> None:
@@ -321,6 +327,11 @@ class Agent:
         self._mark_device_step()
         self.intervals = []
         self.step_index += 1
+        if not self._loop_sought and not partial and self.role == "main":
+            # Once, after step 0 is written: its cost (a stack walk, one parse) lands in a warm-up step.
+            self._loop_sought = True
+            with contextlib.suppress(Exception):
+                self.loop = loop_site(sys._getframe(1))
         if self.window.on_step_end(self.torch, self.step_index):
             # The op window just opened (live-tensor snapshot) or closed (probes): no step's time.
             self.taint_next = True

@@ -27,6 +27,7 @@ from pinchpoint.trace.run import (
     GpuSample,
     Interval,
     LoaderConfig,
+    LoopSite,
     Phase,
     Probes,
     ProcessInfo,
@@ -321,6 +322,21 @@ def _process(o: dict[str, Any], rank: int) -> ProcessInfo:
         threads=threads,
         autocast_dtype=autocast,
         cuda_devices=devices,
+        loop=_loop(as_dict(o.get("loop"))),
+    )
+
+
+def _loop(o: dict[str, Any]) -> LoopSite | None:
+    first, last = as_int(o.get("first_line")), as_int(o.get("last_line"))
+    file, function = as_str(o.get("file")), as_str(o.get("function"))
+    if first is None or last is None or not file or not function or last < first:
+        return None
+    return LoopSite(
+        file=file,
+        function=function,
+        qualname=as_str(o.get("qualname")) or function,
+        first_line=first,
+        last_line=last,
     )
 
 

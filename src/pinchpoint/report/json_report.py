@@ -177,7 +177,7 @@ def _stacks(rank: RankAnalysis) -> dict[str, Any] | None:
                 {"function": h.label, "share": rounded(h.share, 3), "calls_into": h.calls_into}
                 for h in scope.top
             ],
-        }
+        } | ({"within": scope.within} if scope.within else {})
     return out
 
 

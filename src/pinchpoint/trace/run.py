@@ -6,6 +6,7 @@ of the machine. `ingest/rundir.py` builds a `Run` from a run directory; analyses
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -118,6 +119,26 @@ class ThreadSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LoopSite:
+    """The program's `for`/`while` statement around its steps: lines `first_line`..`last_line` of
+    `function` in `file` (`capture/loop_site.py`)."""
+
+    file: str
+    function: str
+    qualname: str
+    first_line: int
+    last_line: int
+
+    def holds(self, file: str, function: str, line: int | None) -> bool:
+        """A stack frame at `line` of `function` in `file` is inside the loop's body."""
+        if line is None or not self.first_line <= line <= self.last_line:
+            return False
+        if function not in (self.function, self.qualname) and function.rpartition(".")[2] != self.function:
+            return False
+        return file == self.file or os.path.realpath(file) == os.path.realpath(self.file)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ProcessInfo:
     pid: int
     ppid: int | None
@@ -128,6 +149,7 @@ class ProcessInfo:
     autocast_dtype: str | None = None
     """The low-precision dtype autocast was seen enabled with during a step (e.g. "bfloat16")."""
     cuda_devices: tuple[CudaDevice, ...] = ()
+    loop: LoopSite | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -65,7 +65,13 @@ class HostPython:
                 if steps.main_cpu_fraction >= 0.5
                 else f"The main thread is on a CPU only {pct(steps.main_cpu_fraction)} of the step"
             )
-        stacks = stack_evidence(rank.stacks.host if rank.stacks else None, "in the loop, outside the phases")
+        host = rank.stacks.host if rank.stacks else None
+        where = (
+            f"in the loop ({host.within}), outside the phases"
+            if host and host.within
+            else ("in the main thread, outside the phases")
+        )
+        stacks = stack_evidence(host, where)
         if stacks:
             evidence.append(stacks)
         # (On a CUDA program the host also sleeps inside forward and backward, waiting for the device.)
