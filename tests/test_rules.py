@@ -29,6 +29,7 @@ from conftest import (
     make_run_analysis,
     make_steps,
     matmul_probes,
+    ns,
 )
 from pinchpoint.analysis.memory import PageFaults, memory_trend, page_faults
 from pinchpoint.analysis.ops import op_stats
@@ -73,7 +74,16 @@ from pinchpoint.diagnosis.rules.memory import (
     LEAK_MIN_R2,
     LEAK_MIN_SLOPE,
 )
-from pinchpoint.trace.run import Environment, LiveTensors, OpEvent, OpWindow, Probes, Role, TensorGroup
+from pinchpoint.trace.run import (
+    Environment,
+    LiveTensors,
+    LoaderTransfer,
+    OpEvent,
+    OpWindow,
+    Probes,
+    Role,
+    TensorGroup,
+)
 
 STEP_MS = 100.0
 EPS = 0.001  # a tenth of a millisecond in a 100 ms step
@@ -240,7 +250,46 @@ INPUT_FETCH = {
     "no-steps-no-finding": Case(make_rank_analysis(steps=()), False),
 }
 
+
+def _accumulating_case(worker_ms: float, receive_ms: float, cores: int, **kw: Any) -> Case:
+    """Four 6 ms CPU-bound fetches a step (gradient accumulation), and a loader probe that measured what
+    one worker costs per batch."""
+    steady = rank_of({"data_wait": 0.25}).steps
+    assert steady is not None
+    loader = make_loader(batches=4 * steady.count, wall_ms=6, cpu_fraction=1.0)
+    probes = Probes(
+        loader_transfer=LoaderTransfer(batch_bytes=33_000, worker_ns=ns(worker_ms), receive_ns=ns(receive_ms))
+    )
+    rank = rank_of(
+        {"data_wait": 0.25}, loader=loader, probes=probes, cpu=make_cpu(cores=cores, process_cores=1.0)
+    )
+    return Case(rank, True, env=make_env(cores=cores), **kw)
+
+
 INPUT_PREPROCESS = {
+    # Moving a batch through a worker costs more than fetching it: keep loading in the training process
+    # and make each fetch cheaper (in the training process the receive alone adds 4 x 10 ms to the step).
+    "workers-cost-more-than-the-fetch": _accumulating_case(
+        10,
+        10,
+        2,
+        evidence=(
+            "6.00 ms of CPU per batch (4 batches a step)",
+            "would pass each batch (33 kB) through shared memory: 10.0 ms",
+        ),
+        check=_all(
+            _fix_has("Keep num_workers=0"),
+            _has("snippet", "BatchSampler("),
+            _eq("estimated_speedup", 100 / 75),
+        ),
+    ),
+    # Cheap transfers on free cores: workers pay, less what the training process pays to receive.
+    "cheap-transfer-workers-pay": _accumulating_case(
+        0.5,
+        0.2,
+        8,
+        check=_all(_fix_has("num_workers="), _eq("estimated_speedup", 100 / (75 + 4 * 0.2))),
+    ),
     "busy-loader-free-cores-more-workers": Case(
         rank_of({"data_wait": 0.30}, loader=BUSY, cpu=make_cpu(cores=8, process_cores=1.2)),
         True,

@@ -27,7 +27,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from pinchpoint.capture import opwindow
+from pinchpoint.capture import loader_probe, opwindow
 from pinchpoint.capture.annotate import ANNOTATE_ENV, make_annotator
 from pinchpoint.capture.loop_site import loop_site
 from pinchpoint.capture.thread_trial import ThreadTrialRunner
@@ -197,8 +197,9 @@ class Agent:
             self.annot.end()
 
     def _after_fork(self) -> None:
-        # A forked child (usually a DataLoader worker) keeps the hooks but records only its fetches.
-        self.role = "worker"
+        # A forked child (usually a DataLoader worker) keeps the hooks but records only its fetches;
+        # the loader probe's worker records nothing.
+        self.role = "probe" if loader_probe.ACTIVE else "worker"
         self.tid = threading.get_ident()
         _forget_thread_files()
         self._statm.reset()

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pinchpoint.capture import dist_hooks
+from pinchpoint.capture import dist_hooks, loader_probe
 from pinchpoint.capture.agent import INFERENCE_AFTER_CALLS, thread_schedstat
 
 if TYPE_CHECKING:
@@ -151,11 +151,17 @@ def _after_top_level_call(agent: Agent, torch: Any, module: Any, t1: int) -> Non
 def _fetch_wrapper(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(self: Any, possibly_batched_index: Any) -> Any:
+        if agent.role == "probe":
+            return fn(self, possibly_batched_index)
         s0 = thread_schedstat()
         c0 = _thread_cpu()
         t0 = _now()
         try:
-            return fn(self, possibly_batched_index)
+            batch = fn(self, possibly_batched_index)
+            if agent.role == "main" and agent.window.batch_spec is None:
+                # The batch's shapes, once: the loader probe passes one like it through a worker.
+                agent.window.batch_spec = loader_probe.batch_spec(batch)
+            return batch
         finally:
             t1 = _now()
             c1 = _thread_cpu()

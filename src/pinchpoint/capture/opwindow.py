@@ -22,6 +22,7 @@ from typing import Any
 
 from pinchpoint.capture import opcensus
 from pinchpoint.capture.live_tensors import live_tensors
+from pinchpoint.capture.loader_probe import probe_worker_transfer
 from pinchpoint.capture.writer import write_json_atomic
 
 DISPATCH_PROBE_OPS = 2000
@@ -48,6 +49,8 @@ class OpWindow:
         """The program had initialised CUDA when the window began: kernels and copies are recorded too."""
         self._step_range: Any = None
         self._live_before: dict[str, Any] | None = None
+        self.batch_spec: list[tuple[list[int], str]] | None = None
+        """Shapes and dtypes of a batch the training process fetched itself (num_workers=0)."""
 
     def disable(self) -> None:
         self.done = True
@@ -153,7 +156,7 @@ class OpWindow:
             # wrong question (the device's ceilings come from `pinchpoint calibrate`).
             shape = None if self.on_cuda else _heaviest_matmul(prof)
             live = self._live_after(torch)
-            probes = run_probes(torch, shape)
+            probes = run_probes(torch, shape, self.batch_spec)
             probes["live_tensors"] = live
             probes["device"] = "cuda" if self.on_cuda else "cpu"
             probes["window_steps"] = self.spec[1] if self.spec else None
@@ -173,7 +176,7 @@ class OpWindow:
             self.rank_dir.mkdir(parents=True, exist_ok=True)
             opcensus.write_trace(self.rank_dir / "opwindow.json", events)
             live = self._live_after(torch)
-            probes = run_probes(torch, opcensus.heaviest_matmul(events))
+            probes = run_probes(torch, opcensus.heaviest_matmul(events), self.batch_spec)
             probes["live_tensors"] = live
             probes["device"] = "cpu"
             probes["recorder"] = "census"
@@ -235,13 +238,19 @@ def _heaviest_matmul(prof: Any) -> tuple[int, int, int] | None:
     return opcensus.heaviest_matmul(events)
 
 
-def run_probes(torch: Any, shape: tuple[int, int, int] | None) -> dict[str, Any]:
+def run_probes(
+    torch: Any, shape: tuple[int, int, int] | None, batch_spec: list[tuple[list[int], str]] | None = None
+) -> dict[str, Any]:
     out: dict[str, Any] = {
         "dispatch_ns_per_op": None,
         "matmul": [],
         "page_fault_ns": None,
         "memory_bytes_per_s": None,
+        "loader_transfer": None,
     }
+    if batch_spec:  # the program loads in its training process: what would a worker cost?
+        with contextlib.suppress(Exception):
+            out["loader_transfer"] = probe_worker_transfer(torch, batch_spec)
     with contextlib.suppress(Exception):
         out["dispatch_ns_per_op"] = _probe_dispatch(torch)
     with contextlib.suppress(Exception):

@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from pinchpoint.ingest.fields import as_dict, as_int, as_list
-from pinchpoint.trace.run import LiveTensors, MatmulProbe, Probes, TensorGroup
+from pinchpoint.trace.run import LiveTensors, LoaderTransfer, MatmulProbe, Probes, TensorGroup
 
 
 def _live(o: Any) -> LiveTensors | None:
@@ -59,4 +59,16 @@ def read_probes(o: dict[str, Any]) -> Probes:
         memory_bytes_per_s=float(bw)
         if isinstance(bw, (int, float)) and math.isfinite(bw) and bw > 0
         else None,
+        loader_transfer=_transfer(as_dict(o.get("loader_transfer"))),
     )
+
+
+def _transfer(o: dict[str, Any]) -> LoaderTransfer | None:
+    size, worker, receive = (
+        as_int(o.get("batch_bytes")),
+        as_int(o.get("worker_ns")),
+        as_int(o.get("receive_ns")),
+    )
+    if size is None or worker is None or receive is None or size < 0 or worker <= 0 or receive < 0:
+        return None
+    return LoaderTransfer(batch_bytes=size, worker_ns=worker, receive_ns=receive)

@@ -266,6 +266,17 @@ class LiveTensors:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LoaderTransfer:
+    """One DataLoader worker passing batches shaped like the program's (`capture/loader_probe.py`)."""
+
+    batch_bytes: int
+    worker_ns: int
+    """Per batch at the worker's pace (fetch a prebuilt batch, copy to shared memory, send)."""
+    receive_ns: int
+    """Per batch in the training process, for a batch already waiting."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Probes:
     dispatch_ns_per_op: int | None = None
     matmul: tuple[MatmulProbe, ...] = ()
@@ -278,6 +289,7 @@ class Probes:
     live_after: LiveTensors | None = None
     """... and when it ended, `window_steps` steps later."""
     window_steps: int | None = None
+    loader_transfer: LoaderTransfer | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

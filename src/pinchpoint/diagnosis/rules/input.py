@@ -68,6 +68,31 @@ def _loader_stacks(rank: RankAnalysis) -> str | None:
     return stack_evidence(rank.stacks.loader if rank.stacks else None, where)
 
 
+def _batches_per_step(rank: RankAnalysis, loader: LoaderActivity) -> float:
+    """Batches each step consumes, a whole number (gradient accumulation fetches several; prefetching
+    workers blur the window's edges by a batch)."""
+    count = rank.steps.count if rank.steps is not None else 0
+    return float(max(1, round(loader.batches / count))) if count else 1.0
+
+
+def _transfer(rank: RankAnalysis, bps: float) -> tuple[float, float]:
+    """(worker-side, training-process-side) ns per step that moving batches through workers would add,
+    from the loader probe (0, 0 when it didn't run: the program already has workers, or no op window)."""
+    t = rank.probes.loader_transfer
+    return (bps * t.worker_ns, bps * t.receive_ns) if t is not None else (0.0, 0.0)
+
+
+def _transfer_evidence(rank: RankAnalysis, fetch_ns: float) -> str | None:
+    t = rank.probes.loader_transfer
+    if t is None:
+        return None
+    return (
+        f"A DataLoader worker would pass each batch ({t.batch_bytes / 1e3:.0f} kB) through shared memory: "
+        f"{ms(t.worker_ns)} of the worker's time and {ms(t.receive_ns)} of the training process's per batch "
+        f"(measured here with one worker), against {ms(fetch_ns)} to fetch it in the training process"
+    )
+
+
 def _settings(loader: LoaderActivity | None) -> str | None:
     if loader is None or loader.config is None:
         return None
@@ -104,10 +129,15 @@ class InputFetch:
         current = loader.config.num_workers if loader and loader.config else 0
         if loader is not None:
             evidence.append(_loader_evidence(loader))
-            per_batch = loader.per_batch_ns
-            workers = max(current + 2, min(MAX_IO_WORKERS, math.ceil(per_batch / compute_ns) + 1))
-            predicted = max(compute_ns, per_batch / workers)
+            bps = _batches_per_step(rank, loader)
+            per_step = bps * loader.per_batch_ns
+            send, receive = _transfer(rank, bps)
+            workers = max(current + 2, min(MAX_IO_WORKERS, math.ceil(per_step / compute_ns) + 1))
+            predicted = max(compute_ns + receive, (per_step + send) / workers)
             speedup = max(1.0, step_ns / predicted)
+            transfer = _transfer_evidence(rank, loader.per_batch_ns)
+            if transfer:
+                evidence.append(transfer)
             confidence = Confidence.HIGH if share >= INPUT_SHARE_HIGH else Confidence.MEDIUM
         else:
             evidence.append("The loader's own activity was not recorded (not a torch DataLoader?)")
@@ -158,7 +188,12 @@ class InputPreprocess:
         share, wait_ns, step_ns = dw
         cores = max(1, env.cpu.usable_cores)
         compute_ns = max(1.0, step_ns - wait_ns)
-        prep_cpu = loader.cpu_ns / loader.batches if loader.batches else 0.0
+        bps = _batches_per_step(rank, loader)
+        prep_batch = loader.cpu_ns / loader.batches if loader.batches else 0.0
+        prep_cpu = bps * prep_batch  # per step
+        # What workers would add: the worker copies each batch into shared memory and sends it, the
+        # training process maps it back (the loader probe; 0 when it did not run).
+        send, receive = _transfer(rank, bps)
         # CPU demand of everything else per step: the tree's CPU use minus the loading work.
         intra = rank.main.threads.intra_op if rank.main is not None else None
         if rank.cpu is not None:
@@ -168,19 +203,23 @@ class InputPreprocess:
         other_cpu = max(compute_ns, tree_cpu - prep_cpu)
         current = loader.config.num_workers if loader.config else 0
         saturated = other_cpu / compute_ns >= SATURATED_CORES * cores
+        main_path = compute_ns + receive
         if saturated:
             # The rest of the step already keeps the cores busy (intra-op threads): a busy worker needs a
             # core of its own, or the intra-op pool runs oversubscribed and its threads stall at every
             # barrier (input_preprocess.py on 2 cores: ×0.88 with one worker). So the worker's core comes
             # out of the pool, and the compute runs on what is left.
             options = [
-                (max(compute_ns, prep_cpu / w, other_cpu / (cores - w)), w) for w in range(current + 1, cores)
+                (max(main_path, (prep_cpu + send) / w, (other_cpu + receive) / (cores - w)), w)
+                for w in range(current + 1, cores)
             ]
             with_workers, workers = min(options) if options else (float(step_ns), current + 1)
             threads = cores - workers
         else:
-            workers = max(current + 1, min(cores, math.ceil(prep_cpu / compute_ns)))
-            with_workers = max(compute_ns, prep_cpu / workers, (other_cpu + prep_cpu) / cores)
+            workers = max(current + 1, min(cores, math.ceil((prep_cpu + send) / compute_ns)))
+            with_workers = max(
+                main_path, (prep_cpu + send) / workers, (other_cpu + prep_cpu + send + receive) / cores
+            )
             threads = None
         speedup_workers = step_ns / with_workers
         speedup_cheaper = speedup_removing(share)
@@ -193,11 +232,15 @@ class InputPreprocess:
         evidence = [
             f"DataLoader wait is {pct(share)} of the step ({ms(wait_ns)} of {ms(step_ns)})",
             _loader_evidence(loader),
-            f"Preprocessing needs {ms(prep_cpu)} of CPU per batch; the rest of the step uses "
-            f"{ms(other_cpu)} of CPU; the machine has {cores} usable core(s)",
+            f"Preprocessing needs {ms(prep_batch)} of CPU per batch"
+            + (f" ({bps:.0f} batches a step)" if bps >= 1.5 else "")
+            + f"; the rest of the step uses {ms(other_cpu)} of CPU; the machine has {cores} usable core(s)",
             f"More workers: predicted ×{speedup_workers:.2f} ({how}); "
             f"cheaper or cached preprocessing: up to ×{speedup_cheaper:.2f}",
         ]
+        transfer = _transfer_evidence(rank, loader.per_batch_ns)
+        if transfer:
+            evidence.append(transfer)
         stacks = _loader_stacks(rank)
         if stacks:
             evidence.append(stacks)
@@ -205,6 +248,11 @@ class InputPreprocess:
         if settings:
             evidence.append(settings)
         use_workers = speedup_workers >= 1.15 and workers > current
+        # Workers cost more per batch than the fetch itself: the fetch is cheap and just done too often
+        # (a per-sample __getitem__ and collate over in-memory tensors).
+        cheap_fetch = (
+            rank.probes.loader_transfer is not None and not use_workers and (send + receive) >= prep_cpu
+        )
         if use_workers:
             pool = f" with torch.set_num_threads({threads}) to leave it a core" if threads else ""
             fix = (
@@ -212,6 +260,14 @@ class InputPreprocess:
                 f"(fits {cores} cores), or make it cheaper (cache decoded samples, vectorise augmentation)."
             )
             speedup = speedup_workers
+        elif cheap_fetch:
+            fix = (
+                f"Keep num_workers={current}: a worker would spend more per batch moving it between processes "
+                f"than the fetch costs (more workers: ×{speedup_workers:.2f}). Make each fetch cheaper instead: "
+                "fetch a whole batch with one indexing call rather than one __getitem__ per sample and a "
+                "collate (a TensorDataset indexes with a list of indices), or slice pre-shuffled tensors."
+            )
+            speedup = speedup_cheaper
         else:
             fix = (
                 f"Make preprocessing cheaper: the {cores} core(s) are already busy, so more workers would compete "
@@ -231,6 +287,9 @@ class InputPreprocess:
                 (f"torch.set_num_threads({threads})\n" if threads else "")
                 + f"DataLoader(dataset, num_workers={workers}, persistent_workers=True)"
                 if use_workers
+                else "batches = BatchSampler(RandomSampler(dataset), batch_size=32, drop_last=False)\n"
+                "DataLoader(dataset, sampler=batches, batch_size=None)  # dataset[[i, j, ...]]: one batch"
+                if cheap_fetch
                 else "cache = [transform(x) for x in raw]  # once, before training\n"
                 "dataset = TensorDataset(torch.stack(cache), labels)"
             ),
