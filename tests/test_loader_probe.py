@@ -54,9 +54,13 @@ def test_cheap_fetches_are_not_sent_to_workers(tmp_path: Path) -> None:
     probe = json.loads((rank / "probes.json").read_text())["loader_transfer"]
     assert probe["batch_bytes"] == 32 * 256 * 4 + 32 * 8 and probe["tensors"] == 2, probe
     assert probe["worker_ns"] > 0 and probe["receive_ns"] > 0, probe
-    # the probe's own worker left nothing behind: one fetch file and one process file, the program's
+    # the probe's own worker and batches left nothing behind: one fetch file, one process file and one
+    # DataLoader, the program's (its random stream is untouched: test_cli_run's unchanged results)
     assert len(list(rank.glob("fetch-*.jsonl"))) == 1 and len(list(rank.glob("process-*.json"))) == 1
+    loaders = [json.loads(x) for x in (rank / "loaders.jsonl").read_text().splitlines()]
+    assert [(x["num_workers"], x["batch_size"]) for x in loaders] == [(0, 32), (0, 32)], loaders
     report = json.loads((tmp_path / "r.json").read_text())
+    assert report["environment"]["dataloader"]["num_workers"] == 0
     (finding,) = [f for f in report["findings"] if f["id"] == "input.preprocess"]
     text = " ".join(finding["evidence"])
     assert "(4 batches a step)" in text and "would pass each batch (33 kB) through shared memory" in text, (

@@ -53,8 +53,8 @@ def install_hooks(agent: Agent, torch: Any) -> None:
     orig_next = it_cls.__next__
 
     def next_wrapper(self: Any) -> Any:
-        if agent.role != "main" or threading.get_ident() != agent.tid:
-            return orig_next(self)
+        if agent.role != "main" or threading.get_ident() != agent.tid or loader_probe.ACTIVE:
+            return orig_next(self)  # (the loader probe's batches are pinchpoint's, not the program's)
         agent.begin("data_wait")
         t0 = _now()
         try:
@@ -151,7 +151,7 @@ def _after_top_level_call(agent: Agent, torch: Any, module: Any, t1: int) -> Non
 def _fetch_wrapper(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(self: Any, possibly_batched_index: Any) -> Any:
-        if agent.role == "probe":
+        if agent.role == "probe" or loader_probe.ACTIVE:
             return fn(self, possibly_batched_index)
         s0 = thread_schedstat()
         c0 = _thread_cpu()

@@ -61,6 +61,7 @@ def probe_worker_transfer(torch: Any, spec: list[tuple[list[int], str]]) -> dict
 
     ACTIVE = True
     it: Any = None
+    rng = torch.random.get_rng_state()  # an iterator draws its workers' base seed: the program's stream
     try:
         loader = torch.utils.data.DataLoader(_OneBatch(), batch_size=None, num_workers=1, prefetch_factor=2)
         it = iter(loader)
@@ -81,6 +82,7 @@ def probe_worker_transfer(torch: Any, spec: list[tuple[list[int], str]]) -> dict
         if it is not None:
             with contextlib.suppress(Exception):
                 it._shutdown_workers()
+        torch.random.set_rng_state(rng)
         ACTIVE = False
     return {
         "batch_bytes": nbytes,
