@@ -251,14 +251,21 @@ INPUT_FETCH = {
 }
 
 
-def _accumulating_case(worker_ms: float, receive_ms: float, cores: int, **kw: Any) -> Case:
+def _accumulating_case(
+    worker_ms: float, receive_ms: float, cores: int, batched_ms: float | None = None, **kw: Any
+) -> Case:
     """Four 6 ms CPU-bound fetches a step (gradient accumulation), and a loader probe that measured what
     one worker costs per batch."""
     steady = rank_of({"data_wait": 0.25}).steps
     assert steady is not None
     loader = make_loader(batches=4 * steady.count, wall_ms=6, cpu_fraction=1.0)
     probes = Probes(
-        loader_transfer=LoaderTransfer(batch_bytes=33_000, worker_ns=ns(worker_ms), receive_ns=ns(receive_ms))
+        loader_transfer=LoaderTransfer(
+            batch_bytes=33_000,
+            worker_ns=ns(worker_ms),
+            receive_ns=ns(receive_ms),
+            batched_ns=None if batched_ms is None else ns(batched_ms),
+        )
     )
     rank = rank_of(
         {"data_wait": 0.25}, loader=loader, probes=probes, cpu=make_cpu(cores=cores, process_cores=1.0)
@@ -282,6 +289,16 @@ INPUT_PREPROCESS = {
             _has("snippet", "BatchSampler("),
             _eq("estimated_speedup", 100 / 75),
         ),
+    ),
+    # With the probe's whole-batch fetch (0.5 ms): the wait keeps the DataLoader's own 0.25 ms a batch
+    # (25 ms of wait, 4 x 6 ms in the fetch) and pays 0.5 ms per fetch: 4 x 0.75 = 3 ms instead of 25.
+    "whole-batch-fetch-is-predicted": _accumulating_case(
+        10,
+        10,
+        2,
+        batched_ms=0.5,
+        evidence=("the wait would be ≈ 3.00 ms a step: predicted ×1.28",),
+        check=_all(_fix_has("Keep num_workers=0"), _eq("estimated_speedup", 100 / 78)),
     ),
     # Cheap transfers on free cores: workers pay, less what the training process pays to receive.
     "cheap-transfer-workers-pay": _accumulating_case(

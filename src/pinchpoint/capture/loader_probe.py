@@ -10,7 +10,10 @@ against what fetching it costs. On the reference machine that is ~1 ms a batch w
 Measured, not modelled: a `DataLoader(num_workers=1, batch_size=None)` over a dataset that returns one
 prebuilt batch of the program's shapes and dtypes. `worker_ns` is the time per batch when the training
 process only pulls batches (the worker's pace: fetch, copy, send); `receive_ns` the time `next()` takes
-when the batch is already waiting (what the training process itself pays per batch).
+when the batch is already waiting (what the training process itself pays per batch). And, for the
+other way out, `batched_ns`: one indexing call per tensor with a list of batch-size indices, which is
+what a dataset indexed by a whole batch (`BatchSampler` as the sampler) costs instead of a per-sample
+`__getitem__` and a collate.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ def probe_worker_transfer(torch: Any, spec: list[tuple[list[int], str]]) -> dict
         def __getitem__(self, i: int) -> Any:
             return tensors
 
+    batched_ns = _batched_fetch_ns(tensors)
     ACTIVE = True
     it: Any = None
     rng = torch.random.get_rng_state()  # an iterator draws its workers' base seed: the program's stream
@@ -90,4 +94,23 @@ def probe_worker_transfer(torch: Any, spec: list[tuple[list[int], str]]) -> dict
         "worker_ns": int(worker_ns),
         "receive_ns": int(receive[len(receive) // 2]),
         "batches": BATCHES,
+        "batched_ns": batched_ns,
     }
+
+
+def _batched_fetch_ns(tensors: tuple[Any, ...]) -> int | None:
+    """Median time to index every tensor of the batch with a Python list of its batch-size rows."""
+    rows = [int(t.shape[0]) for t in tensors if t.dim() > 0]
+    if not rows:
+        return None
+    index = list(range(min(rows)))[::-1]
+    samples = []
+    for _ in range(7):
+        t0 = time.perf_counter_ns()
+        for _ in range(10):
+            for t in tensors:
+                if t.dim() > 0:
+                    t[index]
+        samples.append((time.perf_counter_ns() - t0) // 10)
+    samples.sort()
+    return int(samples[len(samples) // 2])

@@ -71,4 +71,10 @@ def _transfer(o: dict[str, Any]) -> LoaderTransfer | None:
     )
     if size is None or worker is None or receive is None or size < 0 or worker <= 0 or receive < 0:
         return None
-    return LoaderTransfer(batch_bytes=size, worker_ns=worker, receive_ns=receive)
+    batched = as_int(o.get("batched_ns"))
+    return LoaderTransfer(
+        batch_bytes=size,
+        worker_ns=worker,
+        receive_ns=receive,
+        batched_ns=batched if batched is not None and batched > 0 else None,
+    )

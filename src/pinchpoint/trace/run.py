@@ -274,6 +274,8 @@ class LoaderTransfer:
     """Per batch at the worker's pace (fetch a prebuilt batch, copy to shared memory, send)."""
     receive_ns: int
     """Per batch in the training process, for a batch already waiting."""
+    batched_ns: int | None = None
+    """One indexing call per tensor with a list of the batch's indices (a whole-batch fetch)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -82,6 +82,18 @@ def _transfer(rank: RankAnalysis, bps: float) -> tuple[float, float]:
     return (bps * t.worker_ns, bps * t.receive_ns) if t is not None else (0.0, 0.0)
 
 
+def _batched_step(
+    rank: RankAnalysis, loader: LoaderActivity, bps: float, wait_ns: float
+) -> tuple[float, int] | None:
+    """(data wait per step, ns per batched fetch) with whole-batch fetches: the DataLoader's own time
+    per batch (the wait outside the fetch) plus the probe's batched indexing, for each batch."""
+    t = rank.probes.loader_transfer
+    if t is None or t.batched_ns is None:
+        return None
+    outside = max(0.0, wait_ns / bps - loader.per_batch_ns)
+    return min(wait_ns, bps * (outside + t.batched_ns)), t.batched_ns
+
+
 def _transfer_evidence(rank: RankAnalysis, fetch_ns: float) -> str | None:
     t = rank.probes.loader_transfer
     if t is None:
@@ -261,6 +273,14 @@ class InputPreprocess:
             )
             speedup = speedup_workers
         elif cheap_fetch:
+            batched = _batched_step(rank, loader, bps, wait_ns)
+            if batched is not None:
+                new_wait, per_fetch = batched
+                speedup_cheaper = step_ns / max(1.0, step_ns - wait_ns + new_wait)
+                evidence.append(
+                    f"Fetched as whole batches (one indexing call per tensor: {ms(per_fetch)} a batch, "
+                    f"measured), the wait would be ≈ {ms(new_wait)} a step: predicted ×{speedup_cheaper:.2f}"
+                )
             fix = (
                 f"Keep num_workers={current}: a worker would spend more per batch moving it between processes "
                 f"than the fetch costs (more workers: ×{speedup_workers:.2f}). Make each fetch cheaper instead: "
