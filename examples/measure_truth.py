@@ -33,6 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = {
     "input_fetch": ("input.fetch", [("--fix", ["--fix"])]),
     "input_preprocess": ("input.preprocess", [("--fix", ["--fix"])]),
+    "input_tiny_batches": ("input.preprocess", [("--fix", ["--fix"]), ("--workers 1", ["--workers", "1"])]),
     "host_python": ("host.python", [("--fix", ["--fix"])]),
     "host_dispatch": ("host.dispatch", [("--fix", ["--fix"])]),
     "compute_math": ("compute.math", [("--fix", ["--fix"])]),
