@@ -82,6 +82,7 @@ from pinchpoint.trace.run import (
     OpWindow,
     Probes,
     Role,
+    StepKind,
     TensorGroup,
 )
 
@@ -405,12 +406,14 @@ HOST_PYTHON = {
 }
 
 
-def _dispatch_ops(overhead_ms: float, small_ops: float = 2_000, window_step_ms: float = 100.0) -> Any:
+def _dispatch_ops(
+    overhead_ms: float, small_ops: float = 2_000, window_step_ms: float = 100.0, large_ms: float | None = None
+) -> Any:
     """A window whose phases take the whole (100 ms) step, `overhead_ms` of it outside large-tensor ops."""
     return make_ops(
         window_step_ms=window_step_ms,
         phase_ms=window_step_ms,
-        large_op_ms=window_step_ms - overhead_ms,
+        large_op_ms=window_step_ms - overhead_ms if large_ms is None else large_ms,
         small_ops_per_step=small_ops,
         top_level_ops_per_step=small_ops + 50,
         dispatch_ns_per_op=3_000,
@@ -434,15 +437,33 @@ HOST_DISPATCH = {
     "just-below-share-min": Case(rank_of({}, ops=_dispatch_ops((DISPATCH_SHARE_MIN - EPS) * 100)), False),
     "few-small-ops": Case(rank_of({}, ops=_dispatch_ops(60.0, small_ops=MANY_SMALL_OPS - 1)), False),
     "at-many-small-ops": Case(rank_of({}, ops=_dispatch_ops(60.0, small_ops=MANY_SMALL_OPS)), True),
-    "profiler-cost-taken-off": Case(
-        # the window step is 20 ms longer than a normal step: that profiler cost is not overhead
+    "profiler-cost-is-not-overhead": Case(
+        # the window step is 20 ms longer than a normal step: the normal steps' phases are what is read
         rank_of({}, ops=_dispatch_ops(25.0, window_step_ms=120.0)),
         False,
     ),
-    "share-capped-at-compute": Case(
-        rank_of({"data_wait": 0.88}, ops=_dispatch_ops(90.0)),
+    "a-slow-window-step-hides-nothing": Case(
+        # one window step paid an import (the first op under the census imports torch._dynamo): the
+        # overhead is still the normal steps' compute less the large ops' time
+        rank_of(
+            {}, ops=make_ops(window_step_ms=900.0, phase_ms=900.0, large_op_ms=40.0, small_ops_per_step=40)
+        ),
         True,
-        check=_eq("share", 0.12),
+        check=_eq("share", 0.60),
+    ),
+    "inference-is-told-to-batch-requests": Case(
+        make_rank_analysis(
+            steps=make_steps(10, {"forward": 95.0}, 5.0, kind=StepKind.INFERENCE),
+            ops=make_ops(large_op_ms=5.0, small_ops_per_step=37),
+        ),
+        True,
+        check=_all(_fix_has("batch requests"), _has("snippet", "torch.cat(pending)")),
+    ),
+    "share-is-within-compute": Case(
+        # 12 ms of compute, 1 ms of it in large ops: 11 ms of overhead, however long the window's phases
+        rank_of({"data_wait": 0.88}, ops=_dispatch_ops(90.0, large_ms=1.0)),
+        True,
+        check=_eq("share", 0.11),
     ),
     "all-large-ops": Case(rank_of({}, ops=make_ops(small_ops_per_step=5_000)), False),
     "no-op-window": Case(rank_of({}), False),
