@@ -36,6 +36,7 @@ EXAMPLES = {
     "input_tiny_batches": ("input.preprocess", [("--fix", ["--fix"]), ("--workers 1", ["--workers", "1"])]),
     "host_python": ("host.python", [("--fix", ["--fix"])]),
     "host_dispatch": ("host.dispatch", [("--fix", ["--fix"])]),
+    "serving_batch1": ("host.dispatch", [("--fix", ["--fix"])]),
     "compute_math": ("compute.math", [("--fix", ["--fix"])]),
     "compute_memory": ("compute.memory", [("--fix", ["--fix"])]),
     "ddp_straggler": ("imbalance.straggler", [("--fix", ["--fix"])]),
