@@ -59,7 +59,8 @@ class ComputeMath:
             return
         dtype = autocast or "float32"
         evidence = [
-            f"Forward, backward and optimizer are {pct(compute)} of the step ({ms(compute * steps.mean_ns)})"
+            f"{'Forward is' if steps.kind == 'inference' else 'Forward, backward and optimizer are'} "
+            f"{pct(compute)} of the step ({ms(compute * steps.mean_ns)})"
         ]
         if autocast:
             evidence.append(f"Autocast runs matmuls in {autocast} already")

@@ -102,6 +102,8 @@ class HostPython:
                 "correct += (logits.argmax(1) == y).sum()   # tensor, no .tolist()\n"
                 "if step % 50 == 0: log(correct.item() / seen)"
             )
+        if steps.kind == "inference":
+            title = title.replace("training loop", "inference loop")
         yield Finding(
             id=self.id,
             title=title,
@@ -155,11 +157,13 @@ class HostDispatch:
         share = max(0.0, min(compute_share, overhead / steps.mean_ns))
         if share < DISPATCH_SHARE_MIN:
             return
+        serving = steps.kind == "inference"
         top = ", ".join(f"{name} ×{calls}" for name, _, calls in ops.top_ops[:4])
         evidence = [
             f"{ops.top_level_ops_per_step:.0f} framework ops per step, {ops.small_ops_per_step:.0f} of them on "
             "tensors too small for their math to matter",
-            f"Forward, backward and optimizer take {ms(compute_share * steps.mean_ns)} per step; ops on large tensors "
+            f"{'Forward' if serving else 'Forward, backward and optimizer'} take"
+            f"{'s' if serving else ''} {ms(compute_share * steps.mean_ns)} per step; ops on large tensors "
             f"account for only {ms(ops.large_phase_op_ns_per_step)}: ≈ {ms(share * steps.mean_ns)} is per-op "
             "overhead and Python glue",
             f"Most time: {top}",
@@ -168,7 +172,6 @@ class HostDispatch:
             evidence.append(
                 f"Issuing even a 1-element op costs {ops.dispatch_ns_per_op / 1e3:.1f} µs here (measured)"
             )
-        serving = steps.kind == "inference"
         speedup = speedup_removing(share * DISPATCH_RECOVERABLE)
         if serving:
             # Batched, the overhead is paid once per SERVING_BATCH requests; the rest of a call is
