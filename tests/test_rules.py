@@ -27,6 +27,7 @@ from conftest import (
     make_process,
     make_rank_analysis,
     make_run_analysis,
+    make_step,
     make_steps,
     matmul_probes,
     ns,
@@ -450,6 +451,35 @@ HOST_DISPATCH = {
         ),
         True,
         check=_eq("share", 0.60),
+    ),
+    "a-step-that-also-evaluates-is-not-overhead": Case(
+        # every 5th step also runs 100 ms of evaluation forwards: the mean step's compute is 120 ms,
+        # a typical step's 100 ms, of which the window's large ops take 95 ms
+        make_rank_analysis(
+            steps=tuple(
+                make_step(
+                    i,
+                    i * 300_000_000,
+                    {"forward": 140.0 if i % 5 == 4 else 40.0, "backward": 40.0, "optimizer": 20.0},
+                )
+                for i in range(23)
+            ),
+            ops=make_ops(large_op_ms=95.0, small_ops_per_step=500),
+        ),
+        False,
+    ),
+    "an-optimizer-looping-over-parameters-is-told-to-fuse": Case(
+        # half the step is an optimizer whose ops are all small (one tensor at a time)
+        rank_of(
+            {"backward": 0.20, "optimizer": 0.50},
+            ops=replace(
+                make_ops(large_op_ms=45.0, small_ops_per_step=600),
+                large_op_ns_by_phase={"forward": 25e6, "backward": 20e6},
+            ),
+        ),
+        True,
+        evidence=("50.0 ms of it is in the optimizer step",),
+        check=_all(_eq("share", 0.55), _fix_has("fused=True"), _has("snippet", "fused=True")),
     ),
     "inference-is-told-to-batch-requests": Case(
         make_rank_analysis(

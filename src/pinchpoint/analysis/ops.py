@@ -45,6 +45,8 @@ class OpStats:
     large_phase_op_ns_per_step: float = 0.0
     """Time per step in depth-0 ops with a large tensor (or unknown shapes) inside the measured phases:
     the part of forward/backward/optimizer that is arithmetic rather than per-op overhead and glue."""
+    large_op_ns_by_phase: Mapping[str, float] = field(default_factory=dict)
+    """`large_phase_op_ns_per_step` split by the phase (forward, backward, optimizer) each op ran in."""
     phase_ns_per_window_step: float = 0.0
     """Exposed forward + backward + optimizer time per step inside the window."""
     loose_op_ns_per_step: float = 0.0
@@ -83,6 +85,18 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
     large_in_phases = sum(
         o.dur_ns for o, c, small in zip(top, covered, small_flags, strict=True) if c and not small
     )
+    named: list[tuple[int, int, str]] = sorted(
+        (iv.start_ns, iv.end_ns, str(iv.phase.value))
+        for s in steps
+        if s.profiled
+        for iv in s.intervals
+        if iv.phase.value in COMPUTE_PHASE_NAMES
+    )
+    by_phase: dict[str, float] = {}
+    for o, is_small in zip(top, small_flags, strict=True):
+        phase = None if is_small else _phase_of(named, o.start_ns, o.start_ns + o.dur_ns)
+        if phase is not None:
+            by_phase[phase] = by_phase.get(phase, 0.0) + o.dur_ns / n
     small = sum(small_flags)
     # The profiled steps the window's ops overlap (the profiler starts as the first of them starts).
     inside = [s for s in steps if s.profiled and s.end_ns > window.start_ns and s.start_ns < window.end_ns]
@@ -104,6 +118,7 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
         top_ops=tuple((name, acc[0] / n, round(acc[1] / n)) for name, acc in top_ops),
         small_ops_per_step=small / n,
         large_phase_op_ns_per_step=large_in_phases / n,
+        large_op_ns_by_phase=by_phase,
         phase_ns_per_window_step=phase_ns,
         loose_op_ns_per_step=loose / n,
     )
@@ -138,3 +153,14 @@ def _covered(spans: list[tuple[int, int]], start: int, end: int) -> bool:
             return True
         i -= 1
     return False
+
+
+def _phase_of(spans: list[tuple[int, int, str]], start: int, end: int) -> str | None:
+    """The phase of the innermost (latest-starting) span, sorted by start, that holds [start, end]."""
+    i = bisect.bisect_right(spans, (start, 2**63, "")) - 1
+    while i >= 0:
+        s, e, name = spans[i]
+        if s <= start and e >= end:
+            return name
+        i -= 1
+    return None

@@ -46,6 +46,9 @@ class StepStats:
     """The host's median step (equal to `median_ns` unless `device_timed`)."""
     host_mean_ns: float = 0.0
     """The host's mean step: what `breakdown` fractions are fractions of."""
+    phase_median_ns: Mapping[str, float] = field(default_factory=dict)
+    """Median exposed nanoseconds per step per phase: a typical step's, untouched by the odd step that
+    also evaluates or saves (what op-window steps, which are typical steps, compare with)."""
 
     def share(self, phase: str) -> float:
         return float(self.breakdown.get(phase, 0.0))
@@ -111,9 +114,14 @@ def step_stats(rank: RankData) -> StepStats | None:
     durs = sorted(device) if device_timed else host
     timed_total = sum(durs)
     sums: dict[str, int] = {}
+    per_step: dict[str, list[int]] = {}
     for s in steps:
         for name, ns in exposed_by_phase(s).items():
             sums[name] = sums.get(name, 0) + ns
+            per_step.setdefault(name, []).append(ns)
+    medians = {  # steps without the phase count as 0
+        k: float(_percentile(sorted(v + [0] * (len(steps) - len(v))), 0.5)) for k, v in per_step.items()
+    }
     cpu = [s.cpu_ns for s in steps if s.cpu_ns is not None]
     runq = [s.runq_ns for s in steps if s.runq_ns is not None]
     return StepStats(
@@ -132,6 +140,7 @@ def step_stats(rank: RankData) -> StepStats | None:
         device_timed=device_timed,
         host_median_ns=_percentile(host, 0.5),
         host_mean_ns=total / len(steps),
+        phase_median_ns=medians,
     )
 
 
