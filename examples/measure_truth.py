@@ -38,6 +38,7 @@ EXAMPLES = {
     "host_dispatch": ("host.dispatch", [("--fix", ["--fix"])]),
     "serving_batch1": ("host.dispatch", [("--fix", ["--fix"])]),
     "compute_math": ("compute.math", [("--fix", ["--fix"])]),
+    "compute_conv": ("compute.math", [("--fix", ["--fix"])]),
     "compute_memory": ("compute.memory", [("--fix", ["--fix"])]),
     "ddp_straggler": ("imbalance.straggler", [("--fix", ["--fix"])]),
     "comm_exposed": ("comm.exposed", [("--fix", ["--fix"])]),

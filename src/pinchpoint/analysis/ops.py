@@ -16,7 +16,16 @@ from pinchpoint.analysis.steps import exposed_by_phase
 from pinchpoint.trace.run import OpWindow, Phase, Probes, Step
 
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_weight_int8pack_mm"})
-CONV_OPS = frozenset({"aten::mkldnn_convolution", "aten::_convolution", "aten::convolution_overrideable"})
+CONV_OPS = frozenset(
+    {
+        "aten::mkldnn_convolution",
+        "aten::_convolution",
+        "aten::convolution_overrideable",
+        # the census sees the dispatcher's entry points, forward and backward
+        "aten::convolution",
+        "aten::convolution_backward",
+    }
+)
 FP32 = "float"
 SMALL_OP_NUMEL = 32_768
 """An op whose largest tensor (its own inputs or those of the ops it calls) has at most 32K elements
@@ -36,6 +45,8 @@ class OpStats:
     """Time inside depth-0 ops per step."""
     matmul_ns_per_step: Mapping[str, float] = field(default_factory=dict)
     """Time in matmul/conv ops per step, by input dtype ("float", "c10::BFloat16", ...)."""
+    conv_ns_per_step: Mapping[str, float] = field(default_factory=dict)
+    """The part of `matmul_ns_per_step` in convolutions (forward and backward), by input dtype."""
     matmul_flops_per_step: float = 0.0
     dispatch_ns_per_op: int | None = None
     top_ops: tuple[tuple[str, float, int], ...] = ()
@@ -65,11 +76,20 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
     top = [o for o in window.ops if o.depth == 0]
     durs = sorted(o.dur_ns for o in top)
     by_dtype: dict[str, float] = {}
+    conv_by_dtype: dict[str, float] = {}
     flops = 0
+    outer_until: dict[int, int] = {}  # per thread: the end of the matmul/conv op that holds later ones
     for o in window.ops:
         if o.name in MATMUL_OPS or o.name in CONV_OPS:
+            # Kineto nests aten::convolution > aten::_convolution > aten::mkldnn_convolution: the
+            # outermost one counts, once.
+            if o.start_ns < outer_until.get(o.tid, -1):
+                continue
+            outer_until[o.tid] = o.start_ns + o.dur_ns
             dtype = next((t for t in o.input_types if t and t != "Scalar"), "?")
             by_dtype[dtype] = by_dtype.get(dtype, 0.0) + o.dur_ns
+            if o.name in CONV_OPS:
+                conv_by_dtype[dtype] = conv_by_dtype.get(dtype, 0.0) + o.dur_ns
             flops += o.flops or 0
     per_name: dict[str, list[float]] = {}
     for o in top:
@@ -113,6 +133,7 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
         median_top_level_op_ns=float(durs[len(durs) // 2]) if durs else 0.0,
         op_ns_per_step=sum(durs) / n,
         matmul_ns_per_step={k: v / n for k, v in by_dtype.items()},
+        conv_ns_per_step={k: v / n for k, v in conv_by_dtype.items()},
         matmul_flops_per_step=flops / n,
         dispatch_ns_per_op=probes.dispatch_ns_per_op,
         top_ops=tuple((name, acc[0] / n, round(acc[1] / n)) for name, acc in top_ops),

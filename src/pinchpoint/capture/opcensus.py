@@ -165,3 +165,20 @@ def heaviest_matmul(events: list[Event]) -> tuple[int, int, int] | None:
         mkn = (int(a[-2]), int(a[-1]), int(b[-1]))
         totals[mkn] = totals.get(mkn, 0) + dur
     return max(totals, key=lambda k: totals[k]) if totals else None
+
+
+CONV_OPS = ("aten::convolution", "aten::_convolution", "aten::mkldnn_convolution")
+
+
+def heaviest_conv(events: list[Event]) -> tuple[list[int], list[int]] | None:
+    """(input dims, weight dims) of the 2-D forward convolution with the most total time in the census."""
+    totals: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+    for name, _, dur, _, _, dims in events:
+        if name not in CONV_OPS or len(dims) < 2 or len(dims[0]) != 4 or len(dims[1]) != 4:
+            continue
+        key = (tuple(int(d) for d in dims[0]), tuple(int(d) for d in dims[1]))
+        totals[key] = totals.get(key, 0) + dur
+    if not totals:
+        return None
+    x, w = max(totals, key=lambda k: totals[k])
+    return list(x), list(w)

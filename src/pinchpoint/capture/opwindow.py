@@ -176,7 +176,9 @@ class OpWindow:
             self.rank_dir.mkdir(parents=True, exist_ok=True)
             opcensus.write_trace(self.rank_dir / "opwindow.json", events)
             live = self._live_after(torch)
-            probes = run_probes(torch, opcensus.heaviest_matmul(events), self.batch_spec)
+            probes = run_probes(
+                torch, opcensus.heaviest_matmul(events), self.batch_spec, opcensus.heaviest_conv(events)
+            )
             probes["live_tensors"] = live
             probes["device"] = "cpu"
             probes["recorder"] = "census"
@@ -239,7 +241,10 @@ def _heaviest_matmul(prof: Any) -> tuple[int, int, int] | None:
 
 
 def run_probes(
-    torch: Any, shape: tuple[int, int, int] | None, batch_spec: list[tuple[list[int], str]] | None = None
+    torch: Any,
+    shape: tuple[int, int, int] | None,
+    batch_spec: list[tuple[list[int], str]] | None = None,
+    conv: tuple[list[int], list[int]] | None = None,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
         "dispatch_ns_per_op": None,
@@ -260,7 +265,41 @@ def run_probes(
     if shape is not None:
         with contextlib.suppress(Exception):
             out["matmul"] = _probe_matmul(torch, shape)
+    if conv is not None:
+        with contextlib.suppress(Exception):
+            out["conv"] = _probe_conv(torch, *conv)
     return out
+
+
+def _probe_conv(torch: Any, x_dims: list[int], w_dims: list[int]) -> list[dict[str, Any]]:
+    """The window's heaviest 2-D convolution, forward, in fp32 and in bf16 (stride 1, 'same' padding:
+    the census keeps shapes, not strides; the bf16/fp32 ratio is what the finding reads)."""
+    n, c, h, w = x_dims
+    k = w_dims[2]
+    if w_dims[1] != c or n * c * h * w > (64 << 20):
+        return []
+    results = []
+    with torch.no_grad():
+        x = torch.full(x_dims, 0.5)
+        wt = torch.full(w_dims, 0.25)
+        t0 = time.perf_counter_ns()
+        torch.nn.functional.conv2d(x, wt, padding=k // 2)
+        once = max(1, time.perf_counter_ns() - t0)
+        reps = max(1, min(10, MATMUL_PROBE_BUDGET_NS // (2 * once)))
+        for dtype_name in ("float32", "bfloat16"):
+            dtype = getattr(torch, dtype_name)
+            xd, wd = x.to(dtype), wt.to(dtype)
+            torch.nn.functional.conv2d(xd, wd, padding=k // 2)  # warm-up: the primitive is built once
+            times = []
+            for _ in range(int(reps)):
+                t0 = time.perf_counter_ns()
+                torch.nn.functional.conv2d(xd, wd, padding=k // 2)
+                times.append(time.perf_counter_ns() - t0)
+            times.sort()
+            results.append(
+                {"input": x_dims, "weight": w_dims, "dtype": dtype_name, "ns": int(times[len(times) // 2])}
+            )
+    return results
 
 
 BANDWIDTH_PROBE_BYTES = 64 << 20

@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from pinchpoint.ingest.fields import as_dict, as_int, as_list
-from pinchpoint.trace.run import LiveTensors, LoaderTransfer, MatmulProbe, Probes, TensorGroup
+from pinchpoint.trace.run import ConvProbe, LiveTensors, LoaderTransfer, MatmulProbe, Probes, TensorGroup
 
 
 def _live(o: Any) -> LiveTensors | None:
@@ -60,6 +60,18 @@ def read_probes(o: dict[str, Any]) -> Probes:
         if isinstance(bw, (int, float)) and math.isfinite(bw) and bw > 0
         else None,
         loader_transfer=_transfer(as_dict(o.get("loader_transfer"))),
+        conv=tuple(c for c in (_conv(as_dict(x)) for x in as_list(o.get("conv"))) if c is not None),
+    )
+
+
+def _conv(o: dict[str, Any]) -> ConvProbe | None:
+    x = [as_int(d) for d in as_list(o.get("input"))]
+    w = [as_int(d) for d in as_list(o.get("weight"))]
+    ns = as_int(o.get("ns"))
+    if len(x) != 4 or len(w) != 4 or any(d is None or d <= 0 for d in x + w) or ns is None or ns <= 0:
+        return None
+    return ConvProbe(
+        input=tuple(d or 0 for d in x), weight=tuple(d or 0 for d in w), dtype=str(o.get("dtype")), ns=ns
     )
 
 

@@ -266,6 +266,16 @@ class LiveTensors:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ConvProbe:
+    """The window's heaviest 2-D convolution (forward), timed in one dtype on this machine."""
+
+    input: tuple[int, ...]
+    weight: tuple[int, ...]
+    dtype: str
+    ns: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LoaderTransfer:
     """One DataLoader worker passing batches shaped like the program's (`capture/loader_probe.py`)."""
 
@@ -292,6 +302,7 @@ class Probes:
     """... and when it ended, `window_steps` steps later."""
     window_steps: int | None = None
     loader_transfer: LoaderTransfer | None = None
+    conv: tuple[ConvProbe, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
+from pinchpoint.analysis.ops import FP32
 from pinchpoint.analysis.roofline import Chain
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding
@@ -64,7 +65,15 @@ class ComputeMath:
         ]
         if autocast:
             evidence.append(f"Autocast runs matmuls in {autocast} already")
-        if ops is not None and ops.matmul_flops_per_step and steps.mean_ns:
+        # (The FLOP count covers matmuls, not convolutions: it is only worth a line when matmuls hold
+        # a tenth of the window's time.)
+        mm_ns = sum(ops.matmul_ns_per_step.values()) - sum(ops.conv_ns_per_step.values()) if ops else 0.0
+        if (
+            ops is not None
+            and ops.matmul_flops_per_step
+            and steps.mean_ns
+            and mm_ns >= 0.1 * ops.window_step_ns
+        ):
             achieved = ops.matmul_flops_per_step / (steps.mean_ns / 1e9)
             line = f"Matmuls do {ops.matmul_flops_per_step / 1e9:.2f} GFLOP per step: {achieved / 1e9:.0f} GFLOP/s"
             peak = _probe_flops(rank, "bfloat16" if autocast == "bfloat16" else "float32")
@@ -91,30 +100,30 @@ class ComputeMath:
 
     def _precision(self, env: Environment, rank: RankAnalysis, share: float, units: list[str]) -> Finding:
         assert rank.ops is not None and rank.steps is not None
-        probe = {m.dtype: m for m in rank.probes.matmul if m.ns > 0}
-        ratio = None
+        conv = rank.ops.conv_ns_per_step.get(FP32, 0.0)
+        part = conv / rank.ops.fp32_matmul_ns_per_step if rank.ops.fp32_matmul_ns_per_step > 0 else 0.0
+        what = (
+            "fp32 convolutions"
+            if part >= 0.9
+            else "fp32 convolutions and matmuls"
+            if part >= 0.5
+            else "fp32 matmuls"
+        )
         evidence = [
-            f"fp32 matmuls take {pct(share)} of the step ({ms(rank.ops.fp32_matmul_ns_per_step)} per profiled step)",
+            f"{what} take {pct(share)} of the step ({ms(rank.ops.fp32_matmul_ns_per_step)} per profiled step"
+            + (f", {ms(conv)} of it in convolutions)" if 0 < part < 0.9 else ")"),
             f"This CPU ({env.cpu.model}) has bf16 matrix units: {', '.join(units)}; autocast is off",
         ]
-        if "float32" in probe and "bfloat16" in probe and probe["float32"].ns > 0:
-            ratio = probe["bfloat16"].ns / probe["float32"].ns
-            m, k, n = probe["float32"].shape
-            evidence.append(
-                f"Measured here: a {m}×{k} @ {k}×{n} matmul takes {probe['float32'].ns / 1e3:.0f} µs in fp32, "
-                f"{probe['bfloat16'].ns / 1e3:.0f} µs in bf16 (×{1 / ratio:.1f})"
-            )
-            confidence = Confidence.HIGH
-        else:
+        ratio, measured = _bf16_ratio(rank)
+        evidence.extend(measured)
+        confidence = Confidence.HIGH if measured else Confidence.MEDIUM
+        if ratio is None:
             ratio = 1 / 3
-            confidence = Confidence.MEDIUM
         effective = min(1.0, ratio * AUTOCAST_OVERHEAD)
         speedup = 1.0 / (1.0 - share + share * effective)
         return Finding(
             id=self.id,
-            title="fp32 matmuls on a CPU with bf16 matrix units (AMX)"
-            if "amx_bf16" in units
-            else "fp32 matmuls on a CPU with bf16 matrix units",
+            title=f"{what} on a CPU with bf16 matrix units" + (" (AMX)" if "amx_bf16" in units else ""),
             share=share,
             estimated_speedup=max(1.0, speedup),
             confidence=confidence,
@@ -139,11 +148,46 @@ def _probe_flops(rank: RankAnalysis, dtype: str) -> float | None:
 
 
 def _probe_gain(rank: RankAnalysis) -> float:
-    """fp32/bf16 time ratio the matmul probe measured; assumed worthwhile (inf) when not probed."""
-    probe = {m.dtype: m.ns for m in rank.probes.matmul if m.ns > 0}
-    if probe.get("float32") and probe.get("bfloat16"):
-        return probe["float32"] / probe["bfloat16"]
-    return float("inf")
+    """fp32/bf16 time ratio the probes measured, over the window's fp32 matmul and convolution time;
+    assumed worthwhile (inf) when not probed."""
+    ratio, _ = _bf16_ratio(rank)
+    return float("inf") if ratio is None else 1.0 / ratio
+
+
+def _bf16_ratio(rank: RankAnalysis) -> tuple[float | None, list[str]]:
+    """bf16/fp32 time of the window's fp32 matmul+conv time, each part at its probe's ratio (a part with
+    no probe takes the other's), and the evidence lines of the probes; (None, []) with no probe."""
+    lines: list[str] = []
+    ops = rank.ops
+    total = ops.fp32_matmul_ns_per_step if ops is not None else 0.0
+    conv = ops.conv_ns_per_step.get(FP32, 0.0) if ops is not None else 0.0
+    mm = {m.dtype: m for m in rank.probes.matmul if m.ns > 0}
+    cv = {c.dtype: c for c in rank.probes.conv if c.ns > 0}
+    r_mm = r_conv = None
+    if "float32" in cv and "bfloat16" in cv and conv > 0:
+        r_conv = cv["bfloat16"].ns / cv["float32"].ns
+    if "float32" in mm and "bfloat16" in mm and (r_conv is None or total - conv >= 0.1 * total):
+        # (a probe of the head's tiny matmul says nothing about a network of convolutions)
+        r_mm = mm["bfloat16"].ns / mm["float32"].ns
+        m, k, n = mm["float32"].shape
+        lines.append(
+            f"Measured here: a {m}×{k} @ {k}×{n} matmul takes {mm['float32'].ns / 1e3:.0f} µs in fp32, "
+            f"{mm['bfloat16'].ns / 1e3:.0f} µs in bf16 (×{1 / r_mm:.1f})"
+        )
+    if r_conv is not None:
+        x, w = cv["float32"].input, cv["float32"].weight
+        lines.append(
+            f"Measured here: a convolution of {'×'.join(map(str, x))} by {'×'.join(map(str, w))} weights takes "
+            f"{cv['float32'].ns / 1e3:.0f} µs in fp32, {cv['bfloat16'].ns / 1e3:.0f} µs in bf16 (×{1 / r_conv:.1f})"
+        )
+    if r_mm is None and r_conv is None:
+        return None, lines
+    a = r_mm if r_mm is not None else r_conv
+    b = r_conv if r_conv is not None else r_mm
+    assert a is not None and b is not None
+    if total <= 0:
+        return a, lines
+    return ((total - conv) * a + conv * b) / total, lines
 
 
 class ComputeMemory:
