@@ -255,13 +255,18 @@ INPUT_FETCH = {
 
 
 def _accumulating_case(
-    worker_ms: float, receive_ms: float, cores: int, batched_ms: float | None = None, **kw: Any
+    worker_ms: float,
+    receive_ms: float,
+    cores: int,
+    batched_ms: float | None = None,
+    num_workers: int = 0,
+    **kw: Any,
 ) -> Case:
     """Four 6 ms CPU-bound fetches a step (gradient accumulation), and a loader probe that measured what
     one worker costs per batch."""
     steady = rank_of({"data_wait": 0.25}).steps
     assert steady is not None
-    loader = make_loader(batches=4 * steady.count, wall_ms=6, cpu_fraction=1.0)
+    loader = make_loader(batches=4 * steady.count, wall_ms=6, cpu_fraction=1.0, num_workers=num_workers)
     probes = Probes(
         loader_transfer=LoaderTransfer(
             batch_bytes=33_000,
@@ -302,6 +307,19 @@ INPUT_PREPROCESS = {
         batched_ms=0.5,
         evidence=("the wait would be ≈ 3.00 ms a step: predicted ×1.28",),
         check=_all(_fix_has("Keep num_workers=0"), _eq("estimated_speedup", 100 / 78)),
+    ),
+    # Workers already load, and receiving their 4 batches (4 x 10 ms) is most of the 25 ms wait: load in
+    # the training process, whole batches (0.5 ms each).
+    "the-wait-is-the-transfer-from-workers": _accumulating_case(
+        10,
+        5,
+        2,
+        batched_ms=0.5,
+        num_workers=1,
+        evidence=("receiving 4 batch(es) from the workers (80% of the wait)", "A DataLoader worker passes"),
+        check=_all(
+            _fix_has("Load in the training process (num_workers=0)"), _eq("estimated_speedup", 100 / 77)
+        ),
     ),
     # Cheap transfers on free cores: workers pay, less what the training process pays to receive.
     "cheap-transfer-workers-pay": _accumulating_case(

@@ -58,7 +58,11 @@ def install_hooks(agent: Agent, torch: Any) -> None:
         agent.begin("data_wait")
         t0 = _now()
         try:
-            return orig_next(self)
+            batch = orig_next(self)
+            if agent.window.batch_spec is None and getattr(self, "_num_workers", 0) > 0:
+                # Batches come from worker processes: the loader probe prices that transfer too.
+                agent.window.batch_spec = loader_probe.batch_spec(batch)
+            return batch
         finally:
             agent.interval("data_wait", t0, _now())
             agent.end()

@@ -27,6 +27,8 @@ split, rules-catalog §1e, which uses ≥ 50% for the dominant side)."""
 SATURATED_CORES = 0.75
 """The rest of the step keeps at least this share of the cores busy: a CPU-bound worker must take a core
 from the intra-op pool rather than share an idle one."""
+TRANSFER_BOUND = 0.5
+"""Receiving the workers' batches (the loader probe's cost per batch) is at least half the data wait."""
 MAX_IO_WORKERS = 8
 """Most workers suggested for sleeping (I/O-bound) loaders: each is a process with its own memory."""
 
@@ -94,14 +96,15 @@ def _batched_step(
     return min(wait_ns, bps * (outside + t.batched_ns)), t.batched_ns
 
 
-def _transfer_evidence(rank: RankAnalysis, fetch_ns: float) -> str | None:
+def _transfer_evidence(rank: RankAnalysis, fetch_ns: float, workers: int = 0) -> str | None:
     t = rank.probes.loader_transfer
     if t is None:
         return None
     return (
-        f"A DataLoader worker would pass each batch ({t.batch_bytes / 1e3:.0f} kB) through shared memory: "
-        f"{ms(t.worker_ns)} of the worker's time and {ms(t.receive_ns)} of the training process's per batch "
-        f"(measured here with one worker), against {ms(fetch_ns)} to fetch it in the training process"
+        f"A DataLoader worker {'passes' if workers else 'would pass'} each batch ({t.batch_bytes / 1e3:.0f} kB) "
+        f"through shared memory: {ms(t.worker_ns)} of the worker's time and {ms(t.receive_ns)} of the training "
+        f"process's per batch (measured here with one worker), against {ms(fetch_ns)} to fetch it"
+        + ("" if workers else " in the training process")
     )
 
 
@@ -250,7 +253,7 @@ class InputPreprocess:
             f"More workers: predicted ×{speedup_workers:.2f} ({how}); "
             f"cheaper or cached preprocessing: up to ×{speedup_cheaper:.2f}",
         ]
-        transfer = _transfer_evidence(rank, loader.per_batch_ns)
+        transfer = _transfer_evidence(rank, loader.per_batch_ns, current)
         if transfer:
             evidence.append(transfer)
         stacks = _loader_stacks(rank)
@@ -260,9 +263,12 @@ class InputPreprocess:
         if settings:
             evidence.append(settings)
         use_workers = speedup_workers >= 1.15 and workers > current
+        # Workers already load, and most of the wait is the training process receiving their batches.
+        received = bps * rank.probes.loader_transfer.receive_ns if rank.probes.loader_transfer else 0.0
+        transfer_bound = current > 0 and received >= TRANSFER_BOUND * wait_ns
         # Workers cost more per batch than the fetch itself: the fetch is cheap and just done too often
         # (a per-sample __getitem__ and collate over in-memory tensors).
-        cheap_fetch = (
+        cheap_fetch = transfer_bound or (
             rank.probes.loader_transfer is not None and not use_workers and (send + receive) >= prep_cpu
         )
         if use_workers:
@@ -274,6 +280,15 @@ class InputPreprocess:
             speedup = speedup_workers
         elif cheap_fetch:
             batched = _batched_step(rank, loader, bps, wait_ns)
+            if transfer_bound:
+                evidence.append(
+                    f"The training process spends ≈ {ms(received)} a step receiving {bps:.0f} batch(es) from the "
+                    f"workers ({pct(min(1.0, received / wait_ns))} of the wait), while fetching one takes a worker "
+                    f"{ms(loader.per_batch_ns)}: the wait is the transfer, not the preprocessing"
+                )
+                t = rank.probes.loader_transfer
+                in_process = bps * (t.batched_ns if t is not None and t.batched_ns else loader.per_batch_ns)
+                batched = (min(wait_ns, in_process), int(in_process / bps))
             if batched is not None:
                 new_wait, per_fetch = batched
                 speedup_cheaper = step_ns / max(1.0, step_ns - wait_ns + new_wait)
@@ -282,7 +297,14 @@ class InputPreprocess:
                     f"measured), the wait would be ≈ {ms(new_wait)} a step: predicted ×{speedup_cheaper:.2f}"
                 )
             fix = (
-                f"Keep num_workers={current}: a worker would spend more per batch moving it between processes "
+                (
+                    "Load in the training process (num_workers=0): moving each batch out of a worker costs "
+                    "more than fetching it. Fetch whole batches with one indexing call instead of "
+                    "per-sample __getitem__ and a collate"
+                    " (a TensorDataset indexes with a list of indices), or slice pre-shuffled tensors."
+                )
+                if transfer_bound
+                else f"Keep num_workers={current}: a worker would spend more per batch moving it between processes "
                 f"than the fetch costs (more workers: ×{speedup_workers:.2f}). Make each fetch cheaper instead: "
                 "fetch a whole batch with one indexing call rather than one __getitem__ per sample and a "
                 "collate (a TensorDataset indexes with a list of indices), or slice pre-shuffled tensors."
