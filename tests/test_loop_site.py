@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from pinchpoint.analysis.stacks import stack_summary
+from pinchpoint.analysis.stacks import loop_samples, stack_summary
 from pinchpoint.ingest.stacks import parse_folded
 from pinchpoint.trace.run import LoopSite
 
@@ -121,3 +121,13 @@ def test_host_scope_keeps_only_samples_inside_the_loop() -> None:
     everything = stack_summary(stacks, [1], [], cwd="/w").host
     assert everything is not None and everything.samples == 400 and everything.within is None
     assert everything.top[0].label.startswith("make_data (")
+
+
+def test_loop_samples_keep_the_loops_and_the_other_processes() -> None:
+    worker = 'process 1:"python train.py";process 2:"python train.py";_worker_loop (/w/train.py:5) 7'
+    stacks, _ = parse_folded(FOLDED + "\n" + worker, rate_hz=20)
+    loop = LoopSite(file="/w/train.py", function="main", qualname="main", first_line=40, last_line=58)
+    kept = loop_samples(stacks, {1: loop})
+    assert sum(s.count for s in kept.samples if s.pid == 1) == 40  # accuracy (30) + the loop body (10)
+    assert sum(s.count for s in kept.samples if s.pid == 2) == 7  # a DataLoader worker, as it is
+    assert kept.rate_hz == 20

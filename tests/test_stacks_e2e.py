@@ -64,6 +64,8 @@ def test_host_python_names_the_metrics_function(tmp_path: Path) -> None:
         "Python stacks: flamegraph.svg and stacks.speedscope.json in the run directory"
         in text.stdout + text.stderr
     )
+    html = (out / "report.html").read_text()
+    assert re.search(r"Where Python spends its time in the loop \(lines \d+-\d+ of \S*host_python\.py", html)
     svg = ET.parse(out / "flamegraph.svg").getroot()
     titles = [t.text or "" for t in svg.iter("{http://www.w3.org/2000/svg}title")]
     assert any(t.startswith("python_metrics (") for t in titles)

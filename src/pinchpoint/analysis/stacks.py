@@ -16,7 +16,7 @@ cost, and the numpy function it called is named beside it. Two scopes per rank:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from pinchpoint.trace.run import LoopSite
@@ -93,6 +93,15 @@ def stack_summary(
         where = display_path(loop.file, cwd)
         host_scope = replace(host_scope, within=f"lines {loop.first_line}-{loop.last_line} of {where}")
     return StackSummary(loader=_scope("loader", loader, stacks.rate_hz, cwd), host=host_scope)
+
+
+def loop_samples(stacks: Stacks, loops: Mapping[int, LoopSite]) -> Stacks:
+    """The samples of the loops' own work: a training process's samples inside its loop's lines (`loops`:
+    main pid -> its loop), every other process's (DataLoader workers) as they are."""
+    kept = tuple(
+        s for s in stacks.samples if s.pid is None or s.pid not in loops or _in_loop(s, loops[s.pid])
+    )
+    return replace(stacks, samples=kept)
 
 
 def _in_loop(s: StackSample, loop: LoopSite | None) -> bool:

@@ -15,6 +15,7 @@ from html import escape
 from typing import Any
 
 from pinchpoint.analysis.roofline import Ceilings
+from pinchpoint.analysis.stacks import display_path, loop_samples
 from pinchpoint.report import charts
 from pinchpoint.report.flamegraph import flamegraph_svg
 from pinchpoint.report.names import process_names
@@ -149,12 +150,21 @@ def _charts(report: Mapping[str, Any], run: Run, device_ceilings: Ceilings | Non
         out.append(_roofline_section(roofline, device_ceilings))
     if run.stacks is not None and run.stacks.samples:
         title = " ".join(run.meta.command) or "program"
-        svg = flamegraph_svg(run.stacks, title=f"{title} — Python stacks", process_names=process_names(run))
-        out.append(
-            _section(
-                "flame", "Where Python spends its time (sampled stacks)", f'<div class="flame">{svg}</div>'
+        loops = {r.main.pid: r.main.loop for r in run.ranks if r.main is not None and r.main.loop is not None}
+        stacks, heading = run.stacks, "Where Python spends its time (sampled stacks)"
+        in_loop = loop_samples(run.stacks, loops) if loops else None
+        if in_loop is not None and in_loop.samples:
+            # Imports and building the model and data fill a short run's samples: draw the loop's own
+            # (and the DataLoader workers'); flamegraph.svg beside the report keeps the whole program.
+            stacks = in_loop
+            first = next(iter(loops.values()))
+            where = f"lines {first.first_line}-{first.last_line} of {display_path(first.file, run.meta.cwd)}"
+            heading = (
+                f"Where Python spends its time in the loop ({where}; DataLoader workers included; "
+                "flamegraph.svg has the whole program)"
             )
-        )
+        svg = flamegraph_svg(stacks, title=f"{title} — Python stacks", process_names=process_names(run))
+        out.append(_section("flame", heading, f'<div class="flame">{svg}</div>'))
     return out
 
 
