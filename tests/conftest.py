@@ -247,7 +247,6 @@ def make_ops(
         loose_op_ns_per_step=float(ns(loose_op_ms)),
         small_ops_per_step=small_ops_per_step,
         large_phase_op_ns_per_step=float(ns(phase if large_op_ms is None else large_op_ms)),
-        phase_ns_per_window_step=float(ns(phase)),
     )
 
 

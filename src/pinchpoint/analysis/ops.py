@@ -12,7 +12,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from pinchpoint.analysis.steps import exposed_by_phase
 from pinchpoint.trace.run import OpWindow, Phase, Probes, Step
 
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_weight_int8pack_mm"})
@@ -58,8 +57,6 @@ class OpStats:
     the part of forward/backward/optimizer that is arithmetic rather than per-op overhead and glue."""
     large_op_ns_by_phase: Mapping[str, float] = field(default_factory=dict)
     """`large_phase_op_ns_per_step` split by the phase (forward, backward, optimizer) each op ran in."""
-    phase_ns_per_window_step: float = 0.0
-    """Exposed forward + backward + optimizer time per step inside the window."""
     loose_op_ns_per_step: float = 0.0
     """Time in depth-0 ops outside every measured phase (e.g. a functional loss, metrics on tensors):
     framework work that lands in host_other, not Python."""
@@ -97,21 +94,17 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
         acc[0] += o.dur_ns
         acc[1] += 1
     top_ops = sorted(per_name.items(), key=lambda kv: -kv[1][0])[:8]
-    phases = sorted((iv.start_ns, iv.end_ns) for s in steps if s.profiled for iv in s.intervals)
-    covered = [_covered(phases, o.start_ns, o.start_ns + o.dur_ns) for o in top]
+    phases = sorted(
+        (iv.start_ns, iv.end_ns, str(iv.phase.value)) for s in steps if s.profiled for iv in s.intervals
+    )
+    covered = [_phase_of(phases, o.start_ns, o.start_ns + o.dur_ns) is not None for o in top]
     loose = sum(o.dur_ns for o, c in zip(top, covered, strict=True) if not c)
     numel = _largest_numel_per_top_op(window)
     small_flags = [0 < numel.get(id(o), 0) <= SMALL_OP_NUMEL for o in top]
     large_in_phases = sum(
         o.dur_ns for o, c, small in zip(top, covered, small_flags, strict=True) if c and not small
     )
-    named: list[tuple[int, int, str]] = sorted(
-        (iv.start_ns, iv.end_ns, str(iv.phase.value))
-        for s in steps
-        if s.profiled
-        for iv in s.intervals
-        if iv.phase.value in COMPUTE_PHASE_NAMES
-    )
+    named = [span for span in phases if span[2] in COMPUTE_PHASE_NAMES]
     by_phase: dict[str, float] = {}
     for o, is_small in zip(top, small_flags, strict=True):
         phase = None if is_small else _phase_of(named, o.start_ns, o.start_ns + o.dur_ns)
@@ -120,9 +113,6 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
     small = sum(small_flags)
     # The profiled steps the window's ops overlap (the profiler starts as the first of them starts).
     inside = [s for s in steps if s.profiled and s.end_ns > window.start_ns and s.start_ns < window.end_ns]
-    phase_ns = sum(
-        ns for st in inside for name, ns in exposed_by_phase(st).items() if name in COMPUTE_PHASE_NAMES
-    ) / max(1, len(inside))
     window_step_ns = (
         (sum(s.dur_ns for s in inside) / len(inside)) if inside else (window.end_ns - window.start_ns) / n
     )
@@ -140,7 +130,6 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
         small_ops_per_step=small / n,
         large_phase_op_ns_per_step=large_in_phases / n,
         large_op_ns_by_phase=by_phase,
-        phase_ns_per_window_step=phase_ns,
         loose_op_ns_per_step=loose / n,
     )
 
@@ -165,19 +154,9 @@ def _largest_numel_per_top_op(window: OpWindow) -> dict[int, int]:
     return out
 
 
-def _covered(spans: list[tuple[int, int]], start: int, end: int) -> bool:
-    """True if [start, end] lies inside one of the (sorted by start) spans."""
-    i = bisect.bisect_right(spans, (start, 2**63)) - 1
-    while i >= 0:
-        s, e = spans[i]
-        if s <= start and e >= end:
-            return True
-        i -= 1
-    return False
-
-
 def _phase_of(spans: list[tuple[int, int, str]], start: int, end: int) -> str | None:
-    """The phase of the innermost (latest-starting) span, sorted by start, that holds [start, end]."""
+    """The phase of the innermost (latest-starting) span, sorted by start, that holds [start, end];
+    None when no span holds it."""
     i = bisect.bisect_right(spans, (start, 2**63, "")) - 1
     while i >= 0:
         s, e, name = spans[i]

@@ -155,7 +155,7 @@ def _after_top_level_call(agent: Agent, torch: Any, module: Any, t1: int) -> Non
 def _fetch_wrapper(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(self: Any, possibly_batched_index: Any) -> Any:
-        if agent.role == "probe" or loader_probe.ACTIVE:
+        if loader_probe.ACTIVE:  # (also in the probe's forked worker: it inherits the flag)
             return fn(self, possibly_batched_index)
         s0 = thread_schedstat()
         c0 = _thread_cpu()

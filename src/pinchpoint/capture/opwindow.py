@@ -50,7 +50,8 @@ class OpWindow:
         self._step_range: Any = None
         self._live_before: dict[str, Any] | None = None
         self.batch_spec: list[tuple[list[int], str]] | None = None
-        """Shapes and dtypes of a batch the training process fetched itself (num_workers=0)."""
+        """Shapes and dtypes of the program's first batch (fetched in the training process or received
+        from a worker): the loader probe passes one like it through a worker."""
 
     def disable(self) -> None:
         self.done = True

@@ -78,7 +78,7 @@ class HostPython:
         where = (
             f"in the loop ({host.within}), outside the phases"
             if host and host.within
-            else ("in the main thread, outside the phases")
+            else "in the main thread, outside the phases"
         )
         stacks = stack_evidence(host, where)
         if stacks:
@@ -176,7 +176,7 @@ class HostDispatch:
             "tensors too small for their math to matter",
             f"{'Forward' if serving else 'Forward, backward and optimizer'} take"
             f"{'s' if serving else ''} {ms(compute_share * steps.mean_ns)} per step; ops on large tensors "
-            f"account for only {ms(ops.large_phase_op_ns_per_step)}: ≈ {ms(share * steps.mean_ns)} is per-op "
+            f"account for only {ms(ops.large_phase_op_ns_per_step)}: ≈ {ms(overhead)} is per-op "
             "overhead and Python glue",
             f"Most time: {top}",
         ]
@@ -210,8 +210,7 @@ class HostDispatch:
             # counted as if it grew with the batch (tiny ops barely do: an under-estimate).
             speedup = 1.0 / ((1.0 - share) + share / SERVING_BATCH)
             evidence.append(
-                f"Served {SERVING_BATCH} per call, each request would take ≈ "
-                f"{ms(steps.mean_ns * ((1.0 - share) + share / SERVING_BATCH))} instead of "
+                f"Served {SERVING_BATCH} per call, each request would take ≈ {ms(steps.mean_ns / speedup)} instead of "
                 f"{ms(steps.mean_ns)}: ×{speedup:.1f} the requests per second"
             )
         yield Finding(

@@ -29,6 +29,10 @@ SATURATED_CORES = 0.75
 from the intra-op pool rather than share an idle one."""
 TRANSFER_BOUND = 0.5
 """Receiving the workers' batches (the loader probe's cost per batch) is at least half the data wait."""
+WHOLE_BATCHES = (
+    "Fetch a whole batch with one indexing call rather than one __getitem__ per sample and a collate (a "
+    "TensorDataset indexes with a list of indices), or slice pre-shuffled tensors."
+)
 MAX_IO_WORKERS = 8
 """Most workers suggested for sleeping (I/O-bound) loaders: each is a process with its own memory."""
 
@@ -85,14 +89,16 @@ def _transfer(rank: RankAnalysis, bps: float) -> tuple[float, float]:
 
 
 def _batched_step(
-    rank: RankAnalysis, loader: LoaderActivity, bps: float, wait_ns: float
+    rank: RankAnalysis, loader: LoaderActivity, bps: float, wait_ns: float, *, in_workers: bool = False
 ) -> tuple[float, int] | None:
-    """(data wait per step, ns per batched fetch) with whole-batch fetches: the DataLoader's own time
-    per batch (the wait outside the fetch) plus the probe's batched indexing, for each batch."""
+    """(data wait per step, ns per batched fetch) with whole-batch fetches in the training process: the
+    probe's batched indexing for each batch, plus the DataLoader's own time per batch (the wait outside
+    the fetch) when the fetches already ran there; from workers, that rest of the wait is the transfer
+    the fix removes."""
     t = rank.probes.loader_transfer
     if t is None or t.batched_ns is None:
         return None
-    outside = max(0.0, wait_ns / bps - loader.per_batch_ns)
+    outside = 0.0 if in_workers else max(0.0, wait_ns / bps - loader.per_batch_ns)
     return min(wait_ns, bps * (outside + t.batched_ns)), t.batched_ns
 
 
@@ -264,8 +270,7 @@ class InputPreprocess:
             evidence.append(settings)
         use_workers = speedup_workers >= 1.15 and workers > current
         # Workers already load, and most of the wait is the training process receiving their batches.
-        received = bps * rank.probes.loader_transfer.receive_ns if rank.probes.loader_transfer else 0.0
-        transfer_bound = current > 0 and received >= TRANSFER_BOUND * wait_ns
+        transfer_bound = current > 0 and receive >= TRANSFER_BOUND * wait_ns
         # Workers cost more per batch than the fetch itself: the fetch is cheap and just done too often
         # (a per-sample __getitem__ and collate over in-memory tensors).
         cheap_fetch = transfer_bound or (
@@ -279,16 +284,13 @@ class InputPreprocess:
             )
             speedup = speedup_workers
         elif cheap_fetch:
-            batched = _batched_step(rank, loader, bps, wait_ns)
             if transfer_bound:
                 evidence.append(
-                    f"The training process spends ≈ {ms(received)} a step receiving {bps:.0f} batch(es) from the "
-                    f"workers ({pct(min(1.0, received / wait_ns))} of the wait), while fetching one takes a worker "
+                    f"The training process spends ≈ {ms(receive)} a step receiving {bps:.0f} batch(es) from the "
+                    f"workers ({pct(min(1.0, receive / wait_ns))} of the wait), while fetching one takes a worker "
                     f"{ms(loader.per_batch_ns)}: the wait is the transfer, not the preprocessing"
                 )
-                t = rank.probes.loader_transfer
-                in_process = bps * (t.batched_ns if t is not None and t.batched_ns else loader.per_batch_ns)
-                batched = (min(wait_ns, in_process), int(in_process / bps))
+            batched = _batched_step(rank, loader, bps, wait_ns, in_workers=transfer_bound)
             if batched is not None:
                 new_wait, per_fetch = batched
                 speedup_cheaper = step_ns / max(1.0, step_ns - wait_ns + new_wait)
@@ -297,17 +299,12 @@ class InputPreprocess:
                     f"measured), the wait would be ≈ {ms(new_wait)} a step: predicted ×{speedup_cheaper:.2f}"
                 )
             fix = (
-                (
-                    "Load in the training process (num_workers=0): moving each batch out of a worker costs "
-                    "more than fetching it. Fetch whole batches with one indexing call instead of "
-                    "per-sample __getitem__ and a collate"
-                    " (a TensorDataset indexes with a list of indices), or slice pre-shuffled tensors."
-                )
+                "Load in the training process (num_workers=0): moving each batch out of a worker costs "
+                "more than fetching it. " + WHOLE_BATCHES
                 if transfer_bound
                 else f"Keep num_workers={current}: a worker would spend more per batch moving it between processes "
                 f"than the fetch costs (more workers: ×{speedup_workers:.2f}). Make each fetch cheaper instead: "
-                "fetch a whole batch with one indexing call rather than one __getitem__ per sample and a "
-                "collate (a TensorDataset indexes with a list of indices), or slice pre-shuffled tensors."
+                + WHOLE_BATCHES
             )
             speedup = speedup_cheaper
         else:
