@@ -18,7 +18,7 @@ from pinchpoint.analysis.memory import (
 from pinchpoint.analysis.ops import OpStats, op_stats
 from pinchpoint.analysis.roofline import MemoryTraffic, memory_traffic
 from pinchpoint.analysis.stacks import StackSummary, stack_summary
-from pinchpoint.analysis.steps import StepStats, steady_steps, step_stats
+from pinchpoint.analysis.steps import StepStats, steady_steps, step_stats, why_no_steps
 from pinchpoint.trace.run import Environment, Probes, ProcessInfo, RankData, Role, Run
 
 
@@ -52,6 +52,8 @@ class RankAnalysis:
 class RunAnalysis:
     run: Run
     ranks: tuple[RankAnalysis, ...]
+    no_steps: str | None = None
+    """Why no step was recorded, and how to mark steps (`steps.why_no_steps`); None when there are steps."""
 
     @property
     def environment(self) -> Environment:
@@ -100,4 +102,4 @@ def analyze_run(run: Run) -> RunAnalysis:
     ranks = tuple(analyze_rank(run, r) for r in run.ranks)
     if len(ranks) > 1:  # `pinchpoint run` captures the ranks of this machine
         ranks = tuple(replace(r, local_ranks=len(ranks)) for r in ranks)
-    return RunAnalysis(run=run, ranks=ranks)
+    return RunAnalysis(run=run, ranks=ranks, no_steps=why_no_steps(run))

@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from pinchpoint.trace.run import HOST_OTHER, PHASE_PRIORITY, Phase, RankData, Step, StepKind
+from pinchpoint.trace.run import HOST_OTHER, PHASE_PRIORITY, Phase, RankData, Role, Run, Step, StepKind
 
 WARMUP_STEPS = 2
 """Leading steps left out of statistics: first-call allocation, kernel selection, lazy init."""
@@ -46,6 +46,8 @@ class StepStats:
     """The host's median step (equal to `median_ns` unless `device_timed`)."""
     host_mean_ns: float = 0.0
     """The host's mean step: what `breakdown` fractions are fractions of."""
+    eval_steps: int = 0
+    """Evaluation batches run inside a training run (their own steps, left out of the statistics)."""
     phase_median_ns: Mapping[str, float] = field(default_factory=dict)
     """Median exposed nanoseconds per step per phase: a typical step's, untouched by the odd step that
     also evaluates or saves (what op-window steps, which are typical steps, compare with)."""
@@ -90,7 +92,8 @@ def steady_steps(steps: Sequence[Step]) -> list[Step]:
     kinds: dict[StepKind, int] = {}
     for s in usable:
         kinds[s.kind] = kinds.get(s.kind, 0) + 1
-    kind = max(kinds, key=lambda k: kinds[k])
+    # A training run is about its training steps, however many evaluation batches it also ran.
+    kind = StepKind.TRAIN if StepKind.TRAIN in kinds else max(kinds, key=lambda k: kinds[k])
     return [s for s in usable if s.kind is kind]
 
 
@@ -141,6 +144,7 @@ def step_stats(rank: RankData) -> StepStats | None:
         host_median_ns=_percentile(host, 0.5),
         host_mean_ns=total / len(steps),
         phase_median_ns=medians,
+        eval_steps=sum(1 for s in rank.steps if s.kind is StepKind.EVAL and not s.partial),
     )
 
 
@@ -151,3 +155,32 @@ def steady_step_ns(rank: RankData) -> tuple[int, ...]:
     if steps and len(device) >= DEVICE_TIMED_MIN * len(steps):
         return tuple(device)
     return tuple(s.dur_ns for s in steps)
+
+
+HOW_TO_MARK_STEPS = (
+    "mark them: `with pinchpoint.profile() as prof:` around the loop and `prof.step()` at each step's end, "
+    "or the callbacks in pinchpoint.integrations (Lightning, transformers Trainer)"
+)
+
+
+def why_no_steps(run: Run) -> str | None:
+    """None when some rank has whole steps; else what pinchpoint saw instead, and how to mark steps."""
+    if any(not s.partial for r in run.ranks for s in r.steps):
+        return None
+    mains = [p for r in run.ranks for p in r.processes if p.role is Role.MAIN]
+    if not mains:
+        return (
+            "no step was recorded: no process of the program imported torch where pinchpoint could attach "
+            "(is it a PyTorch program? does it start its Python processes through an unknown launcher?)"
+        )
+    seen: dict[Phase, int] = {}
+    for r in run.ranks:
+        for s in r.steps:
+            for iv in s.intervals:
+                seen[iv.phase] = seen.get(iv.phase, 0) + 1
+    calls = ", ".join(f"{n} {p.value} interval{'s' * (n != 1)}" for p, n in seen.items()) or "no model call"
+    return (
+        f"no step was recorded: torch was imported, and pinchpoint saw {calls} but no step end "
+        "(an optimizer step, a backward followed by the next batch, or a model call under no_grad); "
+        + HOW_TO_MARK_STEPS
+    )

@@ -40,6 +40,10 @@ DEFAULT_OPWINDOW = (10, 3)
 (the profiler's own allocations can change how glibc treats the program's memory afterwards)."""
 INFERENCE_AFTER_CALLS = 3
 """Top-level calls of one module with grad enabled and no backward in between: then it is inference."""
+MANUAL_AFTER_CYCLES = 8
+"""Forward/backward cycles with no optimizer step: then the program updates its parameters itself
+(`p.data.add_(p.grad, alpha=-lr)`) and each cycle is a step. Fewer would split the first optimizer
+step of a gradient-accumulation loop into its micro-batches; 8 is a long accumulation on a CPU."""
 
 _now = time.monotonic_ns
 _thread_cpu = time.thread_time_ns
@@ -127,7 +131,7 @@ class Agent:
         self.role = "main"
         self.torch: Any = None
         self.tid = threading.get_ident()
-        self.mode = "unknown"  # unknown | train | inference | explicit
+        self.mode = "unknown"  # unknown | train | manual | inference | explicit
         self.step_index = 0
         self.step_start_ns: int | None = None
         self._statm = _ProcFile("/proc/self/statm")
@@ -139,6 +143,18 @@ class Agent:
         self.calls_without_backward: dict[int, int] = {}
         self.lead_optimizer: int | None = None
         self.opt_start_ns = 0
+        self.in_optimizer = False
+        """Inside an optimizer's step (its closure's backwards are that step's, not manual updates)."""
+        self.trained_modules: set[int] = set()
+        """Top-level modules called with grad enabled in train mode: their no-grad eval-mode calls are
+        evaluation steps, not part of the next training step."""
+        self.await_boundary = False
+        """A backward ended and no optimizer has ever stepped: the next data fetch or top-level call
+        may start a new step (a manual update loop)."""
+        self.last_backward_end_ns = 0
+        self.pending: list[tuple[int, tuple[int, tuple[int, int] | None, int], list[Any] | None]] = []
+        """Candidate step ends of a loop not yet known to update its parameters by hand: (time,
+        counters then, the update interval since the last backward)."""
         self.autocast_dtype: str | None = None
         self.loop: dict[str, Any] | None = None
         """The program's loop statement around its steps (`capture/loop_site.py`), found at the first step."""
@@ -265,6 +281,9 @@ class Agent:
         with contextlib.suppress(Exception):
             self.window.stop(self.torch)
         self.trial.restore(self.torch)
+        if self.pending and self.role == "main":
+            with contextlib.suppress(Exception):
+                self.declare_manual()  # a short loop that never called an optimizer
         if (
             self.step_start_ns is not None
             and self.intervals
@@ -294,14 +313,22 @@ class Agent:
             self.step_start_ns = start_ns
         self.intervals.append([phase, start_ns, end_ns])
 
-    def end_step(self, kind: str, end_ns: int | None = None, partial: bool = False) -> None:
+    def counters(self) -> tuple[int, tuple[int, int] | None, int]:
+        """The main thread's on-CPU ns, schedstat and the process's minor faults, now."""
+        return _thread_cpu(), thread_schedstat(), _minor_faults()
+
+    def end_step(
+        self,
+        kind: str,
+        end_ns: int | None = None,
+        partial: bool = False,
+        counters: tuple[int, tuple[int, int] | None, int] | None = None,
+    ) -> None:
         end = _now() if end_ns is None else end_ns
         start = self.step_start_ns if self.step_start_ns is not None else end
-        cpu = _thread_cpu()
-        sched = thread_schedstat()
+        cpu, sched, faults_now = counters if counters is not None else self.counters()
         s0 = self.step_sched_start
         runq = sched[1] - s0[1] if (sched is not None and s0 is not None) else None
-        faults_now = _minor_faults()
         faults = faults_now - self.step_faults_start
         profiled = self.window.active or self.taint_next
         self.taint_next = False
@@ -346,6 +373,51 @@ class Agent:
         self.step_sched_start = sched
         self.step_faults_start = faults_now
 
+    # ---- loops with no optimizer, and evaluation inside training ------------------------------------
+
+    def boundary(self, t_ns: int) -> None:
+        """A data fetch or top-level call starts at `t_ns` after a backward, with no optimizer step
+        ever: in a manual-update loop this is where the step ends; the time since the backward is
+        the update (`optimizer`)."""
+        self.await_boundary = False
+        if self.lead_optimizer is not None or self.role != "main":
+            return
+        update = ["optimizer", self.last_backward_end_ns, t_ns] if t_ns > self.last_backward_end_ns else None
+        if self.mode == "manual":
+            if update is not None:
+                self.intervals.append(update)
+            self.end_step("train", t_ns)
+            return
+        self.pending.append((t_ns, self.counters(), update))
+        if len(self.pending) >= MANUAL_AFTER_CYCLES:
+            self.declare_manual()
+
+    def declare_manual(self) -> None:
+        """No optimizer steps here: write the candidate steps held so far, each with its update."""
+        self.mode = "manual"
+        pending, self.pending = self.pending, []
+        rest = self.intervals
+        for t_ns, counters, update in pending:
+            self.intervals = [iv for iv in rest if iv[1] < t_ns] + ([update] if update is not None else [])
+            rest = [iv for iv in rest if iv[1] >= t_ns]
+            self.end_step("train", t_ns, counters=counters)
+        self.intervals = rest
+
+    def optimizer_stepped(self) -> None:
+        """An optimizer step: candidate manual boundaries were micro-batches of this step."""
+        self.pending = []
+        self.await_boundary = False
+        if self.mode == "manual":
+            self.mode = "train"
+
+    def eval_step(self, t_ns: int) -> None:
+        """A top-level evaluation call of the trained model ended: what ran since the last step
+        (the eval batch's fetch and forward) is an evaluation step of its own."""
+        if self.pending:
+            self.declare_manual()  # nobody evaluates in the middle of an accumulation
+        self.await_boundary = False
+        self.end_step("eval", t_ns)
+
     def _mark_device_step(self) -> None:
         """On a CUDA program, an event at the step boundary (never initialises CUDA; never raises)."""
         if self.device_clock_failed or self.torch is None or self.role != "main":
@@ -364,7 +436,9 @@ class Agent:
     def partial_step(self) -> None:
         """Write the step in progress (at exit); analysis treats it like the others."""
         self.window.disable()
-        self.end_step({"train": "train", "inference": "inference"}.get(self.mode, "explicit"), partial=True)
+        self.pending = []  # (their intervals stay in the partial step)
+        kind = {"train": "train", "manual": "train", "inference": "inference"}.get(self.mode, "explicit")
+        self.end_step(kind, partial=True)
 
     def explicit_step(self) -> None:
         self.mode = "explicit"
@@ -420,7 +494,11 @@ def start(run_dir: Path, rank: int | None = None, window: str | None = None) -> 
 
 
 class _TorchImportHook(importlib.abc.MetaPathFinder):
-    """Finds `torch` through the other finders and attaches the agent once its module has executed."""
+    """Finds `torch` through the other finders and attaches the agent once its module has executed.
+
+    It stays on `sys.meta_path` until then: `importlib.util.find_spec("torch")` (transformers' and
+    accelerate's availability checks) asks the finders for a spec it never executes, and a hook that
+    left after the first question would never see the real import."""
 
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
@@ -431,22 +509,22 @@ class _TorchImportHook(importlib.abc.MetaPathFinder):
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname != "torch" or self.done:
             return None
-        self.done = True
-        with contextlib.suppress(ValueError):
-            sys.meta_path.remove(self)
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
             return spec
         loader = spec.loader
         orig_exec = getattr(loader, "exec_module")  # noqa: B009
-        agent = self.agent
+        hook = self
 
         def exec_module(module: ModuleType) -> None:
+            hook.done = True
+            with contextlib.suppress(ValueError):
+                sys.meta_path.remove(hook)
             orig_exec(module)
             try:
-                agent.attach(module)
+                hook.agent.attach(module)
             except Exception as exc:  # never break the user's program
-                _log(agent.run_dir, f"pinchpoint agent could not attach: {exc!r}")
+                _log(hook.agent.run_dir, f"pinchpoint agent could not attach: {exc!r}")
 
         setattr(loader, "exec_module", exec_module)  # noqa: B010
         return spec

@@ -191,6 +191,9 @@ def blocked_backward(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]
             t1 = _now()
             agent.interval("backward", t0, t1)
             agent.end()
+            if agent.lead_optimizer is None and agent.mode != "explicit" and not agent.in_optimizer:
+                agent.await_boundary = True  # (a manual-update loop's step may end at the next call)
+                agent.last_backward_end_ns = t1
             if watch:
                 s1 = thread_schedstat()
                 runq = s1[1] - s0[1] if (s0 is not None and s1 is not None) else 0

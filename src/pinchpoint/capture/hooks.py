@@ -55,8 +55,10 @@ def install_hooks(agent: Agent, torch: Any) -> None:
     def next_wrapper(self: Any) -> Any:
         if agent.role != "main" or threading.get_ident() != agent.tid or loader_probe.ACTIVE:
             return orig_next(self)  # (the loader probe's batches are pinchpoint's, not the program's)
-        agent.begin("data_wait")
         t0 = _now()
+        if agent.await_boundary:
+            agent.boundary(t0)
+        agent.begin("data_wait")
         try:
             batch = orig_next(self)
             if agent.window.batch_spec is None and getattr(self, "_num_workers", 0) > 0:
@@ -88,8 +90,10 @@ def install_hooks(agent: Agent, torch: Any) -> None:
         agent.in_module = True
         if agent.autocast_dtype is None:
             agent.note_autocast()
-        agent.begin("forward")
         t0 = _now()
+        if agent.await_boundary:
+            agent.boundary(t0)
+        agent.begin("forward")
         try:
             return orig_call(self, *args, **kwargs)
         finally:
@@ -107,17 +111,22 @@ def install_hooks(agent: Agent, torch: Any) -> None:
 
     from torch.optim import optimizer as opt_mod
 
-    def pre_hook(opt: Any, args: Any, kwargs: Any) -> None:
-        if agent.role == "main" and threading.get_ident() == agent.tid:
-            agent.begin("optimizer")
-            agent.opt_start_ns = _now()
+    def pre_hook(opt: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+        if agent.role != "main" or threading.get_ident() != agent.tid:
+            return None
+        agent.begin("optimizer")
+        agent.in_optimizer = True
+        agent.opt_start_ns = _now()
+        return _with_timed_closure(agent, args, kwargs)
 
     def post_hook(opt: Any, args: Any, kwargs: Any) -> None:
         if agent.role != "main" or threading.get_ident() != agent.tid:
             return
         t1 = _now()
+        agent.in_optimizer = False
         agent.interval("optimizer", agent.opt_start_ns or t1, t1)
         agent.end()
+        agent.optimizer_stepped()
         if agent.lead_optimizer is None:
             agent.lead_optimizer = id(opt)
         if agent.mode in ("unknown", "inference"):
@@ -134,12 +143,51 @@ def install_hooks(agent: Agent, torch: Any) -> None:
     dist_hooks.install(agent, torch, timed)
 
 
+def _with_timed_closure(agent: Agent, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+    """`optimizer.step(closure)` (LBFGS, Lightning's automatic optimization): each evaluation of the
+    closure is the step's forward and backward, not the optimizer's update. The closure's span is
+    recorded as `forward` (its loss and zero_grad are the forward's); the backward inside it outranks
+    that, and the optimizer keeps only what runs outside the closure."""
+    if "closure" in kwargs:
+        closure = kwargs["closure"]
+        if not callable(closure):
+            return None
+        return args, {**kwargs, "closure": _timed_closure(agent, closure)}
+    if len(args) >= 2 and callable(args[1]):  # (the hook's args start with the optimizer itself)
+        return (args[0], _timed_closure(agent, args[1]), *args[2:]), kwargs
+    return None
+
+
+def _timed_closure(agent: Agent, closure: Callable[..., Any]) -> Callable[..., Any]:
+    def timed_closure(*a: Any, **kw: Any) -> Any:
+        t0 = _now()
+        try:
+            return closure(*a, **kw)
+        finally:
+            agent.interval("forward", t0, _now())
+
+    return timed_closure
+
+
 def _after_top_level_call(agent: Agent, torch: Any, module: Any, t1: int) -> None:
     if agent.mode == "inference":
         agent.end_step("inference", t1)
         return
+    if agent.mode in ("train", "manual"):
+        if torch.is_grad_enabled():
+            if module.training:
+                agent.trained_modules.add(id(module))
+        elif (
+            not module.training
+            and id(module) in agent.trained_modules
+            and not any(iv[0] == "backward" for iv in agent.intervals)
+        ):
+            agent.eval_step(t1)  # evaluation inside training: a step of its own kind
+        return
     if agent.mode != "unknown":
         return
+    if module.training:
+        agent.trained_modules.add(id(module))
     if not torch.is_grad_enabled():
         agent.mode = "inference"
         agent.end_step("inference", t1)

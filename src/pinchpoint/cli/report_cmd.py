@@ -20,6 +20,7 @@ class ReportCommand:
         )
 
     def execute(self, args: argparse.Namespace) -> int:
+        from pinchpoint.cli.run_cmd import NO_STEPS_EXIT
         from pinchpoint.history.resolve import run_dir_of
         from pinchpoint.pipeline import report_run_dir
         from pinchpoint.report.terminal import render
@@ -33,4 +34,8 @@ class ReportCommand:
 
             shutil.copyfile(run_dir / HTML_NAME, args.html)
         render(report, sys.stdout, color=False if args.no_color else None)
+        missing = report["steps"].get("missing")
+        if missing:
+            print(f"pinchpoint: {missing}", file=sys.stderr)
+            return NO_STEPS_EXIT
         return 0

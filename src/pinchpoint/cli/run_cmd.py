@@ -20,6 +20,10 @@ VALUE_OPTIONS = {"-o", "--out", "--json", "--opwindow", "--interval", "--stacks-
 FLAG_OPTIONS = {"--force", "--quiet", "-q", "--no-color", "--kineto", "--stacks", "-h", "--help"}
 
 
+NO_STEPS_EXIT = 3
+"""The program succeeded but pinchpoint found no step in it: the report holds nothing to act on."""
+
+
 class RunCommand:
     NAME = "run"
     HELP = "run a program under pinchpoint and print what limits its speed"
@@ -106,6 +110,10 @@ class RunCommand:
                 f"`pinchpoint diff #{report['history_id']} NEXT`)",
                 file=sys.stderr,
             )
+        missing = report["steps"].get("missing")
+        if missing and result.exit_code == 0:
+            print(f"pinchpoint: {missing}", file=sys.stderr)
+            return NO_STEPS_EXIT
         return result.exit_code
 
 

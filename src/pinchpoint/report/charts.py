@@ -24,9 +24,9 @@ from pinchpoint.report.svg import (
     open_svg,
     si,
 )
-from pinchpoint.trace.run import HOST_OTHER, PHASE_PRIORITY, OpWindow, Run
+from pinchpoint.trace.run import HOST_OTHER, PHASE_DISPLAY, OpWindow, Run
 
-PHASE_ORDER = [p.value for p in reversed(PHASE_PRIORITY)] + [HOST_OTHER]
+PHASE_ORDER = [p.value for p in PHASE_DISPLAY] + [HOST_OTHER]
 COLORS = {
     "forward": "#4e9a06",
     "backward": "#73d216",

@@ -31,6 +31,7 @@ def _steps(stats: StepStats | None) -> dict[str, Any]:
         "median_ms": rounded(stats.median_ns / 1e6, 3),
         "mean_ms": rounded(stats.mean_ns / 1e6, 3),
         "p90_ms": rounded(stats.p90_ns / 1e6, 3),
+        **({"eval_count": stats.eval_steps} if stats.eval_steps else {}),
         **(
             {
                 "timed_on": "gpu",
@@ -200,7 +201,8 @@ def build_report(analysis: RunAnalysis, diagnosis: Diagnosis) -> dict[str, Any]:
             "complete": run.meta.ended_at is not None and run.meta.exit_code == 0,
         },
         "environment": env,
-        "steps": _steps(first.steps if first else None),
+        "steps": _steps(first.steps if first else None)
+        | ({"missing": analysis.no_steps} if analysis.no_steps else {}),
         "breakdown": _breakdown(first.steps if first else None),
         "ranks": [
             {"rank": r.rank, "steps": _steps(r.steps), "breakdown": _breakdown(r.steps), "memory": _memory(r)}

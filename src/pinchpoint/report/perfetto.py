@@ -15,10 +15,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pinchpoint.analysis.cpu import cores_busy
-from pinchpoint.trace.run import PHASE_PRIORITY, RankData, Run, Step
+from pinchpoint.trace.run import PHASE_DISPLAY, RankData, Run, Step
 
 STEPS_TID, FINDINGS_TID, FETCH_TID = 1, 2, 3
-PHASE_TIDS = {p.value: 10 + i for i, p in enumerate(reversed(PHASE_PRIORITY))}
+PHASE_TIDS = {p.value: 10 + i for i, p in enumerate(PHASE_DISPLAY)}
 """One track per phase, forward first (tids 10+)."""
 MIB = 1 << 20
 

@@ -162,6 +162,9 @@ def _breakdown(report: dict[str, Any]) -> Table | Text:
     # Device-timed steps: the breakdown is the host's view, so its milliseconds are the host's.
     mean = steps.get("host_mean_ms") or steps.get("mean_ms") or steps.get("median_ms") or 0.0
     if not bd:
+        missing = steps.get("missing")
+        if missing:
+            return Text(f"No steps: {missing.removeprefix('no step was recorded: ')}.", style="yellow")
         return Text("No steps were recorded, so there is no step breakdown.", style="yellow")
     table = Table.grid(padding=(0, 2))
     for key, frac in sorted(bd.items(), key=lambda kv: -kv[1]):

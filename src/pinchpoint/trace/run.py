@@ -28,17 +28,32 @@ class Phase(str, Enum):
 
 
 # When measured phases overlap, the instant goes to the first phase in this order (exposed time, as
-# XProf and the TensorBoard plugin attribute it). Blocking waits beat the work they interrupt.
+# XProf and the TensorBoard plugin attribute it). Blocking waits beat the work they interrupt. The
+# optimizer comes last: a forward or backward inside `optimizer.step(closure)` (LBFGS, Lightning's
+# automatic optimization) is the closure's, and only the rest of the step call is the update. Backward
+# beats forward: module calls inside backward are activation recomputation (checkpointing).
 PHASE_PRIORITY: tuple[Phase, ...] = (
     Phase.SYNC_WAIT,
     Phase.COMM,
     Phase.H2D_COPY,
     Phase.CHECKPOINT_IO,
     Phase.DATA_WAIT,
-    Phase.OPTIMIZER,
     Phase.BACKWARD,
     Phase.FORWARD,
+    Phase.OPTIMIZER,
 )
+
+PHASE_DISPLAY: tuple[Phase, ...] = (
+    Phase.FORWARD,
+    Phase.BACKWARD,
+    Phase.OPTIMIZER,
+    Phase.DATA_WAIT,
+    Phase.CHECKPOINT_IO,
+    Phase.H2D_COPY,
+    Phase.COMM,
+    Phase.SYNC_WAIT,
+)
+"""The order phases are drawn in (charts, Perfetto tracks): the compute phases first."""
 
 HOST_OTHER = "host_other"
 """Breakdown key for step time covered by no measured phase (Python in the loop, logging, ...)."""
@@ -47,6 +62,8 @@ HOST_OTHER = "host_other"
 class StepKind(str, Enum):
     TRAIN = "train"
     INFERENCE = "inference"
+    EVAL = "eval"
+    """An evaluation batch inside a training run: its own kind, never in the training steps' statistics."""
     EXPLICIT = "explicit"
 
 
