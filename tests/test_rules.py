@@ -523,6 +523,7 @@ HOST_DISPATCH = {
 AMX = make_env(cores=2, matrix_units=("amx_bf16", "amx_int8"))
 AVX512_BF16 = make_env(cores=2, matrix_units=("avx512_bf16",))
 INT8_ONLY = make_env(cores=2, matrix_units=("amx_int8", "avx512_vnni"))
+AVX2 = make_env(cores=2, matrix_units=())
 COMPUTE = {"backward": 0.40, "optimizer": 0.10}  # + forward 0.50 = all compute
 FP32_HEAVY = make_ops(fp32_matmul_ms=50)
 FAST_BF16 = matmul_probes(1_000_000, 300_000)
@@ -641,6 +642,46 @@ COMPUTE_MATH = {
         True,
         env=AMX,
         check=_not_precision,
+    ),
+    "bf16-autocast-emulated-on-avx2": Case(
+        # an AVX2 EPYC: bf16 matmuls run 40x slower than fp32; the fix is autocast off
+        rank_of(
+            COMPUTE,
+            ops=make_ops(bf16_matmul_ms=60),
+            probes=matmul_probes(1_000_000, 40_000_000),
+            main=make_process(autocast="bfloat16"),
+        ),
+        True,
+        env=AVX2,
+        evidence=("bf16 matmuls and convolutions take 60% of the step", "no bf16 matrix units", "×40.0 slower"),
+        check=_all(
+            _title_has("bf16 autocast on a CPU without bf16 units"),
+            _eq("share", 0.6),
+            _eq("estimated_speedup", 1 / (0.4 + 0.6 / 40)),
+            _fix_has("autocast off"),
+        ),
+    ),
+    "bf16-autocast-on-amx-is-fine": Case(
+        rank_of(
+            COMPUTE,
+            ops=make_ops(bf16_matmul_ms=60),
+            probes=matmul_probes(1_000_000, 40_000_000),
+            main=make_process(autocast="bfloat16"),
+        ),
+        True,
+        env=AMX,
+        check=_all(_title_has("without bf16 units", False), _eq("estimated_speedup", 1.0)),
+    ),
+    "bf16-autocast-emulated-but-probe-says-no-slower": Case(
+        rank_of(
+            COMPUTE,
+            ops=make_ops(bf16_matmul_ms=60),
+            probes=matmul_probes(1_000_000, 1_200_000),
+            main=make_process(autocast="bfloat16"),
+        ),
+        True,
+        env=AVX2,
+        check=_all(_title_has("without bf16 units", False), _eq("estimated_speedup", 1.0)),
     ),
     "compute-bound-summary": Case(
         rank_of({"data_wait": 0.20}),

@@ -14,7 +14,7 @@ import pytest
 
 from pinchpoint.analysis.steps import exposed_by_phase
 from pinchpoint.ingest.rundir import read_run_dir
-from pinchpoint.trace.run import Step, StepKind
+from pinchpoint.trace.run import HOST_OTHER, Step, StepKind
 
 pytestmark = pytest.mark.e2e
 
@@ -70,11 +70,12 @@ X = torch.randn(1024, 32)
 Y = X @ torch.randn(32, 1)
 model = torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.Tanh(), torch.nn.Linear(128, 1))
 opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=6, history_size=5, line_search_fn=None)
+criterion = torch.nn.MSELoss()
 evals, inside, in_step = [], [0.0], []
 def closure():
     t0 = time.monotonic_ns()
     opt.zero_grad()
-    loss = torch.nn.functional.mse_loss(model(X), Y)
+    loss = criterion(model(X), Y)
     loss.backward()
     inside[0] += time.monotonic_ns() - t0
     evals[-1] += 1
@@ -100,8 +101,10 @@ def test_a_closure_optimizer_step_is_one_step_whose_closures_are_forward_and_bac
         assert len(backwards) == evals  # one step, one backward per evaluation of the closure
         exposed = exposed_by_phase(step)
         compute = exposed.get("forward", 0) + exposed.get("backward", 0)
-        # The closures are the forward and backward; the optimizer keeps only its own update.
-        assert compute >= 0.95 * closure_ns
+        # The closures hold the forward and backward (zero_grad and the closure's own Python are the
+        # loop's time, as outside a closure); the optimizer keeps only its own update.
+        assert compute >= 0.7 * closure_ns
+        assert compute + exposed[HOST_OTHER] >= 0.95 * closure_ns
         assert exposed.get("optimizer", 0) <= step_ns - closure_ns + 200_000
 
 

@@ -26,6 +26,7 @@ CONV_OPS = frozenset(
     }
 )
 FP32 = "float"
+BF16 = "c10::BFloat16"
 SMALL_OP_NUMEL = 32_768
 """An op whose largest tensor (its own inputs or those of the ops it calls) has at most 32K elements
 does microseconds of math or less, below the fixed cost of issuing it from Python with autograd

@@ -27,7 +27,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from pinchpoint.capture import loader_probe, opwindow
+from pinchpoint.capture import frameworks, loader_probe, opwindow
 from pinchpoint.capture.annotate import ANNOTATE_ENV, make_annotator
 from pinchpoint.capture.loop_site import loop_site
 from pinchpoint.capture.thread_trial import ThreadTrialRunner
@@ -159,6 +159,10 @@ class Agent:
         self.loop: dict[str, Any] | None = None
         """The program's loop statement around its steps (`capture/loop_site.py`), found at the first step."""
         self._loop_sought = False
+        self.explicit_kind = "explicit"
+        """What the marked steps are (`explicit_step`): the last partial step is one too."""
+        self.framework: dict[str, Any] | None = None
+        """The framework driving the loop and its settings (`capture/frameworks.py`)."""
         self.steps = JsonlWriter(self.rank_dir / "steps.jsonl")
         self.device_clock: Any = None
         """CUDA events at step boundaries (`cuda_steps.DeviceStepClock`), once the program uses CUDA."""
@@ -270,6 +274,8 @@ class Agent:
         }
         if self.loop is not None:
             info["loop"] = self.loop
+        if self.framework is not None:
+            info["framework"] = self.framework
         write_json_atomic(self.rank_dir / f"process-{os.getpid()}.json", info)
 
     def close(self) -> None:
@@ -360,6 +366,12 @@ class Agent:
             self._loop_sought = True
             with contextlib.suppress(Exception):
                 self.loop = loop_site(sys._getframe(1))
+            if self.framework is None:
+                with contextlib.suppress(Exception):
+                    self.framework = frameworks.detect(sys._getframe(1))
+            if self.loop is not None or self.framework is not None:
+                with contextlib.suppress(Exception):
+                    self.write_process_info()  # now, not only at exit: a killed run keeps them
         if self.window.on_step_end(self.torch, self.step_index):
             # The op window just opened (live-tensor snapshot) or closed (probes): no step's time.
             self.taint_next = True
@@ -437,12 +449,17 @@ class Agent:
         """Write the step in progress (at exit); analysis treats it like the others."""
         self.window.disable()
         self.pending = []  # (their intervals stay in the partial step)
-        kind = {"train": "train", "manual": "train", "inference": "inference"}.get(self.mode, "explicit")
+        kind = {"train": "train", "manual": "train", "inference": "inference"}.get(self.mode, self.explicit_kind)
         self.end_step(kind, partial=True)
 
-    def explicit_step(self) -> None:
+    def explicit_step(self, kind: str = "explicit") -> None:
+        """A step marked by the program (`prof.step()`) or a framework callback (`kind` train or eval)."""
         self.mode = "explicit"
-        self.end_step("explicit")
+        self.pending = []
+        self.await_boundary = False
+        if kind != "eval":
+            self.explicit_kind = kind
+        self.end_step(kind)
 
     def note_autocast(self) -> None:
         torch = self.torch

@@ -145,9 +145,10 @@ def install_hooks(agent: Agent, torch: Any) -> None:
 
 def _with_timed_closure(agent: Agent, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
     """`optimizer.step(closure)` (LBFGS, Lightning's automatic optimization): each evaluation of the
-    closure is the step's forward and backward, not the optimizer's update. The closure's span is
-    recorded as `forward` (its loss and zero_grad are the forward's); the backward inside it outranks
-    that, and the optimizer keeps only what runs outside the closure."""
+    closure holds the step's forward and backward, not the optimizer's update. The optimizer's
+    interval is cut at each closure, so it keeps only its own update; inside the closure, module calls
+    are forward, backward is backward, and the rest (a functional loss, zero_grad, a framework's own
+    machinery) is the loop's, as it is in a loop that calls them itself."""
     if "closure" in kwargs:
         closure = kwargs["closure"]
         if not callable(closure):
@@ -161,10 +162,12 @@ def _with_timed_closure(agent: Agent, args: Any, kwargs: Any) -> tuple[Any, Any]
 def _timed_closure(agent: Agent, closure: Callable[..., Any]) -> Callable[..., Any]:
     def timed_closure(*a: Any, **kw: Any) -> Any:
         t0 = _now()
+        if agent.in_optimizer:  # the update so far; the closure is not the optimizer's
+            agent.interval("optimizer", agent.opt_start_ns, t0)
         try:
             return closure(*a, **kw)
         finally:
-            agent.interval("forward", t0, _now())
+            agent.opt_start_ns = _now()
 
     return timed_closure
 

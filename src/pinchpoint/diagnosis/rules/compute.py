@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
-from pinchpoint.analysis.ops import FP32
+from pinchpoint.analysis.ops import BF16, FP32
 from pinchpoint.analysis.roofline import Chain
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding
@@ -55,6 +55,11 @@ class ComputeMath:
             if share >= FP32_MATMUL_SHARE_MIN and _probe_gain(rank) >= MIN_PROBE_GAIN:
                 yield self._precision(env, rank, share, units)
                 return
+        if ops is not None and not units and autocast == "bfloat16" and ops.window_step_ns > 0:
+            emulated = self._emulated_bf16(env, rank)
+            if emulated is not None:
+                yield emulated
+                return
         compute = sum(steps.share(p.value) for p in (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER))
         if compute < COMPUTE_BOUND_SHARE:
             return
@@ -94,6 +99,48 @@ class ComputeMath:
             fix=(
                 "Time goes where it should. To go faster, do less math or do it better: torch.compile to fuse "
                 "ops, a lower precision where accuracy allows, or a smaller model."
+            ),
+            ranks=(rank.rank,),
+        )
+
+    def _emulated_bf16(self, env: Environment, rank: RankAnalysis) -> Finding | None:
+        """bf16 autocast on a CPU with no bf16 matrix units: torch emulates bf16 and the probe measures
+        its matmuls (and convolutions) slower than fp32: the fix is fp32, priced at the probe's ratio."""
+        ops = rank.ops
+        assert ops is not None
+        mm = {m.dtype: m for m in rank.probes.matmul if m.ns > 0}
+        cv = {c.dtype: c for c in rank.probes.conv if c.ns > 0}
+        bf16_ns = ops.matmul_ns_per_step.get(BF16, 0.0)
+        conv_ns = ops.conv_ns_per_step.get(BF16, 0.0)
+        share = min(1.0, bf16_ns / ops.window_step_ns)
+        if share < FP32_MATMUL_SHARE_MIN or "float32" not in mm or "bfloat16" not in mm:
+            return None
+        r_mm = mm["bfloat16"].ns / mm["float32"].ns
+        r_conv = cv["bfloat16"].ns / cv["float32"].ns if ("float32" in cv and "bfloat16" in cv) else r_mm
+        slowdown = ((bf16_ns - conv_ns) * r_mm + conv_ns * r_conv) / bf16_ns if bf16_ns else r_mm
+        if slowdown < MIN_PROBE_GAIN:
+            return None
+        m, k, n = mm["float32"].shape
+        evidence = [
+            f"bf16 matmuls and convolutions take {pct(share)} of the step ({ms(bf16_ns)} per profiled step); "
+            "autocast runs them in bf16",
+            f"This CPU ({env.cpu.model}) has no bf16 matrix units (no AVX512-BF16 or AMX): torch emulates bf16",
+            f"Measured here: a {m}×{k} @ {k}×{n} matmul takes {mm['float32'].ns / 1e3:.0f} µs in fp32, "
+            f"{mm['bfloat16'].ns / 1e3:.0f} µs in bf16 (bf16 ×{r_mm:.1f} slower)",
+        ]
+        speedup = 1.0 / (1.0 - share + share / slowdown)
+        return Finding(
+            id=self.id,
+            title="bf16 autocast on a CPU without bf16 units: its matmuls run slower than in fp32",
+            share=share,
+            estimated_speedup=max(1.0, speedup),
+            confidence=Confidence.HIGH,
+            evidence=tuple(evidence),
+            fix="Turn bf16 autocast off on this machine (keep it where the CPU has AVX512-BF16 or AMX).",
+            snippet=(
+                "bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()  # AVX512-BF16 / AMX\n"
+                "with torch.autocast('cpu', dtype=torch.bfloat16, enabled=bf16):\n"
+                "    loss = criterion(model(x), y)"
             ),
             ranks=(rank.rank,),
         )
