@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis, GpuRunAnalysis
 from pinchpoint.analysis.run_analysis import RankAnalysis, RunAnalysis
 from pinchpoint.diagnosis.finding import Category, Finding
+from pinchpoint.diagnosis.frameworks import in_framework_terms
 from pinchpoint.diagnosis.gpu import GPU_RULES, MIN_SHARE, GpuRule
 from pinchpoint.diagnosis.registry import RULES
 from pinchpoint.diagnosis.rules.base import Rule, ms, pct, speedup_removing
@@ -263,6 +264,8 @@ def diagnose(
     lead = next((r.steps for r in analysis.ranks if r.steps is not None), None)
     if lead is not None and gpu is None:
         findings = with_next_limits(findings, lead.host_mean_ns or lead.mean_ns, lead.phase_ns)
+    framework = next((r.main.framework for r in analysis.ranks if r.main and r.main.framework), None)
+    findings = in_framework_terms(findings, framework)
     notes.extend(context_notes(analysis))
     return Diagnosis(findings=findings, notes=tuple(dict.fromkeys(notes)))
 

@@ -24,6 +24,23 @@ class Category(str, Enum):
     IO_CHECKPOINT = "io.checkpoint"
 
 
+class FixKind(str, Enum):
+    """What a finding's fix changes, as data: a framework's knob is found from it (`diagnosis/frameworks.py`)."""
+
+    WORKERS = "workers"
+    """DataLoader workers; `fix_params` num_workers."""
+    LOAD_IN_PROCESS = "load_in_process"
+    """num_workers=0 and whole-batch fetches."""
+    BF16_AUTOCAST = "bf16_autocast"
+    FP32 = "fp32"
+    """Autocast off (bf16 emulated on this CPU)."""
+    COMPILE = "compile"
+    LOG_LESS = "log_less"
+    """Per-step Python (metrics, logging) moved off the step."""
+    NO_SYNC = "no_sync"
+    """Gradient all-reduce once per accumulation; `fix_params` micro_batches."""
+
+
 class Confidence(str, Enum):
     HIGH = "high"
     MEDIUM = "medium"
@@ -46,3 +63,7 @@ class Finding:
     """Code showing the fix, where one helps."""
     next_limit: str | None = None
     """What limits the step once this is fixed (`diagnosis/whatif.py`)."""
+    fix_kind: FixKind | None = None
+    fix_params: tuple[tuple[str, int], ...] = ()
+    framework_fix: str | None = None
+    """The fix in the words of the framework the program runs under (`diagnosis/frameworks.py`)."""

@@ -24,6 +24,8 @@ from pinchpoint.trace.run import (
     DdpConfig,
     Environment,
     Fetch,
+    Framework,
+    FrameworkName,
     GpuSample,
     Interval,
     LoaderConfig,
@@ -323,6 +325,27 @@ def _process(o: dict[str, Any], rank: int) -> ProcessInfo:
         autocast_dtype=autocast,
         cuda_devices=devices,
         loop=_loop(as_dict(o.get("loop"))),
+        framework=_framework(as_dict(o.get("framework"))),
+    )
+
+
+def _framework(o: dict[str, Any]) -> Framework | None:
+    try:
+        name = FrameworkName(o.get("name"))
+    except (ValueError, TypeError):
+        return None
+    settings = as_dict(o.get("settings"))
+    return Framework(
+        name=name,
+        version=as_str(o.get("version")),
+        settings=tuple(
+            sorted(
+                (str(k), v)
+                for k, v in settings.items()
+                if v is None or isinstance(v, (str, int, float, bool))
+            )
+        ),
+        via=as_str(o.get("via")) or "stack",
     )
 
 

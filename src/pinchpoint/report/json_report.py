@@ -65,6 +65,10 @@ def finding_dict(f: Finding) -> dict[str, Any]:
         out["snippet"] = f.snippet
     if f.next_limit:
         out["next_limit"] = f.next_limit
+    if f.fix_kind is not None:
+        out["fix_kind"] = f.fix_kind.value
+    if f.framework_fix:
+        out["framework_fix"] = f.framework_fix
     return out
 
 
@@ -112,6 +116,14 @@ def _environment(run: Run, main: ProcessInfo | None) -> dict[str, Any]:
             "env": dict(main.threads.env),
         }
         env["autocast"] = main.autocast_dtype
+        if main.framework is not None:
+            fw = main.framework
+            env["framework"] = {
+                "name": fw.name.value,
+                "version": fw.version,
+                "settings": dict(fw.settings),
+                "via": fw.via,
+            }
         env["gpus"] = [
             {
                 "name": d.name,

@@ -149,6 +149,9 @@ def _header(report: dict[str, Any]) -> Text:
     if threads and threads.get("intra_op") is not None:
         parts.append(f"{threads['intra_op']} intra-op threads")
     parts.append(f"autocast {env.get('autocast') or 'off'}")
+    fw = env.get("framework")
+    if fw:
+        parts.append(f"{fw['name']} {fw.get('version') or ''}".rstrip())
     dl = env.get("dataloader")
     if dl:
         parts.append(f"DataLoader num_workers={dl['num_workers']}")
@@ -202,6 +205,8 @@ def _findings(report: dict[str, Any]) -> Group | Text:
         lines.append(Text.assemble(("   Fix: ", "bold"), f["fix"]))
         if f.get("snippet"):
             lines.append(Padding(Text(f["snippet"], style="cyan"), (0, 0, 0, 8)))
+        if f.get("framework_fix"):
+            lines.append(Text.assemble("   ", (f["framework_fix"], "bold cyan")))
         if f.get("next_limit"):
             lines.append(Text(f"   Then: {f['next_limit']}", style="dim"))
         blocks.append(Group(*lines, Text("")))

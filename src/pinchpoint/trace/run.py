@@ -135,6 +135,25 @@ class ThreadSettings:
     """Thread-related environment variables that were set, as (name, value)."""
 
 
+class FrameworkName(str, Enum):
+    LIGHTNING = "lightning"
+    TRANSFORMERS = "transformers"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Framework:
+    """The training framework driving the loop (`capture/frameworks.py`) and the settings a fix names."""
+
+    name: FrameworkName
+    version: str | None = None
+    settings: tuple[tuple[str, str | int | float | bool | None], ...] = ()
+    via: str = "stack"
+    """How it was found: `stack` (pinchpoint's own look at the loop) or `callback` (pinchpoint.integrations)."""
+
+    def setting(self, key: str) -> str | int | float | bool | None:
+        return dict(self.settings).get(key)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoopSite:
     """The program's `for`/`while` statement around its steps: lines `first_line`..`last_line` of
@@ -167,6 +186,7 @@ class ProcessInfo:
     """The low-precision dtype autocast was seen enabled with during a step (e.g. "bfloat16")."""
     cuda_devices: tuple[CudaDevice, ...] = ()
     loop: LoopSite | None = None
+    framework: Framework | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

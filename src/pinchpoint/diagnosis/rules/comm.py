@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from pinchpoint.analysis.comm import cross_rank_comm
 from pinchpoint.analysis.run_analysis import RankAnalysis
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding
+from pinchpoint.diagnosis.finding import Category, Confidence, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import ms, pct
 
 COMM_SHARE_MIN = 0.05
@@ -148,6 +148,8 @@ def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
         fix=fix,
         snippet=snippet,
         ranks=tuple(r.rank for r in rs),
+        fix_kind=FixKind.NO_SYNC if accumulating or on_cpu else None,
+        fix_params=(("micro_batches", round(comm.backward_calls) if accumulating else 2),),
     )
 
 

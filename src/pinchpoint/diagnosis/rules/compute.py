@@ -8,7 +8,7 @@ from typing import ClassVar
 from pinchpoint.analysis.ops import BF16, FP32
 from pinchpoint.analysis.roofline import Chain
 from pinchpoint.analysis.run_analysis import RankAnalysis
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding
+from pinchpoint.diagnosis.finding import Category, Confidence, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import ms, pct
 from pinchpoint.trace.run import Environment, Phase
 
@@ -143,6 +143,7 @@ class ComputeMath:
                 "    loss = criterion(model(x), y)"
             ),
             ranks=(rank.rank,),
+            fix_kind=FixKind.FP32,
         )
 
     def _precision(self, env: Environment, rank: RankAnalysis, share: float, units: list[str]) -> Finding:
@@ -182,6 +183,7 @@ class ComputeMath:
                 "loss.backward(); optimizer.step()"
             ),
             ranks=(rank.rank,),
+            fix_kind=FixKind.BF16_AUTOCAST,
         )
 
 

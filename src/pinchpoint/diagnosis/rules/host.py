@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.steps import StepStats
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding
+from pinchpoint.diagnosis.finding import Category, Confidence, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import ms, pct, speedup_removing, stack_evidence
 from pinchpoint.trace.run import HOST_OTHER, Environment, Phase
 
@@ -119,6 +119,7 @@ class HostPython:
             fix=fix,
             snippet=snippet,
             ranks=(rank.rank,),
+            fix_kind=None if title.startswith("The training loop waits") else FixKind.LOG_LESS,
         )
 
 

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from pinchpoint.analysis.loader import LoaderActivity
 from pinchpoint.analysis.run_analysis import RankAnalysis
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding
+from pinchpoint.diagnosis.finding import Category, Confidence, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import ms, pct, speedup_removing, stack_evidence
 from pinchpoint.trace.run import Environment, Phase
 
@@ -187,6 +187,8 @@ class InputFetch:
                 "prefetch_factor=4)"
             ),
             ranks=(rank.rank,),
+            fix_kind=FixKind.WORKERS,
+            fix_params=(("num_workers", workers),),
         )
 
 
@@ -333,4 +335,6 @@ class InputPreprocess:
                 "dataset = TensorDataset(torch.stack(cache), labels)"
             ),
             ranks=(rank.rank,),
+            fix_kind=FixKind.WORKERS if use_workers else FixKind.LOAD_IN_PROCESS if cheap_fetch else None,
+            fix_params=(("num_workers", workers if use_workers else 0 if transfer_bound else current),),
         )
