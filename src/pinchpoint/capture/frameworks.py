@@ -39,12 +39,14 @@ def detect(frame: FrameType | None) -> dict[str, Any] | None:
 
 def describe(trainer: Any) -> dict[str, Any] | None:
     """`trainer` as a framework record, or None when it is neither framework's Trainer."""
-    module = type(trainer).__module__ or ""
     with contextlib.suppress(Exception):
-        if module.startswith(LIGHTNING_MODULES) and type(trainer).__name__ == "Trainer":
-            return {"name": "lightning", "version": _version(module), "settings": lightning_settings(trainer)}
-        if module.startswith(TRANSFORMERS_MODULES) and hasattr(trainer, "args"):
-            return transformers_record(trainer.args)
+        # The program's own subclass counts (`class MyTrainer(Trainer)`, as many fine-tunes write).
+        for cls in type(trainer).__mro__:
+            module = cls.__module__ or ""
+            if module.startswith(LIGHTNING_MODULES) and cls.__name__ == "Trainer":
+                return {"name": "lightning", "version": _version(module), "settings": lightning_settings(trainer)}
+            if module.startswith(TRANSFORMERS_MODULES) and cls.__name__ == "Trainer":
+                return transformers_record(trainer.args)
     return None
 
 
