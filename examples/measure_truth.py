@@ -13,7 +13,7 @@ disturbed attempt is kept).
 
     python examples/measure_truth.py                 # all examples, R=3
     python examples/measure_truth.py host_python -r 5
-    python examples/measure_truth.py --markdown
+    python examples/measure_truth.py --markdown      # merges into TRUTH.md's section for this machine kind
 """
 import argparse
 import datetime
@@ -48,6 +48,8 @@ EXAMPLES = {
     "memory_leak": ("memory.leak", [("--fix", ["--fix"])]),
     "allocator_churn": ("memory.pressure", [("--fix", ["--fix"])]),
     "healthy": ("(none)", [("--fix (no-op)", ["--fix"])]),
+    "lightning_fit": ("input.fetch", [("--fix", ["--fix"])]),
+    "hf_trainer": ("input.fetch", [("--fix", ["--fix"])]),
     "two_causes": ("input.fetch + host.python", [("--fix input", ["--fix", "input"]),
                                                 ("--fix python", ["--fix", "python"]),
                                                 ("--fix all", ["--fix", "all"])]),
@@ -145,43 +147,66 @@ def main():
     for n, pl, fx, b, a, s, sh, ex in rows:
         print(fmt.format(n, pl, fx, f"{b:.1f}", f"{a:.1f}", f"{s:.2f}x", f"{sh:.0%}", ex))
 
-    if args.markdown and args.names and set(args.names) != set(EXAMPLES):
-        print("not writing examples/TRUTH.md: it would hold only the examples named; copy the rows above into it")
-    elif args.markdown:
-        import torch
+    if args.markdown:
+        write_section(rows, raw, args)
+
+
+def machine_kind(cpuinfo=None):
+    """This machine's kind for TRUTH.md: vendor, vector width, native bf16 (e.g. `amd-avx2`,
+    `intel-avx512-amx`, `amd-avx512-bf16`)."""
+    if cpuinfo is None:
         with open("/proc/cpuinfo") as f:
             cpuinfo = f.read()
-        cpu = next((ln.split(":", 1)[1].strip() for ln in cpuinfo.splitlines() if ln.startswith("model name")), "?")
-        amx = "amx_bf16" in cpuinfo
-        lines = [
-            "# Measured truth for the example programs", "",
-            f"Measured {datetime.date.today().isoformat()} with `python examples/measure_truth.py -r {args.reps} "
-            f"--markdown` (R={args.reps} alternating repetitions per variant; each cell is the median over the "
-            "reps of the program's own median step time, first 3 steps excluded).  The machine was shared: a run "
-            f"during which other processes used more than {args.max_foreign:.0%} of the CPUs was repeated "
-            f"(up to {args.retries} times, keeping the least disturbed attempt).", "",
-            f"Machine: {cpu}, {psutil.cpu_count()} logical CPUs{' with AMX-BF16' if amx else ''}, "
-            f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM, no GPU; {platform.platform()}; "
-            f"Python {platform.python_version()}, torch {torch.__version__}.", "",
-            "speedup = before / after; share = 1 - after / before (the fraction of the planted "
-            "step time that the fix removes).", "",
-            "| example | planted | fix | before ms | after ms | speedup | share | notes |",
-            "|---|---|---|---:|---:|---:|---:|---|",
-        ]
-        for n, pl, fx, b, a, s, sh, ex in rows:
-            lines.append(f"| {n} | {pl} | `{fx}` | {b:.1f} | {a:.1f} | {s:.2f}x | {sh:.0%} | {ex} |")
-        lines += ["", "<details><summary>All runs (median step ms; foreign = CPU load from other "
-                  "processes during the run, as a fraction of the machine)</summary>", "",
-                  "| example | variant | rep | median step ms | wall s | foreign | all tokens |",
-                  "|---|---|---:|---:|---:|---:|---|"]
-        for n, lbl, rep, tok, wall, foreign in raw:
-            lines.append(f"| {n} | {lbl} | {rep} | {tok.get('median_step_ms', float('nan')):.2f} | "
-                         f"{wall:.1f} | {foreign:.0%} | {' '.join(f'{k}={v:g}' for k, v in tok.items())} |")
-        lines += ["", "</details>", ""]
-        with open(os.path.join(HERE, "TRUTH.md"), "w") as f:
-            f.write("\n".join(lines))
-        print(f"wrote {os.path.join(HERE, 'TRUTH.md')}", file=sys.stderr)
+    flags = set(next((ln.split(":", 1)[1].split() for ln in cpuinfo.splitlines() if ln.startswith("flags")), []))
+    vendor = "intel" if "GenuineIntel" in cpuinfo else "amd" if "AuthenticAMD" in cpuinfo else "cpu"
+    width = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "other"
+    bf16 = "-amx" if "amx_bf16" in flags else "-bf16" if "avx512_bf16" in flags else ""
+    return f"{vendor}-{width}{bf16}"
 
+
+def write_section(rows, raw, args):
+    """Merge this measurement into TRUTH.md's section for this machine kind (rows of the same example
+    and fix are replaced; the others, and other machines' sections, are kept)."""
+    import torch
+    with open("/proc/cpuinfo") as f:
+        cpuinfo = f.read()
+    kind = machine_kind(cpuinfo)
+    cpu = next((ln.split(":", 1)[1].strip() for ln in cpuinfo.splitlines() if ln.startswith("model name")), "?")
+    path = os.path.join(HERE, "TRUTH.md")
+    text = open(path).read() if os.path.exists(path) else "# Measured truth for the example programs\n"
+    marker = f"## Machine: {kind}\n"
+    before, _, rest = text.partition(marker)
+    old, nxt, after = rest.partition("\n## Machine: ") if rest else ("", "", "")
+    kept = [ln for ln in old.splitlines() if ln.startswith("| ") and ln.count("`") >= 2
+            and not any(ln.startswith(f"| {n} |") and f"`{fx}`" in ln for n, _, fx, *_ in rows)]
+    old_runs = old.split("|---|---|---:|---:|---:|---:|---|\n", 1)[1].split("\n\n</details>")[0].splitlines() \
+        if "all tokens |" in old else []
+    today = datetime.date.today().isoformat()
+    lines = [
+        f"Measured with `python examples/measure_truth.py -r {args.reps} --markdown` (R alternating "
+        "repetitions per variant; each cell is the median over the reps of the program's own median step time, "
+        f"first 3 steps excluded; a run during which other processes used more than {args.max_foreign:.0%} of "
+        "the CPUs was repeated). Rows carry the date they were measured.", "",
+        f"Machine: {cpu}, {psutil.cpu_count()} logical CPUs, {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, "
+        f"no GPU; {platform.platform()}; Python {platform.python_version()}, torch {torch.__version__}.", "",
+        "| example | planted | fix | before ms | after ms | speedup | share | notes |",
+        "|---|---|---|---:|---:|---:|---:|---|",
+        *kept,
+        *(f"| {n} | {pl} | `{fx}` | {b:.1f} | {a:.1f} | {s:.2f}x | {sh:.0%} | {(ex + '; ') if ex else ''}"
+          f"measured {today} (R={args.reps}) |" for n, pl, fx, b, a, s, sh, ex in rows),
+        "", "<details><summary>All runs (median step ms; foreign = CPU load from other processes during the "
+        "run, as a fraction of the machine)</summary>", "",
+        "| example | variant | rep | median step ms | wall s | foreign | all tokens |",
+        "|---|---|---:|---:|---:|---:|---|",
+        *old_runs,
+        *(f"| {n} | {lbl} | {rep} | {tok.get('median_step_ms', float('nan')):.2f} | {wall:.1f} | {foreign:.0%} | "
+          f"{' '.join(f'{k}={v:g}' for k, v in tok.items())} |" for n, lbl, rep, tok, wall, foreign in raw),
+        "", "</details>", "",
+    ]
+    section = marker + "\n" + "\n".join(lines)
+    with open(path, "w") as f:
+        f.write(before + section + (("\n## Machine: " + after) if nxt else ""))
+    print(f"wrote the {kind} section of {path}", file=sys.stderr)
 
 if __name__ == "__main__":
     main()

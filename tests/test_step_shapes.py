@@ -220,3 +220,91 @@ def test_a_program_with_no_steps_says_so_and_how_to_mark_them(tmp_path: Path) ->
     assert "Traceback" not in res.stderr
     report = json.loads((out / "report.json").read_text())
     assert report["steps"]["count"] == 0 and "pinchpoint.integrations" in report["steps"]["missing"]
+
+
+CHAR_GPT = """
+import json, os, tempfile, numpy as np, torch
+from torch import nn
+torch.manual_seed(0)
+# nanoGPT's way: the corpus as uint16 token ids in a file, read through np.memmap by a get_batch()
+path = os.path.join(tempfile.mkdtemp(), "train.bin")
+np.random.default_rng(0).integers(0, 65, 200_000, dtype=np.uint16).tofile(path)
+block, batch = 32, 16
+def get_batch():
+    data = np.memmap(path, dtype=np.uint16, mode="r")
+    ix = torch.randint(len(data) - block, (batch,))
+    x = torch.stack([torch.from_numpy(data[i:i + block].astype(np.int64)) for i in ix])
+    y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + block].astype(np.int64)) for i in ix])
+    return x, y
+class GPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(65, 64), nn.Embedding(block, 64)
+        layer = nn.TransformerEncoderLayer(64, 4, 256, batch_first=True, norm_first=True)
+        self.blocks, self.head = nn.TransformerEncoder(layer, 2), nn.Linear(64, 65)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(block))
+    def forward(self, idx, targets=None):
+        t = idx.shape[1]
+        x = self.tok(idx) + self.pos(torch.arange(t))
+        logits = self.head(self.blocks(x, mask=self.mask[:t, :t], is_causal=True))
+        loss = None if targets is None else nn.functional.cross_entropy(logits.view(-1, 65), targets.view(-1))
+        return logits, loss
+model = GPT()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+iters = 30
+for it in range(iters):
+    x, y = get_batch()
+    _, loss = model(x, y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+model.eval()
+idx, new = torch.zeros((1, 1), dtype=torch.long), 0
+with torch.no_grad():  # the sampler: one forward per generated token, its input growing
+    for _ in range(25):
+        logits, _ = model(idx[:, -block:])
+        nxt = torch.multinomial(logits[:, -1, :].softmax(-1), 1)
+        idx = torch.cat([idx, nxt], dim=1)
+        new += 1
+print("TRUTH " + json.dumps({"iters": iters, "tokens": new}))
+"""
+
+
+def test_a_memmap_char_gpt_then_its_sampler(tmp_path: Path) -> None:
+    # No DataLoader (get_batch is the loop's own Python); then generation: a step per token
+    res, out = _run(tmp_path, CHAR_GPT)
+    assert res.returncode == 0, res.stderr
+    truth = _truth(res)
+    steps = [s for s in _steps(out) if not s.partial]
+    train = [s for s in steps if s.kind is StepKind.TRAIN]
+    assert len(train) == truth["iters"]
+    # the sampler's forwards come after training: the trained model, eval mode, no grad
+    assert len([s for s in _steps(out) if s.kind is StepKind.EVAL]) == truth["tokens"]
+    for s in train[2:]:
+        phases = [iv.phase.value for iv in s.intervals]
+        assert phases.count("backward") == 1 and phases.count("optimizer") == 1
+
+
+SAMPLER = """
+import json, torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Embedding(100, 64), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 100)).eval()
+idx, tokens = torch.zeros((1, 1), dtype=torch.long), 0
+with torch.inference_mode():
+    for _ in range(40):
+        logits = model(idx)[:, -1, :]
+        idx = torch.cat([idx, logits.argmax(-1, keepdim=True)], dim=1)
+        tokens += 1
+print("TRUTH " + json.dumps({"tokens": tokens}))
+"""
+
+
+def test_an_autoregressive_sampler_has_a_step_per_token(tmp_path: Path) -> None:
+    res, out = _run(tmp_path, SAMPLER)
+    assert res.returncode == 0, res.stderr
+    steps = _steps(out)
+    assert all(s.kind is StepKind.INFERENCE for s in steps)
+    assert len([s for s in steps if not s.partial]) == _truth(res)["tokens"]
+    report = json.loads((out / "report.json").read_text())
+    assert report["steps"]["kind"] == "inference"
