@@ -56,7 +56,7 @@ class RemoteDocuments(Dataset):
 
     def __init__(self, n, tokenizer, latency_s, seed):
         rng = random.Random(seed)
-        self.docs = [(" ".join(rng.choice(WORDS) for _ in range(rng.randint(24, 96))), rng.randint(0, 1))
+        self.docs = [(" ".join(rng.choice(WORDS) for _ in range(rng.randint(16, 48))), rng.randint(0, 1))
                      for _ in range(n)]
         self.tokenizer, self.latency_s = tokenizer, latency_s
 
@@ -66,7 +66,7 @@ class RemoteDocuments(Dataset):
     def __getitem__(self, i):
         time.sleep(self.latency_s)  # emulated object-store round-trip
         text, label = self.docs[i]
-        enc = self.tokenizer(text, truncation=True, max_length=128)
+        enc = self.tokenizer(text, truncation=True, max_length=64)
         enc["labels"] = label
         return enc
 
@@ -111,8 +111,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--fix", action="store_true", help="4 persistent DataLoader workers")
     p.add_argument("--steps", type=int, default=150)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--latency-ms", type=float, default=0.8)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--latency-ms", type=float, default=2.0)
     p.add_argument("--callback", action="store_true", help="add pinchpoint's transformers callback")
     args = p.parse_args()
     warnings.filterwarnings("ignore")

@@ -308,3 +308,64 @@ def test_an_autoregressive_sampler_has_a_step_per_token(tmp_path: Path) -> None:
     assert len([s for s in steps if not s.partial]) == _truth(res)["tokens"]
     report = json.loads((out / "report.json").read_text())
     assert report["steps"]["kind"] == "inference"
+
+
+ACCELERATE = """
+import json, torch
+from accelerate import Accelerator
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+accelerator = Accelerator(cpu=True, gradient_accumulation_steps=4)
+model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+dl = DataLoader(TensorDataset(torch.randn(384, 16), torch.randn(384, 1)), batch_size=8)
+model, opt, dl, sched = accelerator.prepare(model, opt, dl, sched)
+updates = 0
+for x, y in dl:
+    with accelerator.accumulate(model):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        accelerator.backward(loss)
+        opt.step(); sched.step(); opt.zero_grad()
+        updates += int(accelerator.sync_gradients)
+print("TRUTH " + json.dumps({"updates": updates}))
+"""
+
+
+def test_accelerate_gradient_accumulation_is_a_step_per_real_optimizer_step(tmp_path: Path) -> None:
+    # AcceleratedOptimizer.step() is called every micro-batch and steps on every 4th
+    res, out = _run(tmp_path, ACCELERATE)
+    assert res.returncode == 0, res.stderr
+    train = [s for s in _steps(out) if s.kind is StepKind.TRAIN and not s.partial]
+    assert len(train) == _truth(res)["updates"] == 12
+    assert all([iv.phase.value for iv in s.intervals].count("backward") == 4 for s in train)
+
+
+GAN = """
+import json, torch
+from torch import nn
+torch.manual_seed(0)
+G = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16))
+D = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+opt_g, opt_d = torch.optim.Adam(G.parameters(), 1e-3), torch.optim.Adam(D.parameters(), 1e-3)
+bce = nn.BCEWithLogitsLoss()
+iters = 25
+for _ in range(iters):
+    real, z = torch.randn(32, 16), torch.randn(32, 8)
+    fake = G(z)
+    d_loss = bce(D(real), torch.ones(32, 1)) + bce(D(fake.detach()), torch.zeros(32, 1))
+    opt_d.zero_grad(); d_loss.backward(); opt_d.step()
+    g_loss = bce(D(fake), torch.ones(32, 1))
+    opt_g.zero_grad(); g_loss.backward(); opt_g.step()
+print("TRUTH " + json.dumps({"iters": iters}))
+"""
+
+
+def test_two_optimizers_in_one_iteration_are_one_step(tmp_path: Path) -> None:
+    res, out = _run(tmp_path, GAN)
+    assert res.returncode == 0, res.stderr
+    train = [s for s in _steps(out) if s.kind is StepKind.TRAIN and not s.partial]
+    # a step ends at the first optimizer's step: after the first, each holds one update of each network
+    assert len(train) == _truth(res)["iters"]
+    for s in train[1:]:
+        assert [iv.phase.value for iv in s.intervals].count("optimizer") == 2

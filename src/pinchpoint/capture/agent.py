@@ -16,18 +16,15 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.abc
-import importlib.machinery
 import os
 import resource
 import sys
 import threading
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-from pinchpoint.capture import frameworks, loader_probe, opwindow
+from pinchpoint.capture import frameworks, loader_probe, loop_shapes, opwindow
 from pinchpoint.capture.annotate import ANNOTATE_ENV, make_annotator
 from pinchpoint.capture.loop_site import loop_site
 from pinchpoint.capture.thread_trial import ThreadTrialRunner
@@ -40,10 +37,6 @@ DEFAULT_OPWINDOW = (10, 3)
 (the profiler's own allocations can change how glibc treats the program's memory afterwards)."""
 INFERENCE_AFTER_CALLS = 3
 """Top-level calls of one module with grad enabled and no backward in between: then it is inference."""
-MANUAL_AFTER_CYCLES = 8
-"""Forward/backward cycles with no optimizer step: then the program updates its parameters itself
-(`p.data.add_(p.grad, alpha=-lr)`) and each cycle is a step. Fewer would split the first optimizer
-step of a gradient-accumulation loop into its micro-batches; 8 is a long accumulation on a CPU."""
 
 _now = time.monotonic_ns
 _thread_cpu = time.thread_time_ns
@@ -289,7 +282,7 @@ class Agent:
         self.trial.restore(self.torch)
         if self.pending and self.role == "main":
             with contextlib.suppress(Exception):
-                self.declare_manual()  # a short loop that never called an optimizer
+                loop_shapes.declare_manual(self)  # a short loop that never called an optimizer
         if (
             self.step_start_ns is not None
             and self.intervals
@@ -385,51 +378,6 @@ class Agent:
         self.step_sched_start = sched
         self.step_faults_start = faults_now
 
-    # ---- loops with no optimizer, and evaluation inside training ------------------------------------
-
-    def boundary(self, t_ns: int) -> None:
-        """A data fetch or top-level call starts at `t_ns` after a backward, with no optimizer step
-        ever: in a manual-update loop this is where the step ends; the time since the backward is
-        the update (`optimizer`)."""
-        self.await_boundary = False
-        if self.lead_optimizer is not None or self.role != "main":
-            return
-        update = ["optimizer", self.last_backward_end_ns, t_ns] if t_ns > self.last_backward_end_ns else None
-        if self.mode == "manual":
-            if update is not None:
-                self.intervals.append(update)
-            self.end_step("train", t_ns)
-            return
-        self.pending.append((t_ns, self.counters(), update))
-        if len(self.pending) >= MANUAL_AFTER_CYCLES:
-            self.declare_manual()
-
-    def declare_manual(self) -> None:
-        """No optimizer steps here: write the candidate steps held so far, each with its update."""
-        self.mode = "manual"
-        pending, self.pending = self.pending, []
-        rest = self.intervals
-        for t_ns, counters, update in pending:
-            self.intervals = [iv for iv in rest if iv[1] < t_ns] + ([update] if update is not None else [])
-            rest = [iv for iv in rest if iv[1] >= t_ns]
-            self.end_step("train", t_ns, counters=counters)
-        self.intervals = rest
-
-    def optimizer_stepped(self) -> None:
-        """An optimizer step: candidate manual boundaries were micro-batches of this step."""
-        self.pending = []
-        self.await_boundary = False
-        if self.mode == "manual":
-            self.mode = "train"
-
-    def eval_step(self, t_ns: int) -> None:
-        """A top-level evaluation call of the trained model ended: what ran since the last step
-        (the eval batch's fetch and forward) is an evaluation step of its own."""
-        if self.pending:
-            self.declare_manual()  # nobody evaluates in the middle of an accumulation
-        self.await_boundary = False
-        self.end_step("eval", t_ns)
-
     def _mark_device_step(self) -> None:
         """On a CUDA program, an event at the step boundary (never initialises CUDA; never raises)."""
         if self.device_clock_failed or self.torch is None or self.role != "main":
@@ -506,45 +454,10 @@ def start(run_dir: Path, rank: int | None = None, window: str | None = None) -> 
     if torch is not None and hasattr(torch, "nn"):
         AGENT.attach(torch)
     else:
-        sys.meta_path.insert(0, _TorchImportHook(AGENT))
+        from pinchpoint.capture.import_hook import TorchImportHook
+
+        sys.meta_path.insert(0, TorchImportHook(AGENT))
     return AGENT
-
-
-class _TorchImportHook(importlib.abc.MetaPathFinder):
-    """Finds `torch` through the other finders and attaches the agent once its module has executed.
-
-    It stays on `sys.meta_path` until then: `importlib.util.find_spec("torch")` (transformers' and
-    accelerate's availability checks) asks the finders for a spec it never executes, and a hook that
-    left after the first question would never see the real import."""
-
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
-        self.done = False
-
-    def find_spec(
-        self, fullname: str, path: Any = None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "torch" or self.done:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        orig_exec = getattr(loader, "exec_module")  # noqa: B009
-        hook = self
-
-        def exec_module(module: ModuleType) -> None:
-            hook.done = True
-            with contextlib.suppress(ValueError):
-                sys.meta_path.remove(hook)
-            orig_exec(module)
-            try:
-                hook.agent.attach(module)
-            except Exception as exc:  # never break the user's program
-                _log(hook.agent.run_dir, f"pinchpoint agent could not attach: {exc!r}")
-
-        setattr(loader, "exec_module", exec_module)  # noqa: B010
-        return spec
 
 
 def _log(run_dir: Path, message: str) -> None:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pinchpoint.capture import dist_hooks, loader_probe
+from pinchpoint.capture import dist_hooks, loader_probe, loop_shapes
 from pinchpoint.capture.agent import INFERENCE_AFTER_CALLS, thread_schedstat
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def install_hooks(agent: Agent, torch: Any) -> None:
             return orig_next(self)  # (the loader probe's batches are pinchpoint's, not the program's)
         t0 = _now()
         if agent.await_boundary:
-            agent.boundary(t0)
+            loop_shapes.boundary(agent, t0)
         agent.begin("data_wait")
         try:
             batch = orig_next(self)
@@ -92,7 +92,7 @@ def install_hooks(agent: Agent, torch: Any) -> None:
             agent.note_autocast()
         t0 = _now()
         if agent.await_boundary:
-            agent.boundary(t0)
+            loop_shapes.boundary(agent, t0)
         agent.begin("forward")
         try:
             return orig_call(self, *args, **kwargs)
@@ -126,7 +126,7 @@ def install_hooks(agent: Agent, torch: Any) -> None:
         agent.in_optimizer = False
         agent.interval("optimizer", agent.opt_start_ns or t1, t1)
         agent.end()
-        agent.optimizer_stepped()
+        loop_shapes.optimizer_stepped(agent)
         if agent.lead_optimizer is None:
             agent.lead_optimizer = id(opt)
         if agent.mode in ("unknown", "inference"):
@@ -185,7 +185,7 @@ def _after_top_level_call(agent: Agent, torch: Any, module: Any, t1: int) -> Non
             and id(module) in agent.trained_modules
             and not any(iv[0] == "backward" for iv in agent.intervals)
         ):
-            agent.eval_step(t1)  # evaluation inside training: a step of its own kind
+            loop_shapes.eval_step(agent, t1)  # evaluation inside training: a step of its own kind
         return
     if agent.mode != "unknown":
         return
