@@ -8,6 +8,9 @@ profiled, bare, then the mirror image), so a drift of the machine's speed during
 neither arm always runs first (the first run of a series was measurably faster here). A quad's ratio is
 (sum of profiled) / (sum of bare); the overhead is the median over quads. Target: ≤ 1.02.
 
+`--arm callback` (interleaved mode) runs the framework examples under `pinchpoint run` with their
+`--callback` flag, so pinchpoint's Lightning/Trainer callback marks the steps.
+
 `--arm opwindow-off` adds a third arm, `pinchpoint run --opwindow off`, to split the op window's share
 of the overhead from the hooks' and the sampler's.
 
@@ -63,6 +66,7 @@ def main() -> int:
             "bootstrap-noop",
             "stacks",
             "sampler-rare",
+            "callback",
         ],
     )
     ap.add_argument(
@@ -98,6 +102,8 @@ def main() -> int:
         arms["sampler rare"] = ["--interval", "60"]
     if "stacks" in args.arm:  # deep mode: py-spy samples the program's stacks at 100 Hz
         arms["stacks"] = ["--stacks"]
+    if "callback" in args.arm:  # the framework examples with pinchpoint's callback (--callback) as well
+        arms["callback"] = ["ARG:--callback"]
     if "agent-only" in args.arm:  # the agent in the bare program: no launcher, no sampler, no window
         arms["agent only"] = ["BARE", "ENV:PINCHPOINT_OPWINDOW=off"]
     print(f"{args.quads} ABBA quads per arm, --steps {args.steps}, {args.malloc} malloc")
@@ -174,10 +180,11 @@ def interleaved(
                         del agent_env["PINCHPOINT_RUN_DIR"]
                     got[name] = step_ms([py, *prog], agent_env)
             else:
-                opts = [o for o in arms[name] if not o.startswith("ENV:")]
+                opts = [o for o in arms[name] if not o.startswith(("ENV:", "ARG:"))]
                 extra = dict(o[4:].split("=", 1) for o in arms[name] if o.startswith("ENV:"))
+                args_ = [o[4:] for o in arms[name] if o.startswith("ARG:")]  # to the program
                 with tempfile.TemporaryDirectory() as tmp:
-                    cmd = [pinchpoint, "run", "-q", *opts, "-o", f"{tmp}/run", *prog]
+                    cmd = [pinchpoint, "run", "-q", *opts, "-o", f"{tmp}/run", *prog, *args_]
                     got[name] = step_ms(cmd, {**env, **extra})
                     w = window_ratio(Path(tmp) / "run")
                     if w is not None:

@@ -9,7 +9,6 @@ is within 0.10 of the share its fix removed; the healthy program has no non-comp
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import os
 import re
@@ -22,9 +21,10 @@ import pytest
 
 pytest.importorskip("torch")
 
+from truth import machine_truth as _truth
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-TRUTH = EXAMPLES / "TRUTH.md"
 FIX_REMOVES = {"--fix input": "input.fetch", "--fix python": "host.python"}
 """What each partial fix of examples/two_causes.py removes."""
 SHARE_TOLERANCE = 0.10
@@ -96,42 +96,6 @@ def _profile(example: Path, tmp_path: Path) -> dict[str, Any]:
     assert res.returncode == 0, res.stderr[-3000:]
     report: dict[str, Any] = json.loads((out / "report.json").read_text())
     return report
-
-
-def machine_kind() -> str:
-    """This machine's kind as examples/measure_truth.py names its TRUTH.md section."""
-    spec = importlib.util.spec_from_file_location("measure_truth", EXAMPLES / "measure_truth.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return str(module.machine_kind())
-
-
-def _sections() -> dict[str, dict[str, dict[str, float]]]:
-    """machine kind -> example -> {fix label: measured share}, from TRUTH.md's summary tables."""
-    out: dict[str, dict[str, dict[str, float]]] = {}
-    kind = ""
-    for line in TRUTH.read_text().splitlines():
-        if line.startswith("## Machine: "):
-            kind = line.removeprefix("## Machine: ").strip()
-            continue
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if kind and len(cells) >= 7 and cells[6].endswith("%") and cells[2].startswith("`"):
-            out.setdefault(kind, {}).setdefault(cells[0], {})[cells[2].strip("`")] = float(cells[6].rstrip("%")) / 100
-    return out
-
-
-def _truth(kind: str | None = None) -> dict[str, dict[str, float]]:
-    """The truth of this machine kind: its own section's rows, then (for examples it lacks) the nearest
-    kind's, same bf16 class first (the examples use bf16 autocast exactly where the CPU has native bf16)."""
-    kind = kind or machine_kind()
-    sections = _sections()
-    native = kind.endswith(("-amx", "-bf16"))
-    order = sorted(sections, key=lambda k: (k != kind, k.endswith(("-amx", "-bf16")) != native, k))
-    out: dict[str, dict[str, float]] = {}
-    for k in reversed(order):
-        out.update(sections[k])
-    return out
 
 
 def _summary(report: dict[str, Any]) -> str:

@@ -1,0 +1,50 @@
+"""The measured truth of the examples, for the machine the tests run on (examples/TRUTH.md has one
+section per machine kind; examples/measure_truth.py names the kinds and writes the sections)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+TRUTH = EXAMPLES / "TRUTH.md"
+NATIVE_BF16 = ("-amx", "-bf16")
+
+
+def machine_kind() -> str:
+    """This machine's kind as examples/measure_truth.py names its TRUTH.md section."""
+    spec = importlib.util.spec_from_file_location("measure_truth", EXAMPLES / "measure_truth.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return str(module.machine_kind())
+
+
+def sections() -> dict[str, dict[str, dict[str, tuple[float, float]]]]:
+    """machine kind -> example -> {fix label: (measured speedup, measured share)}."""
+    out: dict[str, dict[str, dict[str, tuple[float, float]]]] = {}
+    kind = ""
+    for line in TRUTH.read_text().splitlines():
+        if line.startswith("## Machine: "):
+            kind = line.removeprefix("## Machine: ").strip()
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if kind and len(cells) >= 7 and cells[6].endswith("%") and cells[2].startswith("`"):
+            measured = (float(cells[5].rstrip("x")), float(cells[6].rstrip("%")) / 100)
+            out.setdefault(kind, {}).setdefault(cells[0], {})[cells[2].strip("`")] = measured
+    return out
+
+
+def machine_truth(kind: str | None = None, what: int = 1) -> dict[str, dict[str, float]]:
+    """example -> {fix label: measured share (what=1) or speedup (what=0)} for this machine kind: its own
+    section's rows, then, for examples it lacks, the nearest kind's (same bf16 class first: the examples
+    use bf16 autocast exactly where the CPU has native bf16)."""
+    kind = kind or machine_kind()
+    found = sections()
+    native = kind.endswith(NATIVE_BF16)
+    order = sorted(found, key=lambda k: (k != kind, k.endswith(NATIVE_BF16) != native, k))
+    out: dict[str, dict[str, float]] = {}
+    for k in reversed(order):
+        for example, fixes in found[k].items():
+            out[example] = {label: pair[what] for label, pair in fixes.items()}
+    return out
