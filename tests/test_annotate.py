@@ -95,12 +95,17 @@ def test_itt_tasks_show_every_step_and_its_phases_where_pinchpoint_measured_them
         name.removeprefix(f"{PREFIX}step "): (t0, t1) for name, t0, t1 in ours[tid] if "step " in name
     }
     assert sorted(map(int, step_tasks)) == [s["step"] for s in steps]
-    for s in steps:
+    prev_end = 0
+    for i, s in enumerate(steps):
         t0, t1 = step_tasks[str(s["step"])]
-        # The task opens as the step's first phase starts and closes as the step ends.
+        # The task holds exactly this step: it opens after the previous one ended and before this step's
+        # first phase starts, and closes after this step ends and before the next one's first phase. (No
+        # clock tolerance: the collector's first call alone took 3-4 ms on a loaded 2-core machine.)
         first = min(iv[1] for iv in s["intervals"])
-        assert 0 <= first - t0 < 2_000_000, (s["step"], first - t0)
-        assert 0 <= t1 - s["end_ns"] < 2_000_000, (s["step"], t1 - s["end_ns"])
+        assert prev_end <= t0 <= first, (s["step"], t0, first)
+        following = steps[i + 1]["intervals"] if i + 1 < len(steps) else []
+        assert s["end_ns"] <= t1 <= min((iv[1] for iv in following), default=t1), (s["step"], t1, s["end_ns"])
+        prev_end = t1
         inside = sorted(
             (
                 (name.removeprefix(PREFIX), a, b)
@@ -111,7 +116,7 @@ def test_itt_tasks_show_every_step_and_its_phases_where_pinchpoint_measured_them
         )
         assert [n for n, _, _ in inside] == [iv[0] for iv in sorted(s["intervals"], key=lambda iv: iv[1])]
         for (name, a, b), iv in zip(inside, sorted(s["intervals"], key=lambda iv: iv[1]), strict=True):
-            assert a <= iv[1] and iv[2] <= b and (iv[1] - a) + (b - iv[2]) < 2_000_000, (name, a, b, iv)
+            assert a <= iv[1] and iv[2] <= b <= t1, (name, a, b, iv)
 
 
 def test_nvtx_without_a_cuda_build_says_so_in_one_line_and_the_run_goes_on(tmp_path: Path) -> None:

@@ -55,10 +55,10 @@ def install_hooks(agent: Agent, torch: Any) -> None:
     def next_wrapper(self: Any) -> Any:
         if agent.role != "main" or threading.get_ident() != agent.tid or loader_probe.ACTIVE:
             return orig_next(self)  # (the loader probe's batches are pinchpoint's, not the program's)
-        t0 = _now()
         if agent.await_boundary:
-            loop_shapes.boundary(agent, t0)
-        agent.begin("data_wait")
+            loop_shapes.boundary(agent, _now())
+        agent.begin("data_wait")  # (before the clock: an annotation's task opens before its interval)
+        t0 = _now()
         try:
             batch = orig_next(self)
             if agent.window.batch_spec is None and getattr(self, "_num_workers", 0) > 0:
@@ -90,10 +90,10 @@ def install_hooks(agent: Agent, torch: Any) -> None:
         agent.in_module = True
         if agent.autocast_dtype is None:
             agent.note_autocast()
-        t0 = _now()
         if agent.await_boundary:
-            loop_shapes.boundary(agent, t0)
+            loop_shapes.boundary(agent, _now())
         agent.begin("forward")
+        t0 = _now()
         try:
             return orig_call(self, *args, **kwargs)
         finally:

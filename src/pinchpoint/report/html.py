@@ -57,6 +57,8 @@ def _finding(f: Mapping[str, Any], multi_rank: bool) -> str:
     ]
     if f.get("snippet"):
         out.append(f"<pre>{_e(f['snippet'])}</pre>")
+    if f.get("framework_fix"):
+        out.append(f'<div class="fix"><b>{_e(f["framework_fix"])}</b></div>')
     if f.get("next_limit"):
         out.append(f'<div class="note">Then: {_e(f["next_limit"])}</div>')
     out.append("</div>")

@@ -242,4 +242,5 @@ class HostDispatch:
                 else "out = torch.einsum('bgi,gij->bgj', x, W)   # instead of: for g in range(G): x[:, g] @ W[g]"
             ),
             ranks=(rank.rank,),
+            fix_kind=None if optimizer_bound or serving else FixKind.COMPILE,
         )
