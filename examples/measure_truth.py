@@ -179,8 +179,8 @@ def write_section(rows, raw, args):
     old, nxt, after = rest.partition("\n## Machine: ") if rest else ("", "", "")
     kept = [ln for ln in old.splitlines() if ln.startswith("| ") and ln.count("`") >= 2
             and not any(ln.startswith(f"| {n} |") and f"`{fx}`" in ln for n, _, fx, *_ in rows)]
-    old_runs = old.split("|---|---|---:|---:|---:|---:|---|\n", 1)[1].split("\n\n</details>")[0].splitlines() \
-        if "all tokens |" in old else []
+    runs_head = "| all tokens |\n|---|---|---:|---:|---:|---:|---|\n"
+    old_runs = old.split(runs_head, 1)[1].split("\n\n</details>")[0].splitlines() if runs_head in old else []
     today = datetime.date.today().isoformat()
     lines = [
         f"Measured with `python examples/measure_truth.py -r {args.reps} --markdown` (R alternating "

@@ -81,11 +81,11 @@ def test_fixing_one_cause_is_faster_and_the_bottleneck_moves(
 
 
 def test_the_gate_fails_a_slower_run_and_passes_a_noisy_one(runs: tuple[Path, dict[str, Path], str]) -> None:
-    # Two runs of one unchanged program on this 2-core machine differ by up to ~11% (decision 21), so
-    # the gate allows 15%: the planted run is 1.6x (AVX2 EPYC) to 3x (AMX Xeon) slower than the one with
-    # both causes fixed; a rerun is only noise.
+    # Two runs of one unchanged program differ by up to ~11% on the Xeon (decision 21) and by up to 28%
+    # on the AVX2 EPYC (two_causes planted, idle, 8 runs: 111-142 ms), so the gate allows 40%: the
+    # planted run is 1.8x (EPYC) to 3x (Xeon) slower than the one with both causes fixed.
     home, dirs, _ = runs
-    slower = _pp(home, "check", str(dirs["planted"]), "--baseline", "#4", "--max-regression", "15%")
+    slower = _pp(home, "check", str(dirs["planted"]), "--baseline", "#4", "--max-regression", "40%")
     assert slower.returncode == 1 and "FAIL" in slower.stderr
-    rerun = _pp(home, "check", str(dirs["planted_again"]), "--baseline", "#1", "--max-regression", "15%")
+    rerun = _pp(home, "check", str(dirs["planted_again"]), "--baseline", "#1", "--max-regression", "40%")
     assert rerun.returncode == 0 and "PASS" in rerun.stderr, rerun.stderr

@@ -72,8 +72,14 @@ def _step(start: int, end: int, *intervals: tuple[str, int, int]) -> Step:
         ),
         pytest.param(
             _step(0, 100, ("optimizer", 0, 100), ("backward", 0, 100), ("forward", 0, 100)),
-            {"optimizer": 100, HOST_OTHER: 0},
+            {"backward": 100, HOST_OTHER: 0},
             id="identical-spans-highest-priority-wins",
+        ),
+        pytest.param(
+            # optimizer.step(closure): the closure's forward and backward inside the optimizer's call
+            _step(0, 100, ("optimizer", 0, 100), ("forward", 10, 30), ("backward", 30, 70)),
+            {"optimizer": 40, "forward": 20, "backward": 40, HOST_OTHER: 0},
+            id="a-closure-inside-the-optimizer-is-forward-and-backward",
         ),
     ],
 )
