@@ -547,6 +547,19 @@ CONV_PROBE = replace(
     ),
 )
 
+def _bf16_autocast(bf16_probe_ns: int, env: Any, evidence: tuple[str, ...] = (), check: Any = None) -> Case:
+    """A step 60% bf16 matmuls under bf16 autocast, the probe's fp32 matmul at 1 ms; by default the
+    emulated-bf16 finding must not fire."""
+    rank = rank_of(
+        COMPUTE,
+        ops=make_ops(bf16_matmul_ms=60),
+        probes=matmul_probes(1_000_000, bf16_probe_ns),
+        main=make_process(autocast="bfloat16"),
+    )
+    fine = _all(_title_has("without bf16 units", False), _eq("estimated_speedup", 1.0))
+    return Case(rank, True, env=env, evidence=evidence, check=check or fine)
+
+
 COMPUTE_MATH = {
     "fp32-convolutions-on-amx": Case(
         rank_of(COMPUTE, ops=CONV_HEAVY, probes=CONV_PROBE),
@@ -643,16 +656,10 @@ COMPUTE_MATH = {
         env=AMX,
         check=_not_precision,
     ),
-    "bf16-autocast-emulated-on-avx2": Case(
+    "bf16-autocast-emulated-on-avx2": _bf16_autocast(
         # an AVX2 EPYC: bf16 matmuls run 40x slower than fp32; the fix is autocast off
-        rank_of(
-            COMPUTE,
-            ops=make_ops(bf16_matmul_ms=60),
-            probes=matmul_probes(1_000_000, 40_000_000),
-            main=make_process(autocast="bfloat16"),
-        ),
-        True,
-        env=AVX2,
+        40_000_000,
+        AVX2,
         evidence=("bf16 matmuls and convolutions take 60% of the step", "no bf16 matrix units", "×40.0 slower"),
         check=_all(
             _title_has("bf16 autocast on a CPU without bf16 units"),
@@ -661,28 +668,8 @@ COMPUTE_MATH = {
             _fix_has("autocast off"),
         ),
     ),
-    "bf16-autocast-on-amx-is-fine": Case(
-        rank_of(
-            COMPUTE,
-            ops=make_ops(bf16_matmul_ms=60),
-            probes=matmul_probes(1_000_000, 40_000_000),
-            main=make_process(autocast="bfloat16"),
-        ),
-        True,
-        env=AMX,
-        check=_all(_title_has("without bf16 units", False), _eq("estimated_speedup", 1.0)),
-    ),
-    "bf16-autocast-emulated-but-probe-says-no-slower": Case(
-        rank_of(
-            COMPUTE,
-            ops=make_ops(bf16_matmul_ms=60),
-            probes=matmul_probes(1_000_000, 1_200_000),
-            main=make_process(autocast="bfloat16"),
-        ),
-        True,
-        env=AVX2,
-        check=_all(_title_has("without bf16 units", False), _eq("estimated_speedup", 1.0)),
-    ),
+    "bf16-autocast-on-amx-is-fine": _bf16_autocast(40_000_000, AMX),
+    "bf16-autocast-emulated-but-probe-says-no-slower": _bf16_autocast(1_200_000, AVX2),
     "compute-bound-summary": Case(
         rank_of({"data_wait": 0.20}),
         True,
