@@ -129,7 +129,12 @@ def speedscope_json(
             i = index.get(f)
             if i is None:
                 i = index[f] = len(frames)
-                frames.append({"name": f.function, "file": f.file or None, "line": f.line})
+                frame: dict[str, object] = {"name": f.function}
+                if f.file:
+                    frame["file"] = f.file
+                if f.line is not None:  # (speedscope's schema: a number or absent; py-spy has frames without one)
+                    frame["line"] = f.line
+                frames.append(frame)
             ids.append(i)
         samples, weights = by_process.setdefault(s.pid, ([], []))
         samples.append(ids)
