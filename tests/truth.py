@@ -3,6 +3,7 @@ section per machine kind; examples/measure_truth.py names the kinds and writes t
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from pathlib import Path
 
@@ -11,6 +12,7 @@ TRUTH = EXAMPLES / "TRUTH.md"
 NATIVE_BF16 = ("-amx", "-bf16")
 
 
+@functools.cache
 def machine_kind() -> str:
     """This machine's kind as examples/measure_truth.py names its TRUTH.md section."""
     spec = importlib.util.spec_from_file_location("measure_truth", EXAMPLES / "measure_truth.py")
@@ -20,6 +22,7 @@ def machine_kind() -> str:
     return str(module.machine_kind())
 
 
+@functools.cache
 def sections() -> dict[str, dict[str, dict[str, tuple[float, float]]]]:
     """machine kind -> example -> {fix label: (measured speedup, measured share)}."""
     out: dict[str, dict[str, dict[str, tuple[float, float]]]] = {}

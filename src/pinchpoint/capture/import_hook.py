@@ -9,6 +9,8 @@ import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from pinchpoint.capture.agent import _log
+
 if TYPE_CHECKING:
     from pinchpoint.capture.agent import Agent
 
@@ -44,13 +46,8 @@ class TorchImportHook(importlib.abc.MetaPathFinder):
             try:
                 hook.agent.attach(module)
             except Exception as exc:  # never break the user's program
-                _log(hook.agent, f"pinchpoint agent could not attach: {exc!r}")
+                _log(hook.agent.run_dir, f"pinchpoint agent could not attach: {exc!r}")
 
         setattr(loader, "exec_module", exec_module)  # noqa: B010
         return spec
 
-
-def _log(agent: Agent, message: str) -> None:
-    from pinchpoint.capture.agent import _log as log
-
-    log(agent.run_dir, message)
