@@ -487,6 +487,24 @@ HOST_DISPATCH = {
         ),
         False,
     ),
+    "steps-that-drift-after-the-window-are-not-overhead": Case(
+        # memory that grows makes every step ~1 ms slower than the last (memory_leak.py on a busy
+        # machine); the window (steps 10-12) saw 111 ms of large ops, as the steps around it took; the
+        # run's median step (~132 ms) is not what the window's steps were
+        make_rank_analysis(
+            steps=tuple(
+                make_step(
+                    i,
+                    i * 400_000_000,
+                    {"forward": 30.0 + i, "backward": 60.0, "optimizer": 10.0},
+                    profiled=10 <= i <= 12,
+                )
+                for i in range(60)
+            ),
+            ops=make_ops(large_op_ms=100.0 + 11, small_ops_per_step=90),
+        ),
+        False,
+    ),
     "an-optimizer-looping-over-parameters-is-told-to-fuse": Case(
         # half the step is an optimizer whose ops are all small (one tensor at a time)
         rank_of(
@@ -546,6 +564,7 @@ CONV_PROBE = replace(
         ConvProbe(input=(32, 32, 32, 32), weight=(64, 32, 3, 3), dtype="bfloat16", ns=1_600_000),
     ),
 )
+
 
 def _bf16_autocast(bf16_probe_ns: int, env: Any, evidence: tuple[str, ...] = (), check: Any = None) -> Case:
     """A step 60% bf16 matmuls under bf16 autocast, the probe's fp32 matmul at 1 ms; by default the
@@ -660,7 +679,11 @@ COMPUTE_MATH = {
         # an AVX2 EPYC: bf16 matmuls run 40x slower than fp32; the fix is autocast off
         40_000_000,
         AVX2,
-        evidence=("bf16 matmuls and convolutions take 60% of the step", "no bf16 matrix units", "×40.0 slower"),
+        evidence=(
+            "bf16 matmuls and convolutions take 60% of the step",
+            "no bf16 matrix units",
+            "×40.0 slower",
+        ),
         check=_all(
             _title_has("bf16 autocast on a CPU without bf16 units"),
             _eq("share", 0.6),

@@ -50,7 +50,12 @@ class StepStats:
     """Evaluation batches run inside a training run (their own steps, left out of the statistics)."""
     phase_median_ns: Mapping[str, float] = field(default_factory=dict)
     """Median exposed nanoseconds per step per phase: a typical step's, untouched by the odd step that
-    also evaluates or saves (what op-window steps, which are typical steps, compare with)."""
+    also evaluates or saves."""
+    near_window_phase_median_ns: Mapping[str, float] = field(default_factory=dict)
+    """The same medians over the steady steps nearest the op window (`NEAR_WINDOW_STEPS`): what the
+    window's own measurements compare with. A run whose steps drift (memory that grows, a machine whose
+    load comes and goes) has a median over all steps that the window's few steps never saw. Empty when
+    the run has no op window."""
 
     def share(self, phase: str) -> float:
         return float(self.breakdown.get(phase, 0.0))
@@ -102,6 +107,30 @@ def _percentile(sorted_values: Sequence[int], q: float) -> int:
     return sorted_values[idx]
 
 
+NEAR_WINDOW_STEPS = 8
+"""Steady steps nearest the op window (by step index, either side) that window-vs-run comparisons read."""
+
+
+def _phase_medians(steps: Sequence[Step]) -> dict[str, float]:
+    """Median exposed ns per phase over `steps` (a step without the phase counts as 0)."""
+    per_step: dict[str, list[int]] = {}
+    for s in steps:
+        for name, ns in exposed_by_phase(s).items():
+            per_step.setdefault(name, []).append(ns)
+    return {k: float(_percentile(sorted(v + [0] * (len(steps) - len(v))), 0.5)) for k, v in per_step.items()}
+
+
+def _near_window(steps: Sequence[Step], window: Sequence[Step]) -> list[Step]:
+    if not window:
+        return []
+    lo, hi = min(s.index for s in window), max(s.index for s in window)
+
+    def distance(s: Step) -> int:
+        return lo - s.index if s.index < lo else s.index - hi
+
+    return sorted(steps, key=distance)[:NEAR_WINDOW_STEPS]
+
+
 DEVICE_TIMED_MIN = 0.8
 """Steps are timed on the GPU when at least this share of the steady steps has a device duration."""
 
@@ -117,14 +146,10 @@ def step_stats(rank: RankData) -> StepStats | None:
     durs = sorted(device) if device_timed else host
     timed_total = sum(durs)
     sums: dict[str, int] = {}
-    per_step: dict[str, list[int]] = {}
     for s in steps:
         for name, ns in exposed_by_phase(s).items():
             sums[name] = sums.get(name, 0) + ns
-            per_step.setdefault(name, []).append(ns)
-    medians = {  # steps without the phase count as 0
-        k: float(_percentile(sorted(v + [0] * (len(steps) - len(v))), 0.5)) for k, v in per_step.items()
-    }
+    window = [s for s in rank.steps if s.profiled and not s.partial]
     cpu = [s.cpu_ns for s in steps if s.cpu_ns is not None]
     runq = [s.runq_ns for s in steps if s.runq_ns is not None]
     return StepStats(
@@ -143,7 +168,8 @@ def step_stats(rank: RankData) -> StepStats | None:
         device_timed=device_timed,
         host_median_ns=_percentile(host, 0.5),
         host_mean_ns=total / len(steps),
-        phase_median_ns=medians,
+        phase_median_ns=_phase_medians(steps),
+        near_window_phase_median_ns=_phase_medians(_near_window(steps, window)),
         eval_steps=sum(1 for s in rank.steps if s.kind is StepKind.EVAL and not s.partial),
     )
 

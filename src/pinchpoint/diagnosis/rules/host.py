@@ -162,9 +162,10 @@ class HostDispatch:
         # The overhead's fraction of a typical step's compute (per-phase medians: the window's steps are
         # typical ones, and a step that also evaluates would count its evaluation as overhead) is the
         # typical compute less the window's large-op time; applied to the mean step's compute share.
-        typical = (
-            sum(steps.phase_median_ns.get(p, 0.0) for p in COMPUTE_PHASES) or compute_share * steps.mean_ns
-        )
+        # The steps around the window, when there are some: a run that drifts (memory that grows, load
+        # that comes and goes) has a whole-run median the window's steps never saw.
+        medians = steps.near_window_phase_median_ns or steps.phase_median_ns
+        typical = sum(medians.get(p, 0.0) for p in COMPUTE_PHASES) or compute_share * steps.mean_ns
         fraction = max(0.0, 1.0 - ops.large_phase_op_ns_per_step / typical) if typical > 0 else 0.0
         share = compute_share * fraction
         overhead = share * steps.mean_ns
@@ -188,7 +189,7 @@ class HostDispatch:
         # Where the overhead sits: an optimizer looping over parameters has a one-line fix of its own.
         in_optimizer = max(
             0.0,
-            steps.phase_median_ns.get(Phase.OPTIMIZER.value, steps.phase_ns.get(Phase.OPTIMIZER.value, 0.0))
+            medians.get(Phase.OPTIMIZER.value, steps.phase_ns.get(Phase.OPTIMIZER.value, 0.0))
             - ops.large_op_ns_by_phase.get(Phase.OPTIMIZER.value, 0.0),
         )
         in_optimizer = min(in_optimizer, overhead)
