@@ -21,6 +21,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from programs import planted as planted_in
 from truth import machine_truth as _truth
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,8 +31,16 @@ FIX_REMOVES = {"--fix input": "input.fetch", "--fix python": "host.python"}
 SHARE_TOLERANCE = 0.10
 HEALTHY_MAX_SHARE = 0.10
 COMPUTE_IDS = {"compute.math", "compute.memory"}
-FRAMEWORK_EXAMPLES = {"lightning_fit", "hf_trainer"}
-"""Run by tests/test_frameworks.py, which also checks their steps, phases and framework knobs."""
+OWN_TESTS = {
+    "lightning_fit",
+    "hf_trainer",
+    "lbfgs_sequence",
+    "lstm_manual_sgd",
+    "char_gpt_memmap",
+    "char_gpt_sample",
+}
+"""Run by tests/test_frameworks.py and tests/test_real_programs.py, which also check their steps and
+phases against the programs' own clocks (and the frameworks' knobs)."""
 
 
 def _launch(path: Path) -> list[str]:
@@ -43,18 +52,9 @@ def _launch(path: Path) -> list[str]:
     return []
 
 
-def _planted(path: Path) -> list[str]:
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "PLANTED" for t in node.targets):
-            value = ast.literal_eval(node.value)
-            assert isinstance(value, list)
-            return [str(v) for v in value]
-    raise AssertionError(f"{path.name} declares no PLANTED list")
-
-
 def _needs_native_bf16(path: Path) -> bool:
     """The example's plant is fp32 on a CPU that multiplies bf16 natively (its --fix is bf16 autocast)."""
-    return "PLANTED = [\"compute.math\"]" in path.read_text() and "enabled=args.fix" in path.read_text()
+    return 'PLANTED = ["compute.math"]' in path.read_text() and "enabled=args.fix" in path.read_text()
 
 
 def _example_files() -> list[Path]:
@@ -111,10 +111,10 @@ def _summary(report: dict[str, Any]) -> str:
 
 @pytest.mark.e2e
 @pytest.mark.parametrize(
-    "example", [p for p in _example_files() if p.stem not in FRAMEWORK_EXAMPLES], ids=lambda p: p.stem
+    "example", [p for p in _example_files() if p.stem not in OWN_TESTS], ids=lambda p: p.stem
 )
 def test_diagnosis_matches_the_planted_truth(example: Path, tmp_path: Path) -> None:
-    planted = _planted(example)
+    planted = planted_in(example)
     report = _profile(example, tmp_path)
     findings = report["findings"]
     ids = [f["id"] for f in findings]

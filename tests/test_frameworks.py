@@ -3,9 +3,7 @@ settings recorded, and fixes named in its own knobs; with and without pinchpoint
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from pinchpoint.analysis.steps import step_stats
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding, FixKind
 from pinchpoint.diagnosis.frameworks import in_framework_terms
 from pinchpoint.ingest.rundir import read_run_dir
 from pinchpoint.trace.run import Framework, FrameworkName, StepKind
+from programs import phases_match_the_programs_own_timing, report_of, run_program
 
 ROOT = Path(__file__).resolve().parent.parent
 LIGHTNING = ROOT / "examples" / "lightning_fit.py"
@@ -43,7 +41,12 @@ def _finding(kind: FixKind | None, **params: int) -> Finding:
 @pytest.mark.parametrize(
     ("framework", "kind", "params", "expected"),
     [
-        (LIGHTNING_FW, FixKind.WORKERS, {"num_workers": 3}, "num_workers=3, persistent_workers=True)` from your"),
+        (
+            LIGHTNING_FW,
+            FixKind.WORKERS,
+            {"num_workers": 3},
+            "num_workers=3, persistent_workers=True)` from your",
+        ),
         (LIGHTNING_FW, FixKind.BF16_AUTOCAST, {}, 'L.Trainer(precision="bf16-mixed")` (now 32-true)'),
         (LIGHTNING_FW, FixKind.FP32, {}, 'precision="32-true"'),
         (LIGHTNING_FW, FixKind.NO_SYNC, {"micro_batches": 4}, "accumulate_grad_batches=4"),
@@ -69,48 +72,20 @@ def test_no_framework_or_no_knob_leaves_the_finding_alone() -> None:
     assert same.framework_fix is None
 
 
-def _run(script: Path, tmp_path: Path, *args: str) -> tuple[dict[str, float], Path, str]:
-    out = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if k != "PINCHPOINT_RUN_DIR"} | {"HF_HUB_OFFLINE": "1"}
-    res = subprocess.run(
-        [sys.executable, "-m", "pinchpoint", "run", "-o", str(out), str(script), *args],
-        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
-    )  # fmt: skip
-    assert res.returncode == 0, res.stderr[-3000:]
-    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("steps="))
-    return {k: float(v) for k, v in re.findall(r"(\w+)=([-\d.]+)", line)}, out, res.stderr
-
-
-def _phases_match_the_programs_own_timing(out: Path, own: dict[str, float]) -> None:
-    """Median forward and backward as pinchpoint measured them, against the program's own clocks
-    around its forward and backward: the same code timed twice, in one run."""
-    stats = step_stats(read_run_dir(out).ranks[0])
-    assert stats is not None
-    med = {k: v / 1e6 for k, v in stats.phase_median_ns.items()}
-    for phase in ("forward", "backward"):
-        assert abs(med[phase] - own[f"{phase}_ms"]) <= 0.25 * own[f"{phase}_ms"] + 1.0, (phase, med, own)
-    # the optimizer phase is the update alone, not the closure that Lightning runs inside it
-    assert med["optimizer"] <= own["update_ms"] * 1.25 + 1.0, (med, own)
-
-
 def _top(report: dict[str, Any]) -> dict[str, Any]:
     """The top finding, allocator churn aside: its faults × cost-per-fault model over-promises ×2.5-3.6
     (issue 17) and once outranked this example's loader wait (est. ×2.03 quiet; measured fix ×2.56)."""
     return dict(next(f for f in report["findings"] if f["id"] != "memory.pressure"))
 
 
-def _report(out: Path) -> dict[str, Any]:
-    return dict(json.loads((out / "report.json").read_text()))
-
-
 @pytest.mark.e2e
 @pytest.mark.parametrize("callback", [False, True], ids=["plain", "callback"])
 def test_lightning_fit_steps_phases_and_fix(tmp_path: Path, callback: bool) -> None:
-    own, out, _ = _run(LIGHTNING, tmp_path, "--steps", "40", *(["--callback"] if callback else []))
+    own, out, _ = run_program(LIGHTNING, tmp_path, "--steps", "40", *(["--callback"] if callback else []))
     steps = read_run_dir(out).ranks[0].steps
     assert sum(1 for s in steps if s.kind is StepKind.TRAIN and not s.partial) == own["steps"]
-    _phases_match_the_programs_own_timing(out, own)
-    report = _report(out)
+    phases_match_the_programs_own_timing(out, own)
+    report = report_of(out)
     fw = report["environment"]["framework"]
     assert fw["name"] == "lightning" and fw["via"] == ("callback" if callback else "stack")
     assert fw["settings"]["precision"] == "32-true" and fw["settings"]["accumulate_grad_batches"] == 1
@@ -121,12 +96,12 @@ def test_lightning_fit_steps_phases_and_fix(tmp_path: Path, callback: bool) -> N
 
 @pytest.mark.e2e
 def test_transformers_trainer_steps_evaluation_and_fix(tmp_path: Path) -> None:
-    own, out, _ = _run(TRAINER, tmp_path, "--steps", "60")
+    own, out, _ = run_program(TRAINER, tmp_path, "--steps", "60")
     steps = read_run_dir(out).ranks[0].steps
     assert sum(1 for s in steps if s.kind is StepKind.TRAIN and not s.partial) == own["steps"]
     assert sum(1 for s in steps if s.kind is StepKind.EVAL) == own["eval_batches"]
-    _phases_match_the_programs_own_timing(out, own)
-    report = _report(out)
+    phases_match_the_programs_own_timing(out, own)
+    report = report_of(out)
     assert report["environment"]["framework"]["name"] == "transformers"
     assert report["environment"]["framework"]["settings"]["dataloader_num_workers"] == 0
     assert report["steps"]["eval_count"] == own["eval_batches"]
@@ -145,7 +120,7 @@ def test_the_trainer_callback_profiles_a_plain_python_run(tmp_path: Path) -> Non
     assert res.returncode == 0, res.stderr[-3000:]
     runs = list((tmp_path / "pinchpoint-runs").iterdir())
     assert len(runs) == 1
-    report = _report(runs[0])
+    report = report_of(runs[0])
     assert report["steps"]["total"] == 30 and report["steps"]["kind"] == "train"
     assert report["environment"]["framework"]["via"] == "callback"
     assert "What holds it back" in res.stderr

@@ -505,6 +505,26 @@ HOST_DISPATCH = {
         ),
         False,
     ),
+    "a-difference-inside-the-steps-own-spread-is-noise": Case(
+        # a busy VM: the same step's compute is 90 to 140 ms (median 100 ms, IQR 40 ms); the window's
+        # large ops took 85 ms, 15 ms under the typical step
+        make_rank_analysis(
+            steps=tuple(
+                make_step(
+                    i,
+                    i * 400_000_000,
+                    {
+                        "forward": 30.0 + (40.0 if i % 2 else 0.0) + 10 * (i % 3 == 0),
+                        "backward": 50.0,
+                        "optimizer": 10.0,
+                    },
+                )
+                for i in range(40)
+            ),
+            ops=make_ops(large_op_ms=85.0, small_ops_per_step=90),
+        ),
+        False,
+    ),
     "an-optimizer-looping-over-parameters-is-told-to-fuse": Case(
         # half the step is an optimizer whose ops are all small (one tensor at a time)
         rank_of(

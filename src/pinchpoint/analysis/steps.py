@@ -56,6 +56,10 @@ class StepStats:
     window's own measurements compare with. A run whose steps drift (memory that grows, a machine whose
     load comes and goes) has a median over all steps that the window's few steps never saw. Empty when
     the run has no op window."""
+    compute_spread_ns: float = 0.0
+    """Interquartile range of forward + backward + optimizer over the steady steps: how far one step's
+    compute strays from another's here (load coming and going, drift). The op window measures a few
+    steps at one moment; a difference between it and the typical step smaller than this is noise."""
 
     def share(self, phase: str) -> float:
         return float(self.breakdown.get(phase, 0.0))
@@ -120,6 +124,19 @@ def _phase_medians(steps: Sequence[Step]) -> dict[str, float]:
     return {k: float(_percentile(sorted(v + [0] * (len(steps) - len(v))), 0.5)) for k, v in per_step.items()}
 
 
+def _compute_spread(steps: Sequence[Step]) -> float:
+    """p75 - p25 of the steps' forward + backward + optimizer time (0 for fewer than 4 steps)."""
+    if len(steps) < 4:
+        return 0.0
+    compute = sorted(
+        sum(ns for name, ns in exposed_by_phase(s).items() if name in _COMPUTE) for s in steps
+    )
+    return float(_percentile(compute, 0.75) - _percentile(compute, 0.25))
+
+
+_COMPUTE = (Phase.FORWARD.value, Phase.BACKWARD.value, Phase.OPTIMIZER.value)
+
+
 def _near_window(steps: Sequence[Step], window: Sequence[Step]) -> list[Step]:
     if not window:
         return []
@@ -149,7 +166,7 @@ def step_stats(rank: RankData) -> StepStats | None:
     for s in steps:
         for name, ns in exposed_by_phase(s).items():
             sums[name] = sums.get(name, 0) + ns
-    window = [s for s in rank.steps if s.profiled and not s.partial]
+    near = _near_window(steps, [s for s in rank.steps if s.profiled and not s.partial])
     cpu = [s.cpu_ns for s in steps if s.cpu_ns is not None]
     runq = [s.runq_ns for s in steps if s.runq_ns is not None]
     return StepStats(
@@ -169,7 +186,8 @@ def step_stats(rank: RankData) -> StepStats | None:
         host_median_ns=_percentile(host, 0.5),
         host_mean_ns=total / len(steps),
         phase_median_ns=_phase_medians(steps),
-        near_window_phase_median_ns=_phase_medians(_near_window(steps, window)),
+        near_window_phase_median_ns=_phase_medians(near),
+        compute_spread_ns=_compute_spread(steps),
         eval_steps=sum(1 for s in rank.steps if s.kind is StepKind.EVAL and not s.partial),
     )
 

@@ -171,6 +171,10 @@ class HostDispatch:
         overhead = share * steps.mean_ns
         if share < DISPATCH_SHARE_MIN:
             return
+        # The window's few steps and the typical step are different steps: a difference inside the
+        # spread of the steps' own compute (a busy VM here moves it by 20-30% over seconds) is noise.
+        if typical - ops.large_phase_op_ns_per_step <= steps.compute_spread_ns:
+            return
         serving = steps.kind == "inference"
         top = ", ".join(f"{name} ×{calls}" for name, _, calls in ops.top_ops[:4])
         evidence = [
