@@ -131,3 +131,49 @@ def test_kernels_find_their_launching_op_by_id_or_by_the_launch_time(tmp_path: P
     assert ops["aten::addmm"].device_ns == 40_000  # by the launch time, not by the colliding id
     assert ops["aten::relu"].device_ns == 7_000  # no op 3: the op that holds the launch at 205
     assert ops["aten::linear"].device_ns is None
+
+
+SCORES = (8, 4, 256, 256)  # batch, heads, query and key positions
+
+
+def _attention_step(t0: int, *, softmax_dims: tuple[int, ...] = SCORES) -> list[OpEvent]:
+    """One layer of nanoGPT's attention without flash (char_gpt_memmap.py), forward then backward."""
+    bh = (32, 256, 32)
+    ops = [
+        ("aten::bmm", 2_000_000, [bh, (32, 32, 256)]),  # q @ k.T
+        ("aten::mul", 1_000_000, [SCORES, ()]),  # * scale
+        ("aten::eq", 10_000, [(1, 1, 256, 256), ()]),  # the mask's == 0 (not score-sized)
+        ("aten::masked_fill", 4_000_000, [SCORES, (1, 1, 256, 256), ()]),
+        ("aten::view", 5_000, [SCORES, ()]),  # a view moves nothing
+        ("aten::_softmax", 2_000_000, [softmax_dims, (), ()]),
+        ("aten::bmm", 2_000_000, [(32, 256, 256), bh]),  # @ v
+        ("aten::_softmax_backward_data", 1_500_000, [SCORES, SCORES, (), ()]),
+        ("aten::masked_fill", 3_500_000, [SCORES, (1, 1, 256, 256), ()]),
+    ]
+    out, t = [], t0
+    for name, dur, dims in ops:
+        out.append(_op(name, t, dur, dims))
+        t += dur
+    return out
+
+
+def test_attention_written_out_in_ops_is_found_with_the_time_of_its_score_tensor_passes() -> None:
+    ops = _attention_step(0) + _attention_step(50_000_000)
+    t = memory_traffic(OpWindow(steps=2, start_ns=0, end_ns=100_000_000, ops=tuple(ops)))
+    assert t is not None and t.attention is not None
+    a = t.attention
+    assert a.shape == SCORES and a.softmax_per_step == 1
+    # scale, mask, softmax and their backward; not the matmuls, the view or the mask's own compare
+    assert a.ns_per_step == 1_000_000 + 4_000_000 + 2_000_000 + 1_500_000 + 3_500_000
+    assert a.top_ops[0] == ("aten::masked_fill", 7_500_000)
+
+
+def test_a_softmax_over_logits_or_short_sequences_is_not_attention() -> None:
+    logits = _attention_step(0, softmax_dims=(8, 65))  # classes, not key positions
+    short = [
+        _op("aten::bmm", 0, 10, [(32, 16, 32), (32, 32, 16)]),
+        _op("aten::_softmax", 10, 10, [(8, 4, 16, 16), (), ()]),
+    ]
+    for ops in (logits, short):
+        t = memory_traffic(OpWindow(steps=1, start_ns=0, end_ns=100_000_000, ops=tuple(ops)))
+        assert t is not None and t.attention is None

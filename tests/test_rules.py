@@ -32,6 +32,7 @@ from conftest import (
     matmul_probes,
     ns,
 )
+from pinchpoint.analysis.attention import HandAttention
 from pinchpoint.analysis.memory import PageFaults, memory_trend, page_faults
 from pinchpoint.analysis.ops import op_stats
 from pinchpoint.analysis.roofline import Chain, MemoryTraffic
@@ -525,6 +526,23 @@ HOST_DISPATCH = {
         ),
         False,
     ),
+    "the-window-steps-bound-the-overhead": Case(
+        # the window ran at a quick moment: its own steps' compute (102 ms with the recorder) holds the
+        # large ops (95 ms) and all the true overhead; the later steps' 120 ms would read 25 ms
+        make_rank_analysis(
+            steps=tuple(
+                make_step(
+                    i,
+                    i * 400_000_000,
+                    {"forward": 42.0 if 10 <= i <= 12 else 60.0, "backward": 50.0, "optimizer": 10.0},
+                    profiled=10 <= i <= 12,
+                )
+                for i in range(40)
+            ),
+            ops=make_ops(large_op_ms=95.0, small_ops_per_step=500),
+        ),
+        False,
+    ),
     "an-optimizer-looping-over-parameters-is-told-to-fuse": Case(
         # half the step is an optimizer whose ops are all small (one tensor at a time)
         rank_of(
@@ -984,6 +1002,9 @@ def _traffic(elementwise_ms: float, chains: tuple[tuple[float, float], ...] = ()
     )  # fmt: skip
 
 
+_ATTENTION = HandAttention(
+    shape=(8, 4, 256, 256), ns_per_step=20e6, softmax_per_step=4, top_ops=(("aten::masked_fill", 12e6),)
+)
 COMPUTE_MEMORY = {
     # 100 ms steps. A 30 ms chain that fuses to 5 ms gives back 25 ms: ×1.33.
     "fusable-chain": Case(
@@ -1010,6 +1031,24 @@ COMPUTE_MEMORY = {
     ),
     "chain-gain-below-min": Case(
         rank_of({}, traffic=_traffic(30, ((6, 1),))), True, check=_eq("estimated_speedup", 1.0)
+    ),
+    # Attention written out in ops (char_gpt_memmap.py): 20 ms of a 100 ms step in passes over the
+    # score tensor, which the fused kernel never writes out: ×1.25 and the SDPA call as the fix.
+    "hand-written-attention": Case(
+        rank_of({}, traffic=replace(_traffic(26), attention=_ATTENTION)),
+        True,
+        evidence=("softmax over a 8×4×256×256 score tensor 4× per step", "20% of the step (20.0 ms)"),
+        check=_all(
+            _eq("estimated_speedup", 100 / 80),
+            _eq("share", 0.26),
+            _fix_has("F.scaled_dot_product_attention(q, k, v, is_causal=True)"),
+            _title_has("Attention written by hand"),
+        ),
+    ),
+    "hand-written-attention-too-small-to-matter": Case(
+        rank_of({}, traffic=replace(_traffic(26), attention=replace(_ATTENTION, ns_per_step=4e6))),
+        True,
+        check=_all(_eq("estimated_speedup", 1.0), _title_has("no long chain")),
     ),
     # ×1.15 (FUSION_GAIN_MIN) needs 13.04 ms of a 100 ms step back.
     "chain-gain-just-above-min": Case(

@@ -46,7 +46,7 @@ def _stack_line(finding: dict[str, Any]) -> str:
 
 
 def test_host_python_names_the_metrics_function(tmp_path: Path) -> None:
-    out, report = _run(tmp_path, str(EXAMPLES / "host_python.py"), "--steps", "60")
+    out, report = _run(tmp_path, str(EXAMPLES / "host_python.py"), "--steps", "40")
     line = _stack_line(_finding(report, "host.python"))
     # the planted per-token metrics loop, at its hottest line, is the first function named; the samples
     # are the training loop's own (its lines), not the imports and data building before it

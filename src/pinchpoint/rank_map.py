@@ -78,13 +78,17 @@ def _on_pool(
     return out
 
 
+CONNECT_TIMEOUT = "5s"
+"""How long to wait for a Dask scheduler to answer (Dask retries a refused connection until then)."""
+
+
 def _on_dask(names: Sequence[str], address: str) -> list[GpuRankAnalysis | str]:
     try:
         distributed: Any = importlib.import_module("dask.distributed")
     except ImportError as exc:
         raise UsageError("--cluster needs Dask: pip install 'pinchpoint[dask]'") from exc
     try:
-        client: Any = distributed.Client(address, timeout="10s")
+        client: Any = distributed.Client(address, timeout=CONNECT_TIMEOUT)
     except OSError as exc:
         raise UsageError(f"no Dask scheduler answered at {address} ({exc})") from exc
     try:

@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pinchpoint.analysis.attention import HandAttention, hand_attention
 from pinchpoint.trace.run import OpEvent, OpWindow, Probes
 
 ELEMENTWISE_OPS = frozenset(
@@ -68,6 +69,8 @@ class MemoryTraffic:
     """Fusion candidates, most time first."""
     top_ops: tuple[tuple[str, float], ...] = ()
     """(op name, ns per step) of the elementwise ops with the most time."""
+    attention: HandAttention | None = None
+    """Attention written out in tensor ops, when the window ran some."""
 
     @property
     def achieved_bytes_per_s(self) -> float:
@@ -168,6 +171,7 @@ def memory_traffic(window: OpWindow) -> MemoryTraffic | None:
         bytes_per_step=ew_bytes / steps,
         chains=tuple(sorted(merged.values(), key=lambda c: -c.ns_per_step)),
         top_ops=tuple(sorted(by_name.items(), key=lambda kv: -kv[1])[:4]),
+        attention=hand_attention(window),
     )
 
 

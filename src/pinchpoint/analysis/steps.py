@@ -56,6 +56,11 @@ class StepStats:
     window's own measurements compare with. A run whose steps drift (memory that grows, a machine whose
     load comes and goes) has a median over all steps that the window's few steps never saw. Empty when
     the run has no op window."""
+    window_compute_min_ns: float = 0.0
+    """The shortest forward + backward + optimizer among the op window's own steps (0 without a window).
+    Those steps ran every op under the recorder, so each holds at least its large ops plus the true
+    per-op overhead: a bound on the overhead measured at the window's moment (the shortest, since one
+    window step may pay a first-use cost such as an import)."""
     compute_spread_ns: float = 0.0
     """Interquartile range of forward + backward + optimizer over the steady steps: how far one step's
     compute strays from another's here (load coming and going, drift). The op window measures a few
@@ -124,13 +129,15 @@ def _phase_medians(steps: Sequence[Step]) -> dict[str, float]:
     return {k: float(_percentile(sorted(v + [0] * (len(steps) - len(v))), 0.5)) for k, v in per_step.items()}
 
 
+def _compute_ns(step: Step) -> float:
+    return float(sum(ns for name, ns in exposed_by_phase(step).items() if name in _COMPUTE))
+
+
 def _compute_spread(steps: Sequence[Step]) -> float:
     """p75 - p25 of the steps' forward + backward + optimizer time (0 for fewer than 4 steps)."""
     if len(steps) < 4:
         return 0.0
-    compute = sorted(
-        sum(ns for name, ns in exposed_by_phase(s).items() if name in _COMPUTE) for s in steps
-    )
+    compute = sorted(int(_compute_ns(s)) for s in steps)
     return float(_percentile(compute, 0.75) - _percentile(compute, 0.25))
 
 
@@ -166,7 +173,8 @@ def step_stats(rank: RankData) -> StepStats | None:
     for s in steps:
         for name, ns in exposed_by_phase(s).items():
             sums[name] = sums.get(name, 0) + ns
-    near = _near_window(steps, [s for s in rank.steps if s.profiled and not s.partial])
+    window = [s for s in rank.steps if s.profiled and not s.partial]
+    near = _near_window(steps, window)
     cpu = [s.cpu_ns for s in steps if s.cpu_ns is not None]
     runq = [s.runq_ns for s in steps if s.runq_ns is not None]
     return StepStats(
@@ -188,6 +196,7 @@ def step_stats(rank: RankData) -> StepStats | None:
         phase_median_ns=_phase_medians(steps),
         near_window_phase_median_ns=_phase_medians(near),
         compute_spread_ns=_compute_spread(steps),
+        window_compute_min_ns=min((_compute_ns(s) for s in window), default=0.0),
         eval_steps=sum(1 for s in rank.steps if s.kind is StepKind.EVAL and not s.partial),
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
+from pinchpoint.analysis.attention import HandAttention
 from pinchpoint.analysis.ops import BF16, FP32
 from pinchpoint.analysis.roofline import Chain
 from pinchpoint.analysis.run_analysis import RankAnalysis
@@ -24,6 +25,8 @@ BF16_UNITS = ("amx_bf16", "avx512_bf16", "sme", "bf16")
 MEMORY_BOUND_SHARE_MIN = 0.10
 """Elementwise ops on large tensors above 10% of the step (XProf flags memory-bound op time,
 rules-catalog §1e; HTA/DLProf name fusion candidates the same way)."""
+ATTENTION_SHARE_MIN = 0.05
+"""Hand-written attention's passes over its score tensor at ≥ 5% of the step name the fused kernel."""
 FUSION_GAIN_MIN = 1.15
 """Predict a gain from fusing only when the chains would give back at least ~15% of the step. Below
 that the finding says where the memory time goes and claims no speedup: an optimizer's update and
@@ -275,6 +278,10 @@ class ComputeMemory:
             evidence.append(
                 "Most of it: " + ", ".join(f"{name} {ms(ns)}" for name, ns in traffic.top_ops) + " per step"
             )
+        attention = traffic.attention
+        if attention is not None and attention.ns_per_step / step_ns >= ATTENTION_SHARE_MIN:
+            yield _hand_attention(rank, attention, share, evidence, step_ns)
+            return
         saving = min(traffic.fusion_saving_ns_per_step, 0.95 * step_ns)
         speedup = step_ns / (step_ns - saving) if saving > 0 else 1.0
         fusable = speedup >= FUSION_GAIN_MIN
@@ -310,6 +317,43 @@ class ComputeMemory:
             ),
             ranks=(rank.rank,),
         )
+
+
+def _hand_attention(
+    rank: RankAnalysis, attention: HandAttention, share: float, evidence: list[str], step_ns: float
+) -> Finding:
+    """Attention written out in ops: the fused kernel saves the passes over the score tensor."""
+    saving = min(attention.ns_per_step, 0.95 * step_ns)
+    shape = "×".join(map(str, attention.shape))
+    evidence.append(
+        f"Attention is written out in tensor ops: softmax over a {shape} score tensor "
+        f"{attention.softmax_per_step:.0f}× per step; the ops on that tensor besides its matmuls take "
+        f"{pct(saving / step_ns)} of the step ({ms(saving)}): "
+        + ", ".join(f"{name.removeprefix('aten::')} {ms(ns)}" for name, ns in attention.top_ops)
+    )
+    evidence.append(
+        "A fused attention kernel computes the same result in tiles that never write the score tensor "
+        f"out: ≈ {ms(saving)} less per step (its matmuls' math stays)"
+    )
+    return Finding(
+        id=Category.COMPUTE_MEMORY,
+        title="Attention written by hand: its score tensor goes through memory op by op",
+        share=max(share, min(1.0, saving / step_ns)),
+        estimated_speedup=step_ns / (step_ns - saving),
+        confidence=Confidence.MEDIUM,
+        evidence=tuple(evidence),
+        fix=(
+            "Call the fused kernel: F.scaled_dot_product_attention(q, k, v, is_causal=True) (or "
+            "attn_mask=..., dropout_p=...) instead of softmax(q @ k.transpose(-2, -1) * scale + mask) @ v; "
+            'in transformers models, attn_implementation="sdpa".'
+        ),
+        snippet=(
+            "y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+            "# not: att = (q @ k.transpose(-2, -1)) * scale; att = att.masked_fill(mask == 0, -inf)\n"
+            "#      y = att.softmax(-1) @ v"
+        ),
+        ranks=(rank.rank,),
+    )
 
 
 def _chain_line(c: Chain) -> str:

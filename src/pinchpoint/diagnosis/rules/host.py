@@ -166,14 +166,19 @@ class HostDispatch:
         # that comes and goes) has a whole-run median the window's steps never saw.
         medians = steps.near_window_phase_median_ns or steps.phase_median_ns
         typical = sum(medians.get(p, 0.0) for p in COMPUTE_PHASES) or compute_share * steps.mean_ns
-        fraction = max(0.0, 1.0 - ops.large_phase_op_ns_per_step / typical) if typical > 0 else 0.0
+        outside = typical - ops.large_phase_op_ns_per_step
+        if steps.window_compute_min_ns > 0:
+            # the window's own steps hold the large ops plus all the true overhead (plus the recorder's
+            # cost): more than that difference is the machine's moment, not the program
+            outside = min(outside, steps.window_compute_min_ns - ops.large_phase_op_ns_per_step)
+        fraction = max(0.0, outside / typical) if typical > 0 else 0.0
         share = compute_share * fraction
         overhead = share * steps.mean_ns
         if share < DISPATCH_SHARE_MIN:
             return
         # The window's few steps and the typical step are different steps: a difference inside the
         # spread of the steps' own compute (a busy VM here moves it by 20-30% over seconds) is noise.
-        if typical - ops.large_phase_op_ns_per_step <= steps.compute_spread_ns:
+        if outside <= steps.compute_spread_ns:
             return
         serving = steps.kind == "inference"
         top = ", ".join(f"{name} ×{calls}" for name, _, calls in ops.top_ops[:4])
