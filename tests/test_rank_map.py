@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import pickle
 import shutil
 import subprocess
@@ -44,6 +45,11 @@ def _rank_copies(tmp: Path, n: int, *, drop_rank: bool = False) -> Path:
 @pytest.fixture(scope="module")
 def dask_cluster() -> Iterator[str]:
     distributed = pytest.importorskip("dask.distributed")
+    # LocalCluster writes its workers' settings into this process's environment and leaves them there
+    # (OMP_NUM_THREADS=1, MALLOC_TRIM_THRESHOLD_=65536, ...): every program a later test starts would
+    # run on one thread with glibc trimming its heap (pinchpoint duly reported cpu.underuse and
+    # allocator churn on them in a fresh-clone CI run).
+    saved = dict(os.environ)
     cluster = distributed.LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
     )
@@ -51,6 +57,8 @@ def dask_cluster() -> Iterator[str]:
         yield cluster.scheduler_address
     finally:
         cluster.close()
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def test_every_path_gives_the_same_report(tmp_path: Path, dask_cluster: str) -> None:

@@ -63,12 +63,6 @@ def test_manual_sgd_word_lstm_steps_and_compute_phases(word_lstm: tuple[dict[str
     phases_match_the_programs_own_timing(out, own, update=False)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a manual update has no hook: its phase runs from the end of backward to the next forward, so "
-    "the loop's own Python between them (this program's per-batch tokenizer, 11% of the step measured) "
-    "is billed to the update (~5.8 ms against the program's 1.1 ms)",
-)
 def test_manual_sgd_word_lstm_update_phase_is_the_update_alone(
     word_lstm: tuple[dict[str, float], Path],
 ) -> None:

@@ -141,6 +141,10 @@ class Agent:
         self.trained_modules: set[int] = set()
         """Top-level modules called with grad enabled in train mode: their no-grad eval-mode calls are
         evaluation steps, not part of the next training step."""
+        self.trained_refs: list[Any] = []
+        """Weak references to those modules (`loop_shapes.note_trained`)."""
+        self.update_watch: Any = None
+        """The torch-function mode noting a manual update's ops (`loop_shapes.start_update_watch`)."""
         self.await_boundary = False
         """A backward ended and no optimizer has ever stepped: the next data fetch or top-level call
         may start a new step (a manual update loop)."""

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pinchpoint.capture import loop_shapes
 from pinchpoint.capture.agent import thread_schedstat
 
 if TYPE_CHECKING:
@@ -194,6 +196,7 @@ def blocked_backward(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]
             if agent.lead_optimizer is None and agent.mode != "explicit" and not agent.in_optimizer:
                 agent.await_boundary = True  # (a manual-update loop's step may end at the next call)
                 agent.last_backward_end_ns = t1
+                loop_shapes.start_update_watch(agent, sys.modules["torch"])
             if watch:
                 s1 = thread_schedstat()
                 runq = s1[1] - s0[1] if (s0 is not None and s1 is not None) else 0

@@ -179,7 +179,7 @@ def _after_top_level_call(agent: Agent, torch: Any, module: Any, t1: int) -> Non
     if agent.mode in ("train", "manual"):
         if torch.is_grad_enabled():
             if module.training:
-                agent.trained_modules.add(id(module))
+                loop_shapes.note_trained(agent, module)
         elif (
             not module.training
             and id(module) in agent.trained_modules
@@ -190,7 +190,7 @@ def _after_top_level_call(agent: Agent, torch: Any, module: Any, t1: int) -> Non
     if agent.mode != "unknown":
         return
     if module.training:
-        agent.trained_modules.add(id(module))
+        loop_shapes.note_trained(agent, module)
     if not torch.is_grad_enabled():
         agent.mode = "inference"
         agent.end_step("inference", t1)

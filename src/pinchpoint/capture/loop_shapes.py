@@ -4,13 +4,18 @@
   data fetch or top-level model call is a candidate step end. Candidates are held until
   `MANUAL_AFTER_CYCLES` cycles have passed with no optimizer step, then written; an optimizer step
   discards them (they were micro-batches of a gradient-accumulation step).
+- A manual update has no call to hook: between a backward and the step's end a torch-function mode
+  (`UpdateWatch`) notes the last op that touches a trained parameter, and the update ends there; the
+  loop's own work after it (building the next batch) is the loop's, not the update's.
 - Evaluation inside training: a top-level eval-mode call of the trained model under no_grad ends an
   `eval` step of its own (`hooks._after_top_level_call`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import time
+import weakref
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pinchpoint.capture.agent import Agent
@@ -21,14 +26,87 @@ MANUAL_AFTER_CYCLES = 8
 step of a gradient-accumulation loop into its micro-batches; 8 is a long accumulation on a CPU."""
 
 
+ATTRIBUTE_ACCESS = frozenset({"__get__", "__set__", "__delete__"})
+
+
+def note_trained(agent: Agent, module: Any) -> None:
+    """`module` was called with grad enabled in train mode: its parameters are what an update touches."""
+    key = id(module)
+    if key not in agent.trained_modules:
+        agent.trained_modules.add(key)
+        agent.trained_refs.append(weakref.ref(module))
+
+
+def _param_ptrs(agent: Agent) -> set[int]:
+    ptrs: set[int] = set()
+    for ref in agent.trained_refs:
+        module = ref()
+        if module is not None:
+            ptrs.update(p.data_ptr() for p in module.parameters())
+    return ptrs
+
+
+def _touches(value: Any, ptrs: set[int], depth: int = 0) -> bool:
+    if isinstance(value, (list, tuple)) and depth == 0:
+        return any(_touches(v, ptrs, 1) for v in value)
+    data_ptr = getattr(value, "data_ptr", None)
+    if data_ptr is None or not callable(data_ptr):
+        return False
+    try:
+        return bool(data_ptr() in ptrs)
+    except RuntimeError:  # (a tensor without storage)
+        return False
+
+
+def start_update_watch(agent: Agent, torch: Any) -> None:
+    """After a backward with no optimizer ever stepped: note the ops that touch trained parameters
+    until the step's boundary (`boundary`)."""
+    if agent.update_watch is not None or not agent.trained_refs:
+        return
+    ptrs = _param_ptrs(agent)
+    if not ptrs:
+        return
+
+    class UpdateWatch(torch.overrides.TorchFunctionMode):  # type: ignore[misc]
+        last_ns = 0
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            # (attribute access is not the update: zero_grad sets `p.grad = None` before the next forward)
+            if getattr(func, "__name__", "") not in ATTRIBUTE_ACCESS and any(_touches(a, ptrs) for a in args):
+                self.last_ns = time.perf_counter_ns()
+            return out
+
+    watch = UpdateWatch()
+    try:
+        watch.__enter__()
+    except Exception:  # (a torch without modes: the update runs to the boundary)
+        return
+    agent.update_watch = watch
+
+
+def _stop_update_watch(agent: Agent) -> int:
+    """End the watch; the time the last op on a trained parameter ended (0 if none did)."""
+    watch, agent.update_watch = agent.update_watch, None
+    if watch is None:
+        return 0
+    try:
+        watch.__exit__(None, None, None)
+    except Exception:  # (the program left its own mode open above ours)
+        return 0
+    return int(watch.last_ns)
+
+
 def boundary(agent: Agent, t_ns: int) -> None:
     """A data fetch or top-level call starts at `t_ns` after a backward, with no optimizer step
-    ever: in a manual-update loop this is where the step ends; the time since the backward is
-    the update (`optimizer`)."""
+    ever: in a manual-update loop this is where the step ends; the update (`optimizer`) runs from
+    the backward to the last op on a trained parameter (to `t_ns` when none was seen)."""
     agent.await_boundary = False
+    last = _stop_update_watch(agent)
     if agent.lead_optimizer is not None or agent.role != "main":
         return
-    update = ["optimizer", agent.last_backward_end_ns, t_ns] if t_ns > agent.last_backward_end_ns else None
+    end = last if agent.last_backward_end_ns < last <= t_ns else t_ns
+    update = ["optimizer", agent.last_backward_end_ns, end] if end > agent.last_backward_end_ns else None
     if agent.mode == "manual":
         if update is not None:
             agent.intervals.append(update)
@@ -53,6 +131,7 @@ def declare_manual(agent: Agent) -> None:
 
 def optimizer_stepped(agent: Agent) -> None:
     """An optimizer step: candidate manual boundaries were micro-batches of this step."""
+    _stop_update_watch(agent)
     agent.pending = []
     agent.await_boundary = False
     if agent.mode == "manual":
