@@ -120,39 +120,44 @@ NEAR_WINDOW_STEPS = 8
 """Steady steps nearest the op window (by step index, either side) that window-vs-run comparisons read."""
 
 
-def _phase_medians(steps: Sequence[Step]) -> dict[str, float]:
-    """Median exposed ns per phase over `steps` (a step without the phase counts as 0)."""
+COMPUTE_PHASES = (Phase.FORWARD.value, Phase.BACKWARD.value, Phase.OPTIMIZER.value)
+"""The phases whose time is the model's own work (forward, backward, the update)."""
+
+
+def _phase_medians(exposed: Sequence[Mapping[str, int]]) -> dict[str, float]:
+    """Median exposed ns per phase over steps' `exposed_by_phase` (a step without the phase counts as 0)."""
     per_step: dict[str, list[int]] = {}
-    for s in steps:
-        for name, ns in exposed_by_phase(s).items():
+    for e in exposed:
+        for name, ns in e.items():
             per_step.setdefault(name, []).append(ns)
-    return {k: float(_percentile(sorted(v + [0] * (len(steps) - len(v))), 0.5)) for k, v in per_step.items()}
+    return {
+        k: float(_percentile(sorted(v + [0] * (len(exposed) - len(v))), 0.5)) for k, v in per_step.items()
+    }
 
 
-def _compute_ns(step: Step) -> float:
-    return float(sum(ns for name, ns in exposed_by_phase(step).items() if name in _COMPUTE))
+def _compute_ns(exposed: Mapping[str, int]) -> float:
+    return float(sum(exposed.get(p, 0) for p in COMPUTE_PHASES))
 
 
-def _compute_spread(steps: Sequence[Step]) -> float:
+def _compute_spread(exposed: Sequence[Mapping[str, int]]) -> float:
     """p75 - p25 of the steps' forward + backward + optimizer time (0 for fewer than 4 steps)."""
-    if len(steps) < 4:
+    if len(exposed) < 4:
         return 0.0
-    compute = sorted(int(_compute_ns(s)) for s in steps)
+    compute = sorted(int(_compute_ns(e)) for e in exposed)
     return float(_percentile(compute, 0.75) - _percentile(compute, 0.25))
 
 
-_COMPUTE = (Phase.FORWARD.value, Phase.BACKWARD.value, Phase.OPTIMIZER.value)
-
-
-def _near_window(steps: Sequence[Step], window: Sequence[Step]) -> list[Step]:
+def _near_window(steps: Sequence[Step], window: Sequence[Step]) -> list[int]:
+    """Positions in `steps` of the `NEAR_WINDOW_STEPS` steps nearest the window (by step index)."""
     if not window:
         return []
     lo, hi = min(s.index for s in window), max(s.index for s in window)
 
-    def distance(s: Step) -> int:
-        return lo - s.index if s.index < lo else s.index - hi
+    def distance(i: int) -> int:
+        index = steps[i].index
+        return lo - index if index < lo else index - hi
 
-    return sorted(steps, key=distance)[:NEAR_WINDOW_STEPS]
+    return sorted(range(len(steps)), key=distance)[:NEAR_WINDOW_STEPS]
 
 
 DEVICE_TIMED_MIN = 0.8
@@ -169,12 +174,12 @@ def step_stats(rank: RankData) -> StepStats | None:
     device_timed = len(device) >= DEVICE_TIMED_MIN * len(steps)
     durs = sorted(device) if device_timed else host
     timed_total = sum(durs)
+    exposed = [exposed_by_phase(s) for s in steps]
     sums: dict[str, int] = {}
-    for s in steps:
-        for name, ns in exposed_by_phase(s).items():
+    for e in exposed:
+        for name, ns in e.items():
             sums[name] = sums.get(name, 0) + ns
     window = [s for s in rank.steps if s.profiled and not s.partial]
-    near = _near_window(steps, window)
     cpu = [s.cpu_ns for s in steps if s.cpu_ns is not None]
     runq = [s.runq_ns for s in steps if s.runq_ns is not None]
     return StepStats(
@@ -193,10 +198,10 @@ def step_stats(rank: RankData) -> StepStats | None:
         device_timed=device_timed,
         host_median_ns=_percentile(host, 0.5),
         host_mean_ns=total / len(steps),
-        phase_median_ns=_phase_medians(steps),
-        near_window_phase_median_ns=_phase_medians(near),
-        compute_spread_ns=_compute_spread(steps),
-        window_compute_min_ns=min((_compute_ns(s) for s in window), default=0.0),
+        phase_median_ns=_phase_medians(exposed),
+        near_window_phase_median_ns=_phase_medians([exposed[i] for i in _near_window(steps, window)]),
+        compute_spread_ns=_compute_spread(exposed),
+        window_compute_min_ns=min((_compute_ns(exposed_by_phase(s)) for s in window), default=0.0),
         eval_steps=sum(1 for s in rank.steps if s.kind is StepKind.EVAL and not s.partial),
     )
 

@@ -29,9 +29,9 @@ from pinchpoint.ingest.ceilings import SCHEMA, cache_path, machine_key
 
 CPU_MATMUL_MAX_N = 4096
 CPU_MATMUL_TARGET_NS = 30_000_000
+"""Grow the CPU matmul until one product takes at least this long (or hits CPU_MATMUL_MAX_N)."""
 SLOW_DTYPE_NS = 10 * CPU_MATMUL_TARGET_NS
 """A dtype whose call at the calibration size would take this long is timed at a quarter of the size."""
-"""Grow the CPU matmul until one product takes at least this long (or hits CPU_MATMUL_MAX_N)."""
 CUDA_MATMUL_N = 8192
 COPY_BYTES = 256 << 20
 LAUNCH_OPS = 2000

@@ -13,12 +13,16 @@
 
 from __future__ import annotations
 
+import functools
 import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pinchpoint.capture.agent import Agent
+
+_now = time.monotonic_ns
+"""The agent's clock (`capture/agent.py`): step and interval times are on it."""
 
 MANUAL_AFTER_CYCLES = 8
 """Forward/backward cycles with no optimizer step: then the program updates its parameters itself
@@ -58,6 +62,27 @@ def _touches(value: Any, ptrs: set[int], depth: int = 0) -> bool:
         return False
 
 
+@functools.cache
+def _watch_class(torch: Any) -> Any:
+    """The torch-function mode that notes when the last op on a trained parameter ended (built once)."""
+
+    class UpdateWatch(torch.overrides.TorchFunctionMode):  # type: ignore[misc]
+        def __init__(self, ptrs: set[int]) -> None:
+            super().__init__()
+            self.ptrs, self.last_ns = ptrs, 0
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            # (attribute access is not the update: zero_grad sets `p.grad = None` before the next forward)
+            if getattr(func, "__name__", "") not in ATTRIBUTE_ACCESS and any(
+                _touches(a, self.ptrs) for a in args
+            ):
+                self.last_ns = _now()
+            return out
+
+    return UpdateWatch
+
+
 def start_update_watch(agent: Agent, torch: Any) -> None:
     """After a backward with no optimizer ever stepped: note the ops that touch trained parameters
     until the step's boundary (`boundary`)."""
@@ -66,18 +91,7 @@ def start_update_watch(agent: Agent, torch: Any) -> None:
     ptrs = _param_ptrs(agent)
     if not ptrs:
         return
-
-    class UpdateWatch(torch.overrides.TorchFunctionMode):  # type: ignore[misc]
-        last_ns = 0
-
-        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            out = func(*args, **(kwargs or {}))
-            # (attribute access is not the update: zero_grad sets `p.grad = None` before the next forward)
-            if getattr(func, "__name__", "") not in ATTRIBUTE_ACCESS and any(_touches(a, ptrs) for a in args):
-                self.last_ns = time.perf_counter_ns()
-            return out
-
-    watch = UpdateWatch()
+    watch = _watch_class(torch)(ptrs)
     try:
         watch.__enter__()
     except Exception:  # (a torch without modes: the update runs to the boundary)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pinchpoint.analysis.run_analysis import RankAnalysis
-from pinchpoint.analysis.steps import StepStats
+from pinchpoint.analysis.steps import COMPUTE_PHASES, StepStats
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import ms, pct, speedup_removing, stack_evidence
 from pinchpoint.trace.run import HOST_OTHER, Environment, Phase
@@ -32,7 +32,6 @@ OPTIMIZER_MENTION = 0.25
 (a 40-block 64-wide MLP under AdamW: 37% of the overhead, est. ×1.39, fused=True measured ×1.46)."""
 SERVING_BATCH = 32
 """Requests per forward call the fix for a batch-1 inference loop assumes (and its snippet shows)."""
-COMPUTE_PHASES = (Phase.FORWARD.value, Phase.BACKWARD.value, Phase.OPTIMIZER.value)
 
 
 class HostPython:
