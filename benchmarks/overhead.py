@@ -51,6 +51,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("examples", nargs="*", default=DEFAULT)
     ap.add_argument("--quads", type=int, default=6, help="ABBA quads per arm (4 runs each)")
+    ap.add_argument(
+        "--program-args",
+        default="",
+        help="more arguments for every example, e.g. --program-args=--fix (a framework example with "
+        "its input fix: compute-bound steps, where a per-step cost shows)",
+    )
     ap.add_argument("--steps", type=int, default=150, help="--steps passed to each example")
     ap.add_argument(
         "--arm",
@@ -109,7 +115,7 @@ def main() -> int:
     print(f"{args.quads} ABBA quads per arm, --steps {args.steps}, {args.malloc} malloc")
     worst = 0.0
     for ex in args.examples:
-        prog = [ex, "--steps", str(args.steps)]
+        prog = [ex, "--steps", str(args.steps), *args.program_args.split()]
         if args.interleave:
             worst = max(worst, interleaved(ex, prog, arms, args.interleave, py, pinchpoint, env))
             continue

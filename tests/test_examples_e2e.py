@@ -38,6 +38,7 @@ OWN_TESTS = {
     "lstm_manual_sgd",
     "char_gpt_memmap",
     "char_gpt_sample",
+    "hf_generate",
 }
 """Run by tests/test_frameworks.py and tests/test_real_programs.py, which also check their steps and
 phases against the programs' own clocks (and the frameworks' knobs)."""

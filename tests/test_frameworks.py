@@ -16,6 +16,7 @@ from pinchpoint.diagnosis.frameworks import in_framework_terms
 from pinchpoint.ingest.rundir import read_run_dir
 from pinchpoint.trace.run import Framework, FrameworkName, StepKind
 from programs import phases_match_the_programs_own_timing, report_of, run_program
+from truth import acceptable_tops
 
 ROOT = Path(__file__).resolve().parent.parent
 LIGHTNING = ROOT / "examples" / "lightning_fit.py"
@@ -72,10 +73,20 @@ def test_no_framework_or_no_knob_leaves_the_finding_alone() -> None:
     assert same.framework_fix is None
 
 
-def _top(report: dict[str, Any]) -> dict[str, Any]:
-    """The top finding, allocator churn aside: its faults × cost-per-fault model over-promises ×2.5-3.6
-    (issue 17) and once outranked this example's loader wait (est. ×2.03 quiet; measured fix ×2.56)."""
-    return dict(next(f for f in report["findings"] if f["id"] != "memory.pressure"))
+def _top(report: dict[str, Any], example: str) -> dict[str, Any]:
+    """The top finding, which must name a cause whose fix measured the most on this machine kind
+    (examples/TRUTH.md: the planted one, or allocator churn where glibc's thresholds measured as much)."""
+    tops = acceptable_tops(example, "input.fetch", REAL_SHARE)
+    findings = report["findings"]
+    assert findings and findings[0]["id"] in tops, (
+        tops,
+        [(f["id"], f["share"], f["estimated_speedup"]) for f in findings],
+    )
+    return dict(findings[0])
+
+
+REAL_SHARE = 0.15
+"""A cause is real on this machine when its fix removed at least 15% of the step."""
 
 
 @pytest.mark.e2e
@@ -89,8 +100,8 @@ def test_lightning_fit_steps_phases_and_fix(tmp_path: Path, callback: bool) -> N
     fw = report["environment"]["framework"]
     assert fw["name"] == "lightning" and fw["via"] == ("callback" if callback else "stack")
     assert fw["settings"]["precision"] == "32-true" and fw["settings"]["accumulate_grad_batches"] == 1
-    top = _top(report)
-    assert top["id"] == "input.fetch", [f["id"] for f in report["findings"]]
+    top = _top(report, "lightning_fit")
+    assert top["id"] == "input.fetch"  # (glibc's thresholds measured x1.04 here: not a rival)
     assert "train_dataloader()" in top["framework_fix"]
 
 
@@ -105,8 +116,8 @@ def test_transformers_trainer_steps_evaluation_and_fix(tmp_path: Path) -> None:
     assert report["environment"]["framework"]["name"] == "transformers"
     assert report["environment"]["framework"]["settings"]["dataloader_num_workers"] == 0
     assert report["steps"]["eval_count"] == own["eval_batches"]
-    top = _top(report)
-    assert top["id"] == "input.fetch", [f["id"] for f in report["findings"]]
+    top = _top(report, "hf_trainer")
+    assert top["id"] == "input.fetch"  # (glibc's thresholds measured x1.08 here)
     assert "TrainingArguments(dataloader_num_workers=" in top["framework_fix"]
 
 

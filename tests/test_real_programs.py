@@ -13,10 +13,18 @@ from typing import Any
 
 import pytest
 
+from pinchpoint.analysis.steps import step_stats
 from pinchpoint.ingest.rundir import read_run_dir
 from pinchpoint.trace.run import StepKind
-from programs import EXAMPLES, phases_match_the_programs_own_timing, planted, report_of, run_program
-from truth import machine_truth
+from programs import (
+    EXAMPLES,
+    PHASE_TOLERANCE,
+    phases_match_the_programs_own_timing,
+    planted,
+    report_of,
+    run_program,
+)
+from truth import acceptable_tops, machine_truth
 
 pytestmark = pytest.mark.e2e
 
@@ -30,14 +38,16 @@ MEASURED_SHARE_MIN = 0.15
 
 
 def _top_is_the_measured_cause(report: dict[str, Any], example: str) -> None:
+    """The top finding is a cause whose fix measured the most here (the planted one, or allocator churn
+    where glibc's thresholds measured as much: examples/TRUTH.md's `glibc env` rows)."""
     (cause,) = planted(EXAMPLES / f"{example}.py")
-    assert machine_truth()[example]["--fix"] >= MEASURED_SHARE_MIN, machine_truth()[example]
-    # allocator churn aside, as in test_frameworks: its faults x cost-per-fault model over-promises x2.8-3.6
-    # here (issue 17) and one fresh-clone run put it (est. x1.37) above the attention finding (x1.29)
-    ids = [f["id"] for f in report["findings"] if f["id"] != "memory.pressure"]
-    assert ids and ids[0] == cause, [
-        (f["id"], f["share"], f["estimated_speedup"]) for f in report["findings"]
-    ]
+    tops = acceptable_tops(example, cause, MEASURED_SHARE_MIN)
+    assert tops, machine_truth()[example]  # some cause is real on this machine kind
+    findings = report["findings"]
+    assert findings and findings[0]["id"] in tops, (
+        tops,
+        [(f["id"], f["share"], f["estimated_speedup"]) for f in findings],
+    )
 
 
 def test_lbfgs_closure_fit(tmp_path: Path) -> None:
@@ -72,6 +82,11 @@ def test_manual_sgd_word_lstm_update_phase_is_the_update_alone(
     phases_match_the_programs_own_timing(out, own)
 
 
+def test_manual_sgd_word_lstm_top_finding(word_lstm: tuple[dict[str, float], Path]) -> None:
+    # its planted tokenizer is real but small here (x1.12); glibc's churn measured more
+    _top_is_the_measured_cause(report_of(word_lstm[1]), "lstm_manual_sgd")
+
+
 def test_memmap_char_gpt_with_evaluation(tmp_path: Path) -> None:
     own, out, _ = run_program(EXAMPLES / "char_gpt_memmap.py", tmp_path, "--steps", "50")
     assert len(_train_steps(out)) == own["steps"]
@@ -99,3 +114,27 @@ def test_autoregressive_sampler_has_a_step_per_token(sampler: tuple[dict[str, fl
 def test_autoregressive_sampler_is_told_to_batch(sampler: tuple[dict[str, float], Path]) -> None:
     _, out = sampler
     _top_is_the_measured_cause(report_of(out), "char_gpt_sample")
+
+
+@pytest.fixture(scope="module")
+def hf_generate(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, float], Path]:
+    own, out, _ = run_program(
+        EXAMPLES / "hf_generate.py", tmp_path_factory.mktemp("generate"), "--prompts", "6"
+    )
+    return own, out
+
+
+def test_model_generate_has_a_step_per_forward_pass(hf_generate: tuple[dict[str, float], Path]) -> None:
+    own, out = hf_generate
+    steps = [s for s in read_run_dir(out).ranks[0].steps if not s.partial]
+    assert {s.kind for s in steps} == {StepKind.INFERENCE}
+    assert len(steps) in (own["steps"] - 1, own["steps"])  # one step per generated token (per prompt)
+    stats = step_stats(read_run_dir(out).ranks[0])
+    assert stats is not None
+    forward = stats.phase_median_ns.get("forward", 0) / 1e6
+    # the model's own forward hooks time the same call pinchpoint's module hook does
+    assert abs(forward - own["forward_ms"]) <= PHASE_TOLERANCE * own["forward_ms"] + 1.0, (forward, own)
+
+
+def test_model_generate_is_told_to_batch(hf_generate: tuple[dict[str, float], Path]) -> None:
+    _top_is_the_measured_cause(report_of(hf_generate[1]), "hf_generate")

@@ -981,6 +981,32 @@ MEMORY_PRESSURE = {
         evidence=("8,000 minor page faults per step", "2,000 of them for memory the process keeps"),
         check=_eq("share", 0.12),
     ),
+    # The fault model prices 6,000 faults at 12 ms; the main thread spent 5 ms in the kernel: the
+    # measured kernel time bounds the cost (faults on OpenMP workers overlap with the main thread).
+    "kernel-time-bounds-the-model": Case(
+        rank_of({}, faults=replace(_churn(), main_sys_ns=5_000_000, sys_ns=9_000_000)),
+        True,
+        evidence=(
+            "at most 12.0 ms of a 100.0 ms step",
+            "main thread spent 5.00 ms of the step in the kernel",
+            "≈ 5.00 ms (5%)",
+        ),
+        check=_all(_eq("share", 0.05), _eq("estimated_speedup", 1 / 0.95)),
+    ),
+    "kernel-time-below-min": Case(
+        rank_of({}, faults=replace(_churn(), main_sys_ns=int(CHURN_MIN_SHARE * 100e6) - 1)), False
+    ),
+    # Only the process's system time recorded (no per-thread counter): that bounds it.
+    "process-kernel-time-bounds": Case(
+        rank_of({}, faults=replace(_churn(), sys_ns=8_000_000)),
+        True,
+        evidence=("process (all threads) spent 8.00 ms",),
+        check=_eq("share", 0.08),
+    ),
+    # The kernel time above the model (other syscalls): the model stands.
+    "model-below-kernel-time": Case(
+        rank_of({}, faults=replace(_churn(), main_sys_ns=30_000_000)), True, check=_eq("share", 0.12)
+    ),
     "no-counts": Case(rank_of({}), False),
 }
 

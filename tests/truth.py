@@ -51,3 +51,27 @@ def machine_truth(kind: str | None = None, what: int = 1) -> dict[str, dict[str,
         for example, fixes in found[k].items():
             out[example] = {label: pair[what] for label, pair in fixes.items()}
     return out
+
+
+def measured_causes(example: str, planted: str) -> dict[str, float]:
+    """category -> the largest share its fixes removed on this machine kind, for one example. A fix
+    label naming a category in parentheses (`glibc env (memory.pressure)`) measured that cause; the
+    others measured the planted one."""
+    out: dict[str, float] = {}
+    for label, share in machine_truth().get(example, {}).items():
+        cause = label[label.rindex("(") + 1 : -1] if label.endswith(")") and "(" in label else planted
+        out[cause] = max(share, out.get(cause, share))
+    return out
+
+
+TOP_MARGIN = 0.10
+"""Causes whose measured shares are within 10 points of the largest are a tie on these machines (run
+to run, the same fix measures ±5-10 points here)."""
+
+
+def acceptable_tops(example: str, planted: str, real: float) -> set[str]:
+    """The causes a report's top finding may name: real ones (their fix removed at least `real` of the
+    step) within `TOP_MARGIN` of the largest."""
+    causes = {c: s for c, s in measured_causes(example, planted).items() if s >= real}
+    best = max(causes.values(), default=0.0)
+    return {c for c, s in causes.items() if s >= best - TOP_MARGIN}

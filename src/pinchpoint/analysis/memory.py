@@ -37,6 +37,10 @@ class PageFaults:
     """Pages the process keeps each step (median RSS growth): faults for them are growth, not churn."""
     churn_median: int | None = None
     """Median over steps of (faults - pages the step added to RSS), when RSS was recorded per step."""
+    main_sys_ns: int | None = None
+    """Median system (kernel) time of the main thread per step, when recorded."""
+    sys_ns: int | None = None
+    """Median system time of the whole process per step (all threads), when recorded."""
 
     @property
     def churn_per_step(self) -> int:
@@ -45,14 +49,34 @@ class PageFaults:
             return self.churn_median
         return max(0, self.median_per_step - self.growth_pages_per_step)
 
-    """Measured wall-clock cost of one fault on this machine (probe), None when not measured."""
+    @property
+    def model_ns(self) -> int | None:
+        """Churn faults × the probed cost of one fault (fresh memory, one thread)."""
+        return None if self.fault_ns is None else self.churn_per_step * self.fault_ns
+
+    @property
+    def kernel_ns(self) -> int | None:
+        """The step's time in the kernel that can lengthen it: the main thread's system time (faults on
+        OpenMP workers overlap with the main thread's own share of a parallel region), else the
+        process's."""
+        return self.main_sys_ns if self.main_sys_ns is not None else self.sys_ns
+
+    @property
+    def cost_ns(self) -> int | None:
+        """What the churn costs a step: the fault model, bounded by the measured kernel time (both are
+        upper bounds; the probe's fresh pages fault dearer than memory the kernel just took back)."""
+        model, kernel = self.model_ns, self.kernel_ns
+        if model is None:
+            return None
+        return model if kernel is None else min(model, kernel)
 
     @property
     def step_share(self) -> float | None:
         """Estimated fraction of the step spent faulting pages in."""
-        if self.fault_ns is None or self.median_step_ns <= 0:
+        cost = self.cost_ns
+        if cost is None or self.median_step_ns <= 0:
             return None
-        return min(1.0, self.churn_per_step * self.fault_ns / self.median_step_ns)
+        return min(1.0, cost / self.median_step_ns)
 
 
 PRE_WINDOW_MIN_STEPS = 5
@@ -79,7 +103,15 @@ def page_faults(steady: Sequence[Step], window_at: int | None, fault_ns: int | N
         before_window=counted is before,
         growth_pages_per_step=_median([g for _, g in pairs]) if pairs else 0,
         churn_median=_median([max(0, f - g) for f, g in pairs]) if pairs else None,
+        main_sys_ns=_median_of([s.main_sys_ns for s in counted]),
+        sys_ns=_median_of([s.sys_ns for s in counted]),
     )
+
+
+def _median_of(xs: Sequence[int | None]) -> int | None:
+    """Median of the recorded values, None unless every step recorded one."""
+    known = [x for x in xs if x is not None]
+    return _median(known) if known and len(known) == len(xs) else None
 
 
 def _fault_growth_pairs(steps: Sequence[Step]) -> list[tuple[int, int]]:

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pinchpoint.capture import frameworks, loader_probe, loop_shapes, opwindow
 from pinchpoint.capture.annotate import ANNOTATE_ENV, make_annotator
@@ -108,10 +108,31 @@ def _rss_of(raw: bytes | None) -> int | None:
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
-def _minor_faults() -> int:
-    """Minor page faults of this process so far (all threads): each is a fresh page the kernel had to
-    map and zero, the cost of an allocator that hands memory back to the OS and asks again."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+class Counters(NamedTuple):
+    """What a step boundary reads (once: the end of one step is the start of the next)."""
+
+    cpu_ns: int
+    """The main thread's on-CPU time."""
+    sched: tuple[int, int] | None
+    faults: int
+    """Minor page faults of this process (all threads): each is a fresh page the kernel had to map and
+    zero, the cost of an allocator that hands memory back to the OS and asks again."""
+    sys_ns: int
+    """System (kernel) time of the process, all threads."""
+    main_sys_ns: int | None
+    """System time of the main thread (None when read from another thread): faults taken on it, and
+    any other syscall it makes, lengthen the step one for one."""
+
+
+_RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", None)  # Linux
+
+
+def _counters(main_tid: int) -> Counters:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    main_sys = None
+    if _RUSAGE_THREAD is not None and threading.get_ident() == main_tid:
+        main_sys = int(resource.getrusage(_RUSAGE_THREAD).ru_stime * 1e9)
+    return Counters(_thread_cpu(), thread_schedstat(), ru.ru_minflt, int(ru.ru_stime * 1e9), main_sys)
 
 
 class Agent:
@@ -128,13 +149,16 @@ class Agent:
         self.step_index = 0
         self.step_start_ns: int | None = None
         self._statm = _ProcFile("/proc/self/statm")
-        self.step_cpu_start = _thread_cpu()
-        self.step_sched_start = thread_schedstat()
-        self.step_faults_start = _minor_faults()
+        self.step_counters = _counters(self.tid)
+        """The counters when the step in progress started."""
         self.intervals: list[list[Any]] = []
         self.in_module = False
         self.calls_without_backward: dict[int, int] = {}
         self.lead_optimizer: int | None = None
+        """The optimizer whose step ends a training step: the last of the first iteration's cycle."""
+        self.opt_cycle: list[int] = []
+        """The optimizers of the first iteration, until one steps again
+        (`loop_shapes.optimizer_stepped_first_cycle`)."""
         self.opt_start_ns = 0
         self.in_optimizer = False
         """Inside an optimizer's step (its closure's backwards are that step's, not manual updates)."""
@@ -149,7 +173,7 @@ class Agent:
         """A backward ended and no optimizer has ever stepped: the next data fetch or top-level call
         may start a new step (a manual update loop)."""
         self.last_backward_end_ns = 0
-        self.pending: list[tuple[int, tuple[int, tuple[int, int] | None, int], list[Any] | None]] = []
+        self.pending: list[tuple[int, Counters, list[Any] | None]] = []
         """Candidate step ends of a loop not yet known to update its parameters by hand: (time,
         counters then, the update interval since the last backward)."""
         self.autocast_dtype: str | None = None
@@ -316,23 +340,26 @@ class Agent:
             self.step_start_ns = start_ns
         self.intervals.append([phase, start_ns, end_ns])
 
-    def counters(self) -> tuple[int, tuple[int, int] | None, int]:
-        """The main thread's on-CPU ns, schedstat and the process's minor faults, now."""
-        return _thread_cpu(), thread_schedstat(), _minor_faults()
+    def counters(self) -> Counters:
+        return _counters(self.tid)
 
     def end_step(
         self,
         kind: str,
         end_ns: int | None = None,
         partial: bool = False,
-        counters: tuple[int, tuple[int, int] | None, int] | None = None,
+        counters: Counters | None = None,
     ) -> None:
         end = _now() if end_ns is None else end_ns
         start = self.step_start_ns if self.step_start_ns is not None else end
-        cpu, sched, faults_now = counters if counters is not None else self.counters()
-        s0 = self.step_sched_start
-        runq = sched[1] - s0[1] if (sched is not None and s0 is not None) else None
-        faults = faults_now - self.step_faults_start
+        now = counters if counters is not None else self.counters()
+        c0 = self.step_counters
+        runq = now.sched[1] - c0.sched[1] if (now.sched is not None and c0.sched is not None) else None
+        main_sys = (
+            now.main_sys_ns - c0.main_sys_ns
+            if now.main_sys_ns is not None and c0.main_sys_ns is not None
+            else None
+        )
         profiled = self.window.active or self.taint_next
         self.taint_next = False
         self.steps.add(
@@ -345,10 +372,12 @@ class Agent:
                 "trial": self.trial_now,
                 "partial": partial,
                 "intervals": self.intervals,
-                "cpu_ns": cpu - self.step_cpu_start,
+                "cpu_ns": now.cpu_ns - c0.cpu_ns,
                 "runq_ns": runq,
                 "rss_bytes": _rss_of(self._statm.read()),
-                "minor_faults": faults,
+                "minor_faults": now.faults - c0.faults,
+                "sys_ns": now.sys_ns - c0.sys_ns,
+                "main_sys_ns": main_sys,
             }
         )
         self.steps.flush()
@@ -373,14 +402,12 @@ class Agent:
             # The op window just opened (live-tensor snapshot) or closed (probes): no step's time.
             self.taint_next = True
             end = _now()
-            cpu, sched, faults_now = _thread_cpu(), thread_schedstat(), _minor_faults()
+            now = self.counters()
         if self.role == "main" and self.window.done and self.window.spec is not None:
             self.trial_now = self.trial.on_step_end(self.torch, self.step_index, ready=not self.taint_next)
         # The next step starts where this one ended: its counters too (one reading, not two).
         self.step_start_ns = end
-        self.step_cpu_start = cpu
-        self.step_sched_start = sched
-        self.step_faults_start = faults_now
+        self.step_counters = now
 
     def _mark_device_step(self) -> None:
         """On a CUDA program, an event at the step boundary (never initialises CUDA; never raises)."""
@@ -401,7 +428,9 @@ class Agent:
         """Write the step in progress (at exit); analysis treats it like the others."""
         self.window.disable()
         self.pending = []  # (their intervals stay in the partial step)
-        kind = {"train": "train", "manual": "train", "inference": "inference"}.get(self.mode, self.explicit_kind)
+        kind = {"train": "train", "manual": "train", "inference": "inference"}.get(
+            self.mode, self.explicit_kind
+        )
         self.end_step(kind, partial=True)
 
     def explicit_step(self, kind: str = "explicit") -> None:

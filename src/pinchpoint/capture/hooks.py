@@ -127,11 +127,13 @@ def install_hooks(agent: Agent, torch: Any) -> None:
         agent.interval("optimizer", agent.opt_start_ns or t1, t1)
         agent.end()
         loop_shapes.optimizer_stepped(agent)
-        if agent.lead_optimizer is None:
-            agent.lead_optimizer = id(opt)
         if agent.mode in ("unknown", "inference"):
             agent.mode = "train"
-        if agent.mode == "train" and id(opt) == agent.lead_optimizer:
+        if agent.mode != "train":
+            return
+        if agent.lead_optimizer is None or agent.opt_cycle:
+            loop_shapes.optimizer_stepped_first_cycle(agent, id(opt), t1)
+        elif id(opt) == agent.lead_optimizer:
             agent.end_step("train", t1)
 
     opt_mod.register_optimizer_step_pre_hook(pre_hook)

@@ -143,6 +143,26 @@ def declare_manual(agent: Agent) -> None:
     agent.intervals = rest
 
 
+def optimizer_stepped_first_cycle(agent: Agent, opt_id: int, t_ns: int) -> None:
+    """An optimizer stepped before the loop's cycle is known. A training step ends at the *last*
+    optimizer of an iteration (a GAN steps its discriminator, then its generator). The first
+    optimizer ends step 0 (steps are written as they end: annotations and killed runs need that);
+    each optimizer new to the cycle then leads instead, until one steps a second time. So steps 0 and
+    1 are part and one-and-a-part iterations (warm-up, out of the statistics), and the count stays one
+    step per iteration."""
+    if agent.lead_optimizer is None:
+        agent.lead_optimizer, agent.opt_cycle = opt_id, [opt_id]
+        agent.end_step("train", t_ns)
+        return
+    if opt_id not in agent.opt_cycle:
+        agent.lead_optimizer = opt_id
+        agent.opt_cycle.append(opt_id)
+        return
+    agent.opt_cycle = []  # one stepped again: the cycle is known
+    if opt_id == agent.lead_optimizer:
+        agent.end_step("train", t_ns)
+
+
 def optimizer_stepped(agent: Agent) -> None:
     """An optimizer step: candidate manual boundaries were micro-batches of this step."""
     _stop_update_watch(agent)

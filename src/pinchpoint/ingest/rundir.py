@@ -275,6 +275,8 @@ def _step(o: dict[str, Any]) -> Step | None:
         runq_ns=as_int(o.get("runq_ns")),
         rss_bytes=as_int(o.get("rss_bytes")),
         minor_faults=as_int(o.get("minor_faults")),
+        sys_ns=as_int(o.get("sys_ns")),
+        main_sys_ns=as_int(o.get("main_sys_ns")),
     )
 
 

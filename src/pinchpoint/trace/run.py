@@ -104,6 +104,10 @@ class Step:
     rss_bytes: int | None = None
     minor_faults: int | None = None
     """Minor page faults of the whole process during the step (fresh pages mapped and zeroed)."""
+    sys_ns: int | None = None
+    """System (kernel) time of the whole process during the step, all threads."""
+    main_sys_ns: int | None = None
+    """System time of the main thread during the step: it lengthens the step one for one."""
     device_ns: int | None = None
     """On a CUDA program: the step as the GPU ran it (between the CUDA events recorded at its
     boundaries). The host's `dur_ns` is only the time to enqueue it when the GPU is the slower side."""

@@ -93,7 +93,8 @@ GRAPH_GROWTH_MIN = 0.5
 """Tensors with autograd history added per step (net, across the op window) that name the culprit: a
 loop that keeps one loss per step adds 1.0; noise between two snapshots is 0."""
 CHURN_MIN_SHARE = 0.05
-"""Page faults cost at least 5% of the step (measured faults × measured cost per fault)."""
+"""Page faults cost at least 5% of the step (measured faults × measured cost per fault, bounded by the
+step's measured kernel time)."""
 CHURN_MIN_FAULTS = 256
 """And at least 1 MiB of fresh 4 KiB pages per step: a steady heap faults almost never."""
 GLIBC_FIX = "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824"
@@ -139,8 +140,17 @@ class AllocatorChurn:
                 + ": "
                 f"{fresh / MIB:.0f} MiB of fresh pages mapped and zeroed every step",
                 f"One fault costs {pf.fault_ns / 1000:.2f} µs on this machine (measured: map, zero, unmap a "
-                f"page): ≈ {ms(pf.churn_per_step * pf.fault_ns)} of a "
-                f"{ms(pf.median_step_ns)} step ({pct(share)})",
+                f"fresh page): {'at most ' if pf.kernel_ns is not None else '≈ '}{ms(pf.model_ns or 0)} of a "
+                f"{ms(pf.median_step_ns)} step" + ("" if pf.kernel_ns is not None else f" ({pct(share)})"),
+                *(
+                    ()
+                    if pf.kernel_ns is None
+                    else (
+                        f"The {'main thread' if pf.main_sys_ns is not None else 'process (all threads)'} "
+                        f"spent {ms(pf.kernel_ns)} of the step in the kernel (system time), which bounds what "
+                        f"the faults cost the step: ≈ {ms(pf.cost_ns or 0)} ({pct(share)})",
+                    )
+                ),
             ),
             fix="Keep freed memory in the process instead of returning it to the OS every step: preload "
             "jemalloc or tcmalloc, or raise glibc's mmap and trim thresholds for the run.",
