@@ -9,8 +9,8 @@ Fix (``--fix``): ``TrainingArguments(dataloader_num_workers=4, dataloader_persis
 
 Written as the transformers docs write a fine-tune, offline: a ``BertForSequenceClassification``
 built from a small ``BertConfig`` (random weights, nothing downloaded), a word-level tokenizer
-built in code, ``DataCollatorWithPadding``, evaluation every 50 steps on a held-out set, and
-``Trainer.train()``. The ``Trainer`` subclass times its own ``compute_loss`` (forward + loss) and
+built in code, ``DataCollatorWithPadding``, evaluation every 50 steps on a held-out ``datasets.Dataset``
+tokenized up front with ``.map(..., batched=True)``, and ``Trainer.train()``. The ``Trainer`` subclass times its own ``compute_loss`` (forward + loss) and
 ``training_step`` (+ backward); a callback times the optimizer step. The script prints
 ``steps=N median_step_ms=... forward_ms=... backward_ms=... update_ms=... eval_batches=...``.
 """
@@ -26,6 +26,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 import torch  # noqa: E402
+from datasets import Dataset as HFDataset  # noqa: E402
 from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
 from torch.utils.data import Dataset  # noqa: E402
 from transformers import (  # noqa: E402
@@ -124,7 +125,11 @@ def main():
                         intermediate_size=512, max_position_embeddings=128, num_labels=2)
     model = BertForSequenceClassification(config)
     train = RemoteDocuments(args.steps * args.batch_size, tokenizer, args.latency_ms / 1000, 0)
-    held_out = RemoteDocuments(64, tokenizer, 0.0, 1)
+    rng = random.Random(1)
+    held_out = HFDataset.from_dict(
+        {"text": [" ".join(rng.choice(WORDS) for _ in range(rng.randint(16, 48))) for _ in range(64)],
+         "label": [rng.randint(0, 1) for _ in range(64)]}
+    ).map(lambda b: tokenizer(b["text"], truncation=True, max_length=64), batched=True, remove_columns=["text"])
     times = StepTimes()
     callbacks = [times]
     if args.callback:
