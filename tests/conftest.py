@@ -226,6 +226,7 @@ def make_ops(
     small_ops_per_step: float = 0.0,
     large_op_ms: float | None = None,
     phase_ms: float | None = None,
+    vector_matmul_ms: float = 0.0,
 ) -> OpStats:
     """Op-window stats; by default the window's phases are all large-tensor ops (no overhead)."""
     phase = window_step_ms if phase_ms is None else phase_ms
@@ -247,6 +248,7 @@ def make_ops(
         loose_op_ns_per_step=float(ns(loose_op_ms)),
         small_ops_per_step=small_ops_per_step,
         large_phase_op_ns_per_step=float(ns(phase if large_op_ms is None else large_op_ms)),
+        vector_matmul_ns_per_step=float(ns(vector_matmul_ms)),
     )
 
 

@@ -226,9 +226,12 @@ def test_ctrl_c_still_writes_a_report(script: Path, tmp_path: Path) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and (not steps.exists() or steps.read_text().count("\n") < 8):
         time.sleep(0.1)
+    seen = steps.read_text().count("\n") if steps.exists() else 0
+    running = proc.poll() is None
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group gets SIGINT
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode != 0
+    # (one fresh-clone run saw exit 0 here and could not be reproduced: say what was seen)
+    assert proc.returncode != 0, (seen, running, err[-3000:])
     assert "KeyboardInterrupt" in err
     report = json.loads((out / "report.json").read_text())
     assert report["steps"]["total"] >= 8

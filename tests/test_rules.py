@@ -564,6 +564,26 @@ HOST_DISPATCH = {
         True,
         check=_all(_fix_has("batch requests"), _has("snippet", "torch.cat(pending[:32])")),
     ),
+    # A batch-1 request's matmuls are matrix-vector products: batched, they read the weights once for
+    # all 32 rows, as the per-op overhead is paid once. Step 100 ms: 55 ms overhead (the compute's 95 ms
+    # less 40 ms of large ops), 30 ms of the large ops matrix-vector: 85% of the call is shared.
+    "batch-1-matrix-vector-products-are-shared-by-a-batch": Case(
+        make_rank_analysis(
+            steps=make_steps(10, {"forward": 95.0}, 5.0, kind=StepKind.INFERENCE),
+            ops=make_ops(large_op_ms=40.0, small_ops_per_step=300, vector_matmul_ms=30.0),
+        ),
+        True,
+        evidence=("matrix-vector products (30.0 ms per step",),
+        check=_eq("estimated_speedup", 1 / (0.15 + 0.85 / 32)),
+    ),
+    "matrix-vector-time-absent-only-the-overhead-is-shared": Case(
+        make_rank_analysis(
+            steps=make_steps(10, {"forward": 95.0}, 5.0, kind=StepKind.INFERENCE),
+            ops=make_ops(large_op_ms=40.0, small_ops_per_step=300),
+        ),
+        True,
+        check=_eq("estimated_speedup", 1 / (0.45 + 0.55 / 32)),
+    ),
     "share-is-within-compute": Case(
         # 12 ms of compute, 1 ms of it in large ops: 11 ms of overhead, however long the window's phases
         rank_of({"data_wait": 0.88}, ops=_dispatch_ops(90.0, large_ms=1.0)),

@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from pinchpoint.trace.run import OpWindow, Phase, Probes, Step
+from pinchpoint.trace.run import OpEvent, OpWindow, Phase, Probes, Step
 
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_weight_int8pack_mm"})
 CONV_OPS = frozenset(
@@ -61,10 +61,28 @@ class OpStats:
     loose_op_ns_per_step: float = 0.0
     """Time in depth-0 ops outside every measured phase (e.g. a functional loss, metrics on tensors):
     framework work that lands in host_other, not Python."""
+    vector_matmul_ns_per_step: float = 0.0
+    """The part of `large_phase_op_ns_per_step` in matrix-vector products: depth-0 matmuls whose
+    activation has at most `VECTOR_ROWS` rows (a batch-1 request, one token at a time). Their time is
+    reading the weights, which a call with more rows reads once too."""
 
     @property
     def fp32_matmul_ns_per_step(self) -> float:
         return float(self.matmul_ns_per_step.get(FP32, 0.0))
+
+
+VECTOR_ROWS = 4
+"""Rows of a matmul's activation up to which it is a matrix-vector product (weight-read bound)."""
+ROWS_INPUT = {"aten::mm": 0, "aten::addmm": 1, "aten::linear": 0, "aten::matmul": 0}
+"""Which input of a depth-0 matmul is the activation: (x, W) for mm/linear/matmul, (bias, x, W) for addmm."""
+
+
+def _activation_rows(o: OpEvent) -> int | None:
+    """Rows of a depth-0 matmul's activation (the product of all but its last dimension), or None."""
+    i = ROWS_INPUT.get(o.name)
+    if i is None or len(o.input_dims) <= i or not o.input_dims[i]:
+        return None
+    return math.prod(o.input_dims[i][:-1])
 
 
 def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpStats | None:
@@ -105,6 +123,11 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
     large_in_phases = sum(
         o.dur_ns for o, c, small in zip(top, covered, small_flags, strict=True) if c and not small
     )
+    vector = sum(
+        o.dur_ns
+        for o, c, small in zip(top, covered, small_flags, strict=True)
+        if c and not small and (rows := _activation_rows(o)) is not None and rows <= VECTOR_ROWS
+    )
     named = [span for span in phases if span[2] in COMPUTE_PHASE_NAMES]
     by_phase: dict[str, float] = {}
     for o, is_small in zip(top, small_flags, strict=True):
@@ -132,6 +155,7 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
         large_phase_op_ns_per_step=large_in_phases / n,
         large_op_ns_by_phase=by_phase,
         loose_op_ns_per_step=loose / n,
+        vector_matmul_ns_per_step=vector / n,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
+from pinchpoint.analysis.ops import VECTOR_ROWS
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.steps import COMPUTE_PHASES, StepStats
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding, FixKind
@@ -32,6 +33,8 @@ OPTIMIZER_MENTION = 0.25
 (a 40-block 64-wide MLP under AdamW: 37% of the overhead, est. ×1.39, fused=True measured ×1.46)."""
 SERVING_BATCH = 32
 """Requests per forward call the fix for a batch-1 inference loop assumes (and its snippet shows)."""
+VECTOR_MENTION = 0.05
+"""Matrix-vector products worth naming in the evidence: 5% of the step."""
 
 
 class HostPython:
@@ -216,9 +219,17 @@ class HostDispatch:
             )
         speedup = speedup_removing(share * DISPATCH_RECOVERABLE)
         if serving:
-            # Batched, the overhead is paid once per SERVING_BATCH requests; the rest of a call is
-            # counted as if it grew with the batch (tiny ops barely do: an under-estimate).
-            speedup = 1.0 / ((1.0 - share) + share / SERVING_BATCH)
+            # Batched, the overhead is paid once per SERVING_BATCH requests, and so are matrix-vector
+            # products (a batch-1 request's matmuls read the weights; more rows read them once too);
+            # the rest of a call is counted as if it grew with the batch (an under-estimate).
+            vector = min(1.0 - share, ops.vector_matmul_ns_per_step / steps.mean_ns)
+            shared = share + vector
+            speedup = 1.0 / ((1.0 - shared) + shared / SERVING_BATCH)
+            if vector >= VECTOR_MENTION:
+                evidence.append(
+                    f"Its matmuls are matrix-vector products ({ms(ops.vector_matmul_ns_per_step)} per step, "
+                    f"≤ {VECTOR_ROWS} rows): they read the weights, once per call however many rows it has"
+                )
             evidence.append(
                 f"Served {SERVING_BATCH} per call, each request would take ≈ {ms(steps.mean_ns / speedup)} instead of "
                 f"{ms(steps.mean_ns)}: ×{speedup:.1f} the requests per second"
