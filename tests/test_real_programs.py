@@ -83,8 +83,15 @@ def test_manual_sgd_word_lstm_update_phase_is_the_update_alone(
 
 
 def test_manual_sgd_word_lstm_top_finding(word_lstm: tuple[dict[str, float], Path]) -> None:
-    # its planted tokenizer is real but small here (x1.12); glibc's churn measured more
-    _top_is_the_measured_cause(report_of(word_lstm[1]), "lstm_manual_sgd")
+    # Its planted tokenizer is real but small here (x1.08-1.12); glibc's churn measured more (x1.29). But
+    # whether a run churns depends on its allocation history (glibc moves its thresholds as blocks are
+    # freed): one fresh-clone run did not, and reported no churn. Then the tokenizer is what is left.
+    report = report_of(word_lstm[1])
+    ids = [f["id"] for f in report["findings"]]
+    if "memory.pressure" in ids:
+        _top_is_the_measured_cause(report, "lstm_manual_sgd")
+    else:
+        assert ids and ids[0] == "host.python", ids
 
 
 def test_memmap_char_gpt_with_evaluation(tmp_path: Path) -> None:
