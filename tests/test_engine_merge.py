@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.steps import StepStats
-from pinchpoint.diagnosis.engine import _net_compute_summary, _nothing_to_judge
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding
+from pinchpoint.diagnosis.merge import net_compute_summary
+from pinchpoint.diagnosis.notes import nothing_to_judge
 from pinchpoint.diagnosis.registry import RULES
+from pinchpoint.diagnosis.rules.base import Scope
 from pinchpoint.trace.run import StepKind
 
 
@@ -25,23 +27,23 @@ def finding(cat: Category, share: float, speedup: float) -> Finding:
 
 def test_compute_summary_nets_out_dispatch_overhead() -> None:
     by_id = {
-        "compute.math": finding(Category.COMPUTE_MATH, 0.95, 1.0),  # the informational summary
-        "host.dispatch": finding(Category.HOST_DISPATCH, 0.74, 2.7),
+        Category.COMPUTE_MATH: finding(Category.COMPUTE_MATH, 0.95, 1.0),  # the informational summary
+        Category.HOST_DISPATCH: finding(Category.HOST_DISPATCH, 0.74, 2.7),
     }
-    _net_compute_summary(by_id)
-    assert by_id["compute.math"].share == 0.95 - 0.74
-    assert "the math itself is 21%" in by_id["compute.math"].evidence[-1]
+    net_compute_summary(by_id)
+    assert by_id[Category.COMPUTE_MATH].share == 0.95 - 0.74
+    assert "the math itself is 21%" in by_id[Category.COMPUTE_MATH].evidence[-1]
     assert sum(f.share for f in by_id.values()) <= 1.0
 
 
 def test_a_precision_finding_is_left_alone() -> None:
     # fp32 on AMX is a fix with a gain, not the summary: its share is the fp32 matmul time.
     by_id = {
-        "compute.math": finding(Category.COMPUTE_MATH, 0.60, 2.5),
-        "host.dispatch": finding(Category.HOST_DISPATCH, 0.20, 1.2),
+        Category.COMPUTE_MATH: finding(Category.COMPUTE_MATH, 0.60, 2.5),
+        Category.HOST_DISPATCH: finding(Category.HOST_DISPATCH, 0.20, 1.2),
     }
-    _net_compute_summary(by_id)
-    assert by_id["compute.math"].share == 0.60
+    net_compute_summary(by_id)
+    assert by_id[Category.COMPUTE_MATH].share == 0.60
 
 
 def _rank(data_wait: float) -> RankAnalysis:
@@ -58,10 +60,11 @@ def _rank(data_wait: float) -> RankAnalysis:
 
 
 def test_input_rules_are_silent_when_nothing_waits_for_data() -> None:
-    inputs = [r for r in RULES if r.id in (Category.INPUT_FETCH, Category.INPUT_PREPROCESS)]
+    recorded = [r for r in RULES if r.scope is Scope.RANK]
+    inputs = [r for r in recorded if r.id in (Category.INPUT_FETCH, Category.INPUT_PREPROCESS)]
     assert inputs
     for rule in inputs:
-        assert _nothing_to_judge(rule, _rank(0.0))
-        assert not _nothing_to_judge(rule, _rank(0.2))  # waits, but unrecorded loaders: say so
-    others = [r for r in RULES if r.id not in (Category.INPUT_FETCH, Category.INPUT_PREPROCESS)]
-    assert not any(_nothing_to_judge(r, _rank(0.0)) for r in others)
+        assert nothing_to_judge(rule, _rank(0.0))
+        assert not nothing_to_judge(rule, _rank(0.2))  # waits, but unrecorded loaders: say so
+    others = [r for r in recorded if r.id not in (Category.INPUT_FETCH, Category.INPUT_PREPROCESS)]
+    assert not any(nothing_to_judge(r, _rank(0.0)) for r in others)

@@ -42,9 +42,10 @@ from gpu_trace_builder import (
 from pinchpoint.analysis.gpu.ranks import STRAGGLER_EXCESS
 from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis, analyze_traces
 from pinchpoint.diagnosis.engine import diagnose_gpu
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding
-from pinchpoint.diagnosis.gpu import (
-    GPU_RULES,
+from pinchpoint.diagnosis.finding import Category, Confidence, Finding, NoteKind
+from pinchpoint.diagnosis.registry import RULES
+from pinchpoint.diagnosis.rules.base import Job, Scope, Subject
+from pinchpoint.diagnosis.rules.gpu_base import (
     HIGH_SHARE,
     LOADER_OPS_PREPROCESS,
     MATRIX_UNIT_GAIN,
@@ -53,6 +54,7 @@ from pinchpoint.diagnosis.gpu import (
 )
 from pinchpoint.trace.kineto import CopyKind, DeviceInfo, Kind, KinetoTrace
 
+GPU_RULES = tuple(r for r in RULES if r.scope is Scope.DEVICE)
 STEP_US = 1000
 AT_MIN = round(MIN_SHARE * STEP_US)  # 50 µs of a 1000 µs step
 AT_HIGH = round(HIGH_SHARE * STEP_US)  # 200 µs
@@ -100,7 +102,11 @@ def no(traces: tuple[KinetoTrace, ...]) -> Case:
 
 def run_rule(rule_id: str, run: GpuRunAnalysis) -> list[Finding]:
     return [
-        f for rank in run.ranks for rule in GPU_RULES for f in rule.check(rank, run) if f.id.value == rule_id
+        f
+        for rank in run.ranks
+        for rule in GPU_RULES
+        for f in rule.check(Subject(rank=rank.rank, job=Job(devices=run), device=rank))
+        if f.id.value == rule_id
     ]
 
 
@@ -576,7 +582,7 @@ def test_rule_table(rule_id: str, case: Case) -> None:
 
 
 def test_every_rule_has_a_table_with_both_outcomes() -> None:
-    emitted = {r.id.value for r in GPU_RULES} | {"input.preprocess", "host.python"}
+    emitted = {c.value for r in GPU_RULES for c in r.yields}
     assert set(CASES) == emitted
     for rid, table in CASES.items():
         outcomes = {c.fires for c in table.values()}
@@ -585,7 +591,7 @@ def test_every_rule_has_a_table_with_both_outcomes() -> None:
 
 def test_gpu_rule_ids_are_unique_and_documented() -> None:
     ids = [r.id.value for r in GPU_RULES]
-    assert len(ids) == len(set(ids))
+    assert GPU_RULES and len(ids) == len(set(ids))
     for rule in GPU_RULES:
         doc = type(rule).__doc__ or ""
         assert "Pattern:" in doc, rule.id
@@ -632,10 +638,11 @@ def test_diagnose_gpu_straggler_and_communication_do_not_double_count() -> None:
 
 def test_diagnose_gpu_notes() -> None:
     diagnosis = diagnose_gpu(analyze_traces([build(Gpu(700), Gap(300), profiler_steps=False)]))
-    notes = "\n".join(diagnosis.notes)
+    notes = "\n".join(diagnosis.note_texts)
     assert "no ProfilerStep#N ranges" in notes
     assert "shares are of the GPU-activity span" in notes
-    assert len(diagnosis.notes) == len(set(diagnosis.notes))
+    assert [n.kind for n in diagnosis.notes].count(NoteKind.TRACE_STEPS) == 2
+    assert len(diagnosis.notes) == len(set(diagnosis.note_texts))
 
 
 def _zero_length_steps() -> KinetoTrace:

@@ -38,10 +38,11 @@ from pinchpoint.analysis.ops import op_stats
 from pinchpoint.analysis.roofline import Chain, MemoryTraffic
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.steps import steady_steps
-from pinchpoint.diagnosis.engine import MISSING_DATA, diagnose
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding
+from pinchpoint.diagnosis.engine import diagnose
+from pinchpoint.diagnosis.finding import Category, Confidence, Finding, NoteKind
+from pinchpoint.diagnosis.notes import MISSING_DATA
 from pinchpoint.diagnosis.registry import RULES
-from pinchpoint.diagnosis.rules.base import speedup_removing
+from pinchpoint.diagnosis.rules.base import Job, Rule, Scope, Subject, speedup_removing
 from pinchpoint.diagnosis.rules.compute import (
     AUTOCAST_OVERHEAD,
     COMPUTE_BOUND_SHARE,
@@ -119,12 +120,13 @@ class Case:
     check: Callable[[Finding], None] | None = None
 
 
-def _rule(rule_id: str) -> Any:
-    return next(r for r in RULES if r.id.value == rule_id)
+def _rule(rule_id: str) -> Rule:
+    return next(r for r in RULES if r.id.value == rule_id and r.scope is Scope.RANK)
 
 
 def run_rule(rule_id: str, env: Environment, rank: RankAnalysis) -> list[Finding]:
-    return [f for f in _rule(rule_id).check(env, rank) if f.id.value == rule_id]
+    subject = Subject(rank=rank.rank, job=Job(env=env, runs=(rank,)), run=rank)
+    return [f for f in _rule(rule_id).check(subject) if f.id.value == rule_id]
 
 
 def assert_well_formed(f: Finding, rank: int = 0) -> None:
@@ -1146,7 +1148,7 @@ def test_rule_table(rule_id: str, case: Case) -> None:
 
 
 def test_every_rule_has_a_table_with_both_outcomes() -> None:
-    assert set(CASES) == {r.id.value for r in RULES}
+    assert set(CASES) == {r.id.value for r in RULES if r.scope is Scope.RANK}
     for rid, table in CASES.items():
         outcomes = {c.fires for c in table.values()}
         assert outcomes == {True, False}, rid
@@ -1231,25 +1233,41 @@ def test_page_faults_counted_before_the_op_window_when_enough_steps() -> None:
 # ------------------------------------------------------------------------------------- registry
 
 
+def _keys(rules: tuple[Rule, ...]) -> list[tuple[str, str]]:
+    return [(r.scope.value, r.id.value) for r in rules]
+
+
 def test_registry_ids_are_unique() -> None:
-    ids = [r.id.value for r in RULES]
-    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+    keys = _keys(RULES)
+    assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
 
 
 def test_duplicate_check_catches_a_duplicate() -> None:
-    doubled = [r.id.value for r in (*RULES, RULES[0])]
+    doubled = _keys((*RULES, RULES[0]))
     assert len(doubled) != len(set(doubled))
 
 
-@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.id.value)
-def test_rule_declares_its_metadata(rule: Any) -> None:
-    assert isinstance(rule.id, Category)
+def test_the_registry_holds_every_scope() -> None:
+    assert {r.scope for r in RULES} == set(Scope)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: f"{r.scope.value}:{r.id.value}")
+def test_rule_declares_its_metadata(rule: Rule) -> None:
+    assert isinstance(rule.id, Category) and rule.id in rule.yields
     assert isinstance(rule.title, str) and rule.title
     analysis_fields = {f.name for f in fields(RankAnalysis)}
-    assert rule.requires and rule.requires <= analysis_fields
-    assert rule.requires <= set(MISSING_DATA), "every required field needs a 'not judged' reason"
+    if rule.scope is Scope.DEVICE:
+        assert not rule.requires, "a device rule reads the timeline, not the recordings"
+    else:
+        assert rule.requires and rule.requires <= analysis_fields
+        assert rule.requires <= set(MISSING_DATA), "every required field needs a 'not judged' reason"
     doc = type(rule).__doc__ or ""
-    for part in ("Pattern:", "Why it's slow:", "Fix:", "Reference:"):
+    parts = (
+        ("Pattern:", "Why it's slow:", "Fix:", "Reference:")
+        if rule.scope is not Scope.DEVICE
+        else ("Pattern:",)
+    )
+    for part in parts:
         assert part in doc, (rule.id.value, part)
 
 
@@ -1271,7 +1289,15 @@ def test_diagnose_notes_rules_that_lack_data() -> None:
     diagnosis = diagnose(make_run_analysis(make_env(), [rank]))
     ids = {f.id.value for f in diagnosis.findings}
     assert "host.dispatch" not in ids and "input.preprocess" not in ids
-    notes = "\n".join(diagnosis.notes)
+    notes = "\n".join(diagnosis.note_texts)
+    not_judged = {n.category for n in diagnosis.notes if n.kind is NoteKind.NOT_JUDGED}
+    assert {
+        Category.HOST_DISPATCH,
+        Category.INPUT_PREPROCESS,
+        Category.CPU_UNDERUSE,
+        Category.MEMORY_LEAK,
+    } <= not_judged
+    assert Category.INPUT_FETCH not in not_judged and Category.HOST_PYTHON not in not_judged
     assert f"host.dispatch: not judged on rank 0: {MISSING_DATA['ops']}" in notes
     assert f"input.preprocess: not judged on rank 0: {MISSING_DATA['loader']}" in notes
     assert f"cpu.underuse: not judged on rank 0: {MISSING_DATA['cpu']}" in notes
@@ -1284,8 +1310,11 @@ def test_diagnose_without_steps_notes_every_rule() -> None:
     rank = make_rank_analysis(steps=())
     diagnosis = diagnose(make_run_analysis(make_env(), [rank]))
     assert diagnosis.findings == ()
+    not_judged = {n.category for n in diagnosis.notes if n.kind is NoteKind.NOT_JUDGED}
     for rule in RULES:
-        assert any(n.startswith(f"{rule.id.value}: not judged on rank 0") for n in diagnosis.notes), rule.id
+        if rule.scope is Scope.RANK:
+            assert rule.id in not_judged, rule.id
+            assert any(n.startswith(f"{rule.id.value}: not judged on rank 0") for n in diagnosis.note_texts)
 
 
 def test_two_planted_causes_both_fire_and_shares_add_up() -> None:
@@ -1319,9 +1348,9 @@ def test_diagnose_merges_a_finding_across_ranks() -> None:
 def test_diagnose_notes_only_rank_zero_on_multi_rank_runs() -> None:
     ranks = [rank_of({}, rank=0), rank_of({}, rank=1)]
     notes = diagnose(make_run_analysis(make_env(), ranks)).notes
-    judged = [n for n in notes if "not judged" in n]
-    assert judged and all("on rank 0" in n for n in judged)
-    assert len(notes) == len(set(notes))
+    judged = [n for n in notes if n.kind is NoteKind.NOT_JUDGED]
+    assert judged and all("on rank 0" in n.text for n in judged)
+    assert len(notes) == len({n.text for n in notes})
 
 
 # ------------------------------------------------------------------------------- rule invariants

@@ -67,3 +67,29 @@ class Finding:
     fix_params: tuple[tuple[str, int], ...] = ()
     framework_fix: str | None = None
     """The fix in the words of the framework the program runs under (`diagnosis/frameworks.py`)."""
+    explained_by: tuple[Category, ...] = ()
+    """Categories of per-rank findings that, found on this finding's ranks alone, say why it happens
+    (a straggler's cause): the engine folds the first one found into this finding."""
+
+
+class NoteKind(str, Enum):
+    """What a diagnosis note is about (notes qualify findings; they are never findings)."""
+
+    NOT_JUDGED = "not_judged"
+    """A rule could not judge: the data it needs was not recorded (`Note.category` is the rule's)."""
+    TRACE = "trace"
+    """What a device timeline lacks (no GPU work, no memory events, ranks not matched)."""
+    TRACE_STEPS = "trace_steps"
+    """A trace without `ProfilerStep` ranges (moot for an op window, which `pinchpoint run` delimits)."""
+    SOURCE = "source"
+    """Where the step-time findings come from (the device timeline on a CUDA program)."""
+    CONTEXT = "context"
+    """The run's circumstances that qualify every finding (a shared machine, too few steps)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Note:
+    kind: NoteKind
+    text: str
+    category: Category | None = None
+    """The category of the rule a NOT_JUDGED note is about."""

@@ -140,6 +140,6 @@ def build_gpu_report(analysis: GpuRunAnalysis, diagnosis: Diagnosis, source: str
         "ranks": [{"rank": r.rank, "steps": _steps(r), "breakdown": _breakdown(r)} for r in analysis.ranks],
         "gpu": [_gpu(r) for r in analysis.ranks],
         "findings": [finding_dict(f) for f in diagnosis.findings],
-        "notes": list(diagnosis.notes),
+        "notes": list(diagnosis.note_texts),
         "warnings": warnings,
     }

@@ -222,7 +222,7 @@ def build_report(analysis: RunAnalysis, diagnosis: Diagnosis) -> dict[str, Any]:
             for r in analysis.ranks
         ],
         "findings": [finding_dict(f) for f in diagnosis.findings],
-        "notes": list(diagnosis.notes),
+        "notes": list(diagnosis.note_texts),
         "warnings": list(run.warnings),
     }
 

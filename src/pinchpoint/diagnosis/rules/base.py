@@ -1,28 +1,106 @@
-"""The shape of a rule, and the small helpers rules share for stating numbers."""
+"""The shape of a rule, what it reads, and the small helpers rules share for stating numbers.
+
+Every rule — over one rank's recordings, over every rank's, or over one rank's device timeline — is a
+`Rule`: class data saying what it judges and needs, and one `check(subject)`. The engine builds the
+subjects from a `Job` and calls every rule of the registry (`diagnosis/registry.py`) the same way.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import ClassVar, Protocol
+from dataclasses import dataclass
+from enum import Enum
+from typing import ClassVar
 
+from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis, GpuRunAnalysis
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.stacks import StackScope
 from pinchpoint.diagnosis.finding import Category, Finding
 from pinchpoint.trace.run import Environment
 
 
-class Rule(Protocol):
-    """A rule reads one rank's analyses and yields findings.
+class Scope(str, Enum):
+    """What one call of a rule's `check` reads."""
 
-    `requires` names the `RankAnalysis` fields it needs; when one is missing the engine skips the
-    rule and says which data was missing instead of guessing.
+    RANK = "rank"
+    """One rank's recordings (`pinchpoint run`): `Subject.recorded`."""
+    RANKS = "ranks"
+    """Every rank's recordings at once (cross-rank rules): `Subject.job.runs`; called once a job."""
+    DEVICE = "device"
+    """One rank's device timeline (a profiler trace, or a CUDA program's op window): `Subject.timeline`,
+    with every rank's in `Subject.devices` (cross-rank comparisons)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """Everything the rules read about one program: the run's own recordings per rank (`pinchpoint run`)
+    and the device timelines per rank (profiler traces, or a CUDA program's op windows), either or both."""
+
+    env: Environment | None = None
+    runs: tuple[RankAnalysis, ...] = ()
+    devices: GpuRunAnalysis | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Subject:
+    """What one `check` call reads: one rank's analyses (the parts its scope needs), and the job."""
+
+    rank: int
+    job: Job
+    run: RankAnalysis | None = None
+    device: GpuRankAnalysis | None = None
+
+    @property
+    def recorded(self) -> RankAnalysis:
+        """This rank's recordings (scopes RANK and RANKS, where the engine guarantees them)."""
+        if self.run is None:
+            raise LookupError(f"rank {self.rank} has no recordings to judge")
+        return self.run
+
+    @property
+    def timeline(self) -> GpuRankAnalysis:
+        """This rank's device timeline (scope DEVICE, where the engine guarantees it)."""
+        if self.device is None:
+            raise LookupError(f"rank {self.rank} has no device timeline to judge")
+        return self.device
+
+    @property
+    def environment(self) -> Environment:
+        if self.job.env is None:
+            raise LookupError("the job has no recorded environment")
+        return self.job.env
+
+    @property
+    def devices(self) -> GpuRunAnalysis:
+        if self.job.devices is None:
+            raise LookupError("the job has no device timelines")
+        return self.job.devices
+
+
+class Rule:
+    """A rule reads a `Subject` and yields findings.
+
+    Class data: `id` (the category it judges, and names it in notes), `also` (other categories it may
+    yield instead), `scope`, and `requires`: for RANK and RANKS the `RankAnalysis` fields it needs (when
+    one is missing the engine skips the rule and says which data was missing instead of guessing); a
+    DEVICE rule needs the device timeline only. `quiet_without` names a step phase: a rank that spends
+    (almost) no time in it has nothing for this rule to judge, and gets no "not judged" note.
     """
 
     id: ClassVar[Category]
     title: ClassVar[str]
-    requires: ClassVar[frozenset[str]]
+    scope: ClassVar[Scope] = Scope.RANK
+    requires: ClassVar[frozenset[str]] = frozenset()
+    also: ClassVar[frozenset[Category]] = frozenset()
+    quiet_without: ClassVar[str | None] = None
 
-    def check(self, env: Environment, rank: RankAnalysis) -> Iterable[Finding]: ...
+    @property
+    def yields(self) -> frozenset[Category]:
+        """Every category this rule's findings may carry."""
+        return self.also | {self.id}
+
+    def check(self, s: Subject) -> Iterable[Finding]:
+        raise NotImplementedError
 
 
 def ms(ns: float) -> str:

@@ -16,12 +16,15 @@ Reference: XProf CollectiveBoundRule (≥ 30% collective-bound), device-collecti
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
-from pinchpoint.analysis.comm import cross_rank_comm
+from pinchpoint.analysis.comm import CommActivity, CrossRankComm, cross_rank_comm
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding, FixKind
-from pinchpoint.diagnosis.rules.base import ms, pct
+from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject, ms, pct
+from pinchpoint.trace.run import DdpConfig
 
 COMM_SHARE_MIN = 0.05
 """Exposed transfer worth a finding: 5% of the step (between XProf's 3% note and 15% warning)."""
@@ -44,6 +47,34 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 model.register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook)"""
 
 
+class CommExposed(Rule):
+    """Pattern: every rank sits in collectives for a share of each step that compute does not hide.
+    Why it's slow: gradients cross the link while nothing computes (see the module's docstring).
+    Fix: `no_sync()` under accumulation; otherwise all-reduce less often, or send fewer bytes.
+    Reference: XProf CollectiveBoundRule; DDP's notes on `no_sync` (rules-catalog §5).
+    """
+
+    id: ClassVar[Category] = Category.COMM_EXPOSED
+    title: ClassVar[str] = "Communication is not hidden behind compute"
+    scope: ClassVar[Scope] = Scope.RANKS
+    requires: ClassVar[frozenset[str]] = frozenset({"steps", "comm"})
+
+    def check(self, s: Subject) -> Iterable[Finding]:
+        found = comm_exposed(s.job.runs)
+        if found is not None:
+            yield found
+
+
+@dataclass(frozen=True, slots=True)
+class _Remedy:
+    title: str
+    fix: str
+    snippet: str
+    confidence: Confidence
+    speedup: float
+    evidence: tuple[str, ...]
+
+
 def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
     rs = [r for r in ranks if r.comm is not None and r.steps is not None and r.steps.mean_ns > 0]
     if not rs:
@@ -58,29 +89,14 @@ def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
     if share < COMM_SHARE_MIN:
         return None
     comm, ddp = lead.comm, lead.comm.ddp
-    evidence = []
-    if cross is not None:
-        waits = ", ".join(f"rank {r} {ms(w)}" for r, w in sorted(cross.wait_ns.items()))
-        evidence.append(
-            f"Every rank spends at least {ms(transfer)} per step ({pct(share)}) in communication that compute "
-            f"does not hide (the least of the ranks, step by step, over {cross.matched_steps} steps); "
-            f"waiting beyond that for another rank: {waits}"
-        )
-    else:
-        evidence.append(f"Rank {lead.rank} spends {ms(transfer)} per step ({pct(share)}) in communication")
+    evidence = [_transfer_line(lead, cross, transfer, share)]
     if ddp is not None:
-        bucket = (
-            f"{ddp.bucket_cap_bytes / 2**20:.0f} MiB buckets" if ddp.bucket_cap_bytes else "default buckets"
-        )
-        evidence.append(
-            f"DDP over {ddp.backend} on {ddp.world_size} ranks all-reduces {ddp.grad_bytes / 2**20:.1f} MiB of "
-            f"gradients ({ddp.params} tensors) per synchronised backward, in {bucket}; "
-            f"comm hook: {ddp.comm_hook or 'none'}, static_graph={ddp.static_graph}"
-        )
+        evidence.append(_ddp_line(ddp))
     # On CPU the all-reduce's copies and sums run on the cores backward computes on: what it costs
     # beyond the wait shows as a backward slower than twice the forward.
+    on_cpu = ddp is not None and ddp.devices == ("cpu",)
     contention = 0.0
-    if ddp is not None and ddp.devices == ("cpu",):
+    if on_cpu:
         slowed = [_backward_excess(r) for r in rs]
         contention = sum(slowed) / len(slowed)
         if contention > COMM_SHARE_MIN * step:
@@ -92,64 +108,110 @@ def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
             )
     cost = transfer + contention
     accumulating = ddp is not None and comm.backward_calls >= ACCUMULATION_MIN
-    on_cpu = ddp is not None and ddp.devices == ("cpu",)
-    title = "Communication is not hidden behind compute"
     if accumulating and comm.synced_backwards >= comm.backward_calls - 0.5:
-        k = comm.backward_calls
-        evidence.append(
-            f"Each optimizer step runs {k:.0f} backward() calls (gradient accumulation) and "
-            f"{comm.synced_backwards:.0f} of them wait at the all-reduce: only the last one's is needed"
-        )
-        saved = cost * (comm.synced_backwards - 1) / comm.synced_backwards
-        fix = (
+        remedy = _no_sync(comm, cost, step)
+    elif on_cpu:
+        remedy = _less_often(cost, step)
+    else:
+        remedy = _fewer_bytes(cost, step)
+    return Finding(
+        id=Category.COMM_EXPOSED,
+        title=remedy.title,
+        share=min(1.0, cost / step),
+        estimated_speedup=max(1.0, remedy.speedup),
+        confidence=remedy.confidence,
+        evidence=(*evidence, *remedy.evidence),
+        fix=remedy.fix,
+        snippet=remedy.snippet,
+        ranks=tuple(r.rank for r in rs),
+        fix_kind=FixKind.NO_SYNC if accumulating or on_cpu else None,
+        fix_params=(("micro_batches", round(comm.backward_calls) if accumulating else 2),),
+    )
+
+
+def _transfer_line(lead: RankAnalysis, cross: CrossRankComm | None, transfer: float, share: float) -> str:
+    if cross is None:
+        return f"Rank {lead.rank} spends {ms(transfer)} per step ({pct(share)}) in communication"
+    waits = ", ".join(f"rank {r} {ms(w)}" for r, w in sorted(cross.wait_ns.items()))
+    return (
+        f"Every rank spends at least {ms(transfer)} per step ({pct(share)}) in communication that compute "
+        f"does not hide (the least of the ranks, step by step, over {cross.matched_steps} steps); "
+        f"waiting beyond that for another rank: {waits}"
+    )
+
+
+def _ddp_line(ddp: DdpConfig) -> str:
+    bucket = f"{ddp.bucket_cap_bytes / 2**20:.0f} MiB buckets" if ddp.bucket_cap_bytes else "default buckets"
+    return (
+        f"DDP over {ddp.backend} on {ddp.world_size} ranks all-reduces {ddp.grad_bytes / 2**20:.1f} MiB of "
+        f"gradients ({ddp.params} tensors) per synchronised backward, in {bucket}; "
+        f"comm hook: {ddp.comm_hook or 'none'}, static_graph={ddp.static_graph}"
+    )
+
+
+TITLE = CommExposed.title
+
+
+def _no_sync(comm: CommActivity, cost: float, step: float) -> _Remedy:
+    """Gradient accumulation that all-reduces every micro-batch: all but the last under no_sync()."""
+    k = comm.backward_calls
+    saved = cost * (comm.synced_backwards - 1) / comm.synced_backwards
+    after = max(1.0, step - saved)
+    return _Remedy(
+        title=TITLE + ": every micro-batch all-reduces the gradients",
+        fix=(
             f"Accumulate without synchronising: run the first {k - 1:.0f} micro-batches of each step under "
             "`model.no_sync()` so DDP all-reduces once, in the last backward (same gradients, same update)."
-        )
-        snippet, confidence = NO_SYNC_SNIPPET, Confidence.HIGH
-        title += ": every micro-batch all-reduces the gradients"
-        after = max(1.0, step - saved)
-        evidence.append(f"Without it: ≈ {ms(after)} a step instead of {ms(step)}")
-        speedup = step / after
-    elif on_cpu:
-        # On CPU the all-reduce's sums and copies run on the cores that compute: fewer bytes through a
-        # compression hook cost casts on the same cores. All-reducing half as often halves its cost per sample.
-        speedup = 2 * step / max(1.0, 2 * step - cost)
-        evidence.append(
-            f"All-reducing every 2 batches instead of every one (accumulating under no_sync) would cost "
-            f"{ms(cost / 2)} per batch instead of {ms(cost)}: ×{speedup:.2f} samples per second"
-        )
-        fix = (
+        ),
+        snippet=NO_SYNC_SNIPPET,
+        confidence=Confidence.HIGH,
+        speedup=step / after,
+        evidence=(
+            f"Each optimizer step runs {k:.0f} backward() calls (gradient accumulation) and "
+            f"{comm.synced_backwards:.0f} of them wait at the all-reduce: only the last one's is needed",
+            f"Without it: ≈ {ms(after)} a step instead of {ms(step)}",
+        ),
+    )
+
+
+def _less_often(cost: float, step: float) -> _Remedy:
+    """On CPU the all-reduce's sums and copies run on the cores that compute: fewer bytes through a
+    compression hook cost casts on the same cores. All-reducing half as often halves its cost per sample."""
+    speedup = 2 * step / max(1.0, 2 * step - cost)
+    return _Remedy(
+        title=TITLE,
+        fix=(
             "All-reduce less often: accumulate gradients over 2 or more batches, the first ones under "
             "`model.no_sync()` (or take a larger batch per step). On CPU a compression hook "
             "(fp16_compress_hook) trades bytes for casts on the same cores and rarely pays; `static_graph=True` "
             "and a smaller `bucket_cap_mb` let the first buckets start earlier in backward."
-        )
-        snippet, confidence = NO_SYNC_SNIPPET, Confidence.MEDIUM
-    else:
-        after = max(1.0, step - cost * COMPRESSION_SAVES)
-        evidence.append(
-            f"Halving the bytes (bf16 gradients on the wire) would save about half of it if the transfer is "
-            f"bandwidth-bound: ≈ {ms(after)} a step instead of {ms(step)}"
-        )
-        fix = (
+        ),
+        snippet=NO_SYNC_SNIPPET,
+        confidence=Confidence.MEDIUM,
+        speedup=speedup,
+        evidence=(
+            f"All-reducing every 2 batches instead of every one (accumulating under no_sync) would cost "
+            f"{ms(cost / 2)} per batch instead of {ms(cost)}: ×{speedup:.2f} samples per second",
+        ),
+    )
+
+
+def _fewer_bytes(cost: float, step: float) -> _Remedy:
+    after = max(1.0, step - cost * COMPRESSION_SAVES)
+    return _Remedy(
+        title=TITLE,
+        fix=(
             "Send fewer bytes or fewer times: a bf16 compression hook, a larger batch per step (or gradient "
             "accumulation under `no_sync()`), `static_graph=True`; check `bucket_cap_mb` lets the first "
             "buckets start while backward still runs."
-        )
-        snippet, confidence = COMPRESSION_SNIPPET, Confidence.MEDIUM
-        speedup = step / after
-    return Finding(
-        id=Category.COMM_EXPOSED,
-        title=title,
-        share=min(1.0, cost / step),
-        estimated_speedup=max(1.0, speedup),
-        confidence=confidence,
-        evidence=tuple(evidence),
-        fix=fix,
-        snippet=snippet,
-        ranks=tuple(r.rank for r in rs),
-        fix_kind=FixKind.NO_SYNC if accumulating or on_cpu else None,
-        fix_params=(("micro_batches", round(comm.backward_calls) if accumulating else 2),),
+        ),
+        snippet=COMPRESSION_SNIPPET,
+        confidence=Confidence.MEDIUM,
+        speedup=step / after,
+        evidence=(
+            f"Halving the bytes (bf16 gradients on the wire) would save about half of it if the transfer is "
+            f"bandwidth-bound: ≈ {ms(after)} a step instead of {ms(step)}",
+        ),
     )
 
 

@@ -10,7 +10,7 @@ from pinchpoint.analysis.ops import BF16, FP32
 from pinchpoint.analysis.roofline import Chain
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding, FixKind
-from pinchpoint.diagnosis.rules.base import ms, pct
+from pinchpoint.diagnosis.rules.base import Rule, Subject, ms, pct
 from pinchpoint.trace.run import Environment, Phase
 
 MIN_PROBE_GAIN = 1.3
@@ -36,7 +36,7 @@ AUTOCAST_OVERHEAD = 1.15
 """Autocast adds casts around each matmul; the probe's pure matmul ratio is scaled by this."""
 
 
-class ComputeMath:
+class ComputeMath(Rule):
     """Pattern: step time in arithmetic; in particular fp32 matmuls on a CPU whose matrix unit runs bf16.
     Why it's slow: AMX/bf16 units multiply bf16 several times faster than fp32 FMA units.
     Fix: torch.autocast("cpu", dtype=torch.bfloat16) around forward and loss.
@@ -47,7 +47,8 @@ class ComputeMath:
     title: ClassVar[str] = "Compute-bound"
     requires: ClassVar[frozenset[str]] = frozenset({"steps"})
 
-    def check(self, env: Environment, rank: RankAnalysis) -> Iterable[Finding]:
+    def check(self, s: Subject) -> Iterable[Finding]:
+        env, rank = s.environment, s.recorded
         steps, ops = rank.steps, rank.ops
         if steps is None:
             return
@@ -242,7 +243,7 @@ def _bf16_ratio(rank: RankAnalysis) -> tuple[float | None, list[str]]:
     return ((total - conv) * a + conv * b) / total, lines
 
 
-class ComputeMemory:
+class ComputeMemory(Rule):
     """Pattern: elementwise ops on large tensors take a large part of the step; runs of them over the same
     tensor (an activation or normalisation written out in tensor ops, and their backward).
     Why it's slow: each op reads and writes the whole tensor at memory speed for ~1 operation per
@@ -255,7 +256,8 @@ class ComputeMemory:
     title: ClassVar[str] = "Memory-bound elementwise ops: chains that fusion would collapse"
     requires: ClassVar[frozenset[str]] = frozenset({"steps", "traffic"})
 
-    def check(self, env: Environment, rank: RankAnalysis) -> Iterable[Finding]:
+    def check(self, s: Subject) -> Iterable[Finding]:
+        rank = s.recorded
         steps, traffic = rank.steps, rank.traffic
         if steps is None or traffic is None or steps.mean_ns <= 0:
             return

@@ -8,8 +8,8 @@ from typing import ClassVar
 
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding
-from pinchpoint.diagnosis.rules.base import pct
-from pinchpoint.trace.run import Environment, Phase
+from pinchpoint.diagnosis.rules.base import Rule, Subject, pct
+from pinchpoint.trace.run import Phase
 
 RUNQ_SHARE_MIN = 0.05
 """Main thread waiting for a CPU more than 5% of the step: measurable contention."""
@@ -27,7 +27,7 @@ def _compute_share(rank: RankAnalysis) -> float:
     return sum(rank.steps.share(p.value) for p in (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER))
 
 
-class CpuOversubscription:
+class CpuOversubscription(Rule):
     """Pattern: more threads want to run than there are cores (intra-op threads × processes > cores).
     Why it's slow: threads preempt each other; OpenMP barriers wait for descheduled threads.
     Fix: torch.set_num_threads(cores // processes), OMP_NUM_THREADS; one thread per DataLoader worker.
@@ -38,7 +38,8 @@ class CpuOversubscription:
     title: ClassVar[str] = "More busy threads than cores"
     requires: ClassVar[frozenset[str]] = frozenset({"steps", "main"})
 
-    def check(self, env: Environment, rank: RankAnalysis) -> Iterable[Finding]:
+    def check(self, s: Subject) -> Iterable[Finding]:
+        env, rank = s.environment, s.recorded
         steps, main = rank.steps, rank.main
         if steps is None or main is None or main.threads.intra_op is None:
             return
@@ -91,7 +92,7 @@ class CpuOversubscription:
         )
 
 
-class CpuUnderuse:
+class CpuUnderuse(Rule):
     """Pattern: compute-bound steps use fewer threads than the cores they may use, and cores sit idle.
     Why it's slow: intra-op parallelism would split matmuls and convolutions across the idle cores.
     Fix: torch.set_num_threads(len(os.sched_getaffinity(0))) or unset a too-low OMP_NUM_THREADS.
@@ -102,7 +103,8 @@ class CpuUnderuse:
     title: ClassVar[str] = "Compute uses fewer cores than it could"
     requires: ClassVar[frozenset[str]] = frozenset({"steps", "main", "cpu"})
 
-    def check(self, env: Environment, rank: RankAnalysis) -> Iterable[Finding]:
+    def check(self, s: Subject) -> Iterable[Finding]:
+        env, rank = s.environment, s.recorded
         steps, main, cpu = rank.steps, rank.main, rank.cpu
         if steps is None or main is None or cpu is None or main.threads.intra_op is None:
             return

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
-from pinchpoint.analysis.ops import VECTOR_ROWS
-from pinchpoint.analysis.run_analysis import RankAnalysis
+from pinchpoint.analysis.ops import VECTOR_ROWS, OpStats
 from pinchpoint.analysis.steps import COMPUTE_PHASES, StepStats
+from pinchpoint.diagnosis.costs import batched_requests
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding, FixKind
-from pinchpoint.diagnosis.rules.base import ms, pct, speedup_removing, stack_evidence
-from pinchpoint.trace.run import HOST_OTHER, Environment, Phase
+from pinchpoint.diagnosis.rules.base import Rule, Subject, ms, pct, speedup_removing, stack_evidence
+from pinchpoint.trace.run import HOST_OTHER, Phase
 
 HOST_SHARE_MIN = 0.05
 """Untraced host time above 5% of the step. TF/XProf grade "all others" ≥ 3% moderate, ≥ 15% high
@@ -37,7 +37,7 @@ VECTOR_MENTION = 0.05
 """Matrix-vector products worth naming in the evidence: 5% of the step."""
 
 
-class HostPython:
+class HostPython(Rule):
     """Pattern: step time that no framework phase covers (outside forward, backward, optimizer, data).
     Why it's slow: Python runs one thing at a time; metrics via .tolist() loops, per-sample bookkeeping
     and logging every step hold the next step back.
@@ -49,7 +49,8 @@ class HostPython:
     title: ClassVar[str] = "Python work in the training loop, outside framework ops"
     requires: ClassVar[frozenset[str]] = frozenset({"steps"})
 
-    def check(self, env: Environment, rank: RankAnalysis) -> Iterable[Finding]:
+    def check(self, s: Subject) -> Iterable[Finding]:
+        rank = s.recorded
         steps = rank.steps
         if steps is None:
             return
@@ -140,7 +141,7 @@ def _waiting_outside(steps: StepStats) -> float:
     return max(0.0, asleep - sum(steps.phase_ns.get(p, 0.0) for p in EXPECTED_WAITS))
 
 
-class HostDispatch:
+class HostDispatch(Rule):
     """Pattern: many tiny framework ops per step; each pays Python, dispatcher and autograd overhead.
     Why it's slow: the arithmetic per op is smaller than the fixed cost of issuing it.
     Fix: batch the work into fewer, larger ops (bmm/einsum instead of loops), torch.compile, bigger batches.
@@ -156,32 +157,17 @@ class HostDispatch:
     title: ClassVar[str] = "Per-op framework overhead: many tiny ops per step"
     requires: ClassVar[frozenset[str]] = frozenset({"steps", "ops"})
 
-    def check(self, env: Environment, rank: RankAnalysis) -> Iterable[Finding]:
+    def check(self, s: Subject) -> Iterable[Finding]:
+        rank = s.recorded
         steps, ops = rank.steps, rank.ops
         if steps is None or ops is None or ops.small_ops_per_step < MANY_SMALL_OPS or steps.mean_ns <= 0:
             return
+        measured = _per_op_overhead(steps, ops)
+        if measured is None:
+            return
+        share, medians = measured
         compute_share = sum(steps.share(p) for p in COMPUTE_PHASES)
-        # The overhead's fraction of a typical step's compute (per-phase medians: the window's steps are
-        # typical ones, and a step that also evaluates would count its evaluation as overhead) is the
-        # typical compute less the window's large-op time; applied to the mean step's compute share.
-        # The steps around the window, when there are some: a run that drifts (memory that grows, load
-        # that comes and goes) has a whole-run median the window's steps never saw.
-        medians = steps.near_window_phase_median_ns or steps.phase_median_ns
-        typical = sum(medians.get(p, 0.0) for p in COMPUTE_PHASES) or compute_share * steps.mean_ns
-        outside = typical - ops.large_phase_op_ns_per_step
-        if steps.window_compute_min_ns > 0:
-            # the window's own steps hold the large ops plus all the true overhead (plus the recorder's
-            # cost): more than that difference is the machine's moment, not the program
-            outside = min(outside, steps.window_compute_min_ns - ops.large_phase_op_ns_per_step)
-        fraction = max(0.0, outside / typical) if typical > 0 else 0.0
-        share = compute_share * fraction
         overhead = share * steps.mean_ns
-        if share < DISPATCH_SHARE_MIN:
-            return
-        # The window's few steps and the typical step are different steps: a difference inside the
-        # spread of the steps' own compute (a busy VM here moves it by 20-30% over seconds) is noise.
-        if outside <= steps.compute_spread_ns:
-            return
         serving = steps.kind == "inference"
         top = ", ".join(f"{name} ×{calls}" for name, _, calls in ops.top_ops[:4])
         evidence = [
@@ -219,12 +205,8 @@ class HostDispatch:
             )
         speedup = speedup_removing(share * DISPATCH_RECOVERABLE)
         if serving:
-            # Batched, the overhead is paid once per SERVING_BATCH requests, and so are matrix-vector
-            # products (a batch-1 request's matmuls read the weights; more rows read them once too);
-            # the rest of a call is counted as if it grew with the batch (an under-estimate).
             vector = min(1.0 - share, ops.vector_matmul_ns_per_step / steps.mean_ns)
-            shared = share + vector
-            speedup = 1.0 / ((1.0 - shared) + shared / SERVING_BATCH)
+            speedup = batched_requests(share, vector, SERVING_BATCH)
             if vector >= VECTOR_MENTION:
                 evidence.append(
                     f"Its matmuls are matrix-vector products ({ms(ops.vector_matmul_ns_per_step)} per step, "
@@ -234,6 +216,8 @@ class HostDispatch:
                 f"Served {SERVING_BATCH} per call, each request would take ≈ {ms(steps.mean_ns / speedup)} instead of "
                 f"{ms(steps.mean_ns)}: ×{speedup:.1f} the requests per second"
             )
+        remedy = "optimizer" if optimizer_bound else "serving" if serving else "ops"
+        fix, snippet = DISPATCH_FIXES[remedy]
         yield Finding(
             id=self.id,
             title=self.title,
@@ -241,26 +225,59 @@ class HostDispatch:
             estimated_speedup=speedup,
             confidence=Confidence.MEDIUM,
             evidence=tuple(evidence),
-            fix=(
-                "Update all parameters at once: the optimizer's fused implementation does the whole step in "
-                "one pass (torch.optim.AdamW(params, fused=True); Adam, SGD and Adagrad take it too), or "
-                "foreach=True (a few ops per group of tensors) where fused is not offered."
-                if optimizer_bound
-                else "Give each op more work for its fixed cost: batch requests (many inputs per forward call: the "
-                "per-op cost is paid once per batch, not per request), or compile the model (torch.compile) "
-                "to fuse its ops."
-                if serving
-                else "Issue fewer, larger ops: replace Python loops over heads/groups/timesteps with one batched "
-                "op (torch.bmm, baddbmm, einsum, vectorised indexing), or compile the model (torch.compile) to "
-                "fuse them." + fused_tip
-            ),
-            snippet=(
-                "opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)"
-                if optimizer_bound
-                else "out = model(torch.cat(pending[:32]))   # one call for 32 queued requests, then split the rows"
-                if serving
-                else "out = torch.einsum('bgi,gij->bgj', x, W)   # instead of: for g in range(G): x[:, g] @ W[g]"
-            ),
+            fix=fix + (fused_tip if remedy == "ops" else ""),
+            snippet=snippet,
             ranks=(rank.rank,),
-            fix_kind=None if optimizer_bound or serving else FixKind.COMPILE,
+            fix_kind=FixKind.COMPILE if remedy == "ops" else None,
         )
+
+
+DISPATCH_FIXES = {
+    "optimizer": (
+        "Update all parameters at once: the optimizer's fused implementation does the whole step in "
+        "one pass (torch.optim.AdamW(params, fused=True); Adam, SGD and Adagrad take it too), or "
+        "foreach=True (a few ops per group of tensors) where fused is not offered.",
+        "opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)",
+    ),
+    "serving": (
+        "Give each op more work for its fixed cost: batch requests (many inputs per forward call: the "
+        "per-op cost is paid once per batch, not per request), or compile the model (torch.compile) "
+        "to fuse its ops.",
+        "out = model(torch.cat(pending[:32]))   # one call for 32 queued requests, then split the rows",
+    ),
+    "ops": (
+        "Issue fewer, larger ops: replace Python loops over heads/groups/timesteps with one batched "
+        "op (torch.bmm, baddbmm, einsum, vectorised indexing), or compile the model (torch.compile) to "
+        "fuse them.",
+        "out = torch.einsum('bgi,gij->bgj', x, W)   # instead of: for g in range(G): x[:, g] @ W[g]",
+    ),
+}
+"""host.dispatch's fix and snippet: an optimizer looping over its tensors, a server answering one request
+per call, or a model issuing many small ops."""
+
+
+def _per_op_overhead(steps: StepStats, ops: OpStats) -> tuple[float, dict[str, float]] | None:
+    """(share of the mean step that is per-op overhead, the per-phase medians it was read from), or None
+    when it is too small to report or inside the steps' own spread."""
+    compute_share = sum(steps.share(p) for p in COMPUTE_PHASES)
+    # The overhead's fraction of a typical step's compute (per-phase medians: the window's steps are
+    # typical ones, and a step that also evaluates would count its evaluation as overhead) is the
+    # typical compute less the window's large-op time; applied to the mean step's compute share.
+    # The steps around the window, when there are some: a run that drifts (memory that grows, load
+    # that comes and goes) has a whole-run median the window's steps never saw.
+    medians = dict(steps.near_window_phase_median_ns or steps.phase_median_ns)
+    typical = sum(medians.get(p, 0.0) for p in COMPUTE_PHASES) or compute_share * steps.mean_ns
+    outside = typical - ops.large_phase_op_ns_per_step
+    if steps.window_compute_min_ns > 0:
+        # the window's own steps hold the large ops plus all the true overhead (plus the recorder's
+        # cost): more than that difference is the machine's moment, not the program
+        outside = min(outside, steps.window_compute_min_ns - ops.large_phase_op_ns_per_step)
+    fraction = max(0.0, outside / typical) if typical > 0 else 0.0
+    share = compute_share * fraction
+    if share < DISPATCH_SHARE_MIN:
+        return None
+    # The window's few steps and the typical step are different steps: a difference inside the
+    # spread of the steps' own compute (a busy VM here moves it by 20-30% over seconds) is noise.
+    if outside <= steps.compute_spread_ns:
+        return None
+    return share, medians

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import ClassVar
 
 from pinchpoint.analysis.loader import LoaderActivity
 from pinchpoint.analysis.run_analysis import RankAnalysis
+from pinchpoint.diagnosis.costs import LoaderLoad, WorkerPlan, more_workers
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding, FixKind
-from pinchpoint.diagnosis.rules.base import ms, pct, speedup_removing, stack_evidence
-from pinchpoint.trace.run import Environment, Phase
+from pinchpoint.diagnosis.rules.base import Rule, Subject, ms, pct, speedup_removing, stack_evidence
+from pinchpoint.trace.run import Phase
 
 INPUT_SHARE_MIN = 0.05
 """Data wait above 5% of the step: Kineto TensorBoard plugin's DataLoader rule (rules-catalog §5e);
@@ -24,9 +26,6 @@ INPUT_SHARE_HIGH = 0.20
 SLEEP_FRACTION_IO = 0.5
 """Loaders asleep for more than half their fetch time: I/O- or latency-bound (cf. XProf's host-input
 split, rules-catalog §1e, which uses ≥ 50% for the dominant side)."""
-SATURATED_CORES = 0.75
-"""The rest of the step keeps at least this share of the cores busy: a CPU-bound worker must take a core
-from the intra-op pool rather than share an idle one."""
 TRANSFER_BOUND = 0.5
 """Receiving the workers' batches (the loader probe's cost per batch) is at least half the data wait."""
 WHOLE_BATCHES = (
@@ -125,7 +124,7 @@ def _settings(loader: LoaderActivity | None) -> str | None:
     )
 
 
-class InputFetch:
+class InputFetch(Rule):
     """Pattern: steps block in the DataLoader while the loaders sleep (storage, network, latency).
     Why it's slow: the step cannot start until a batch arrives; loading is serialized with compute.
     Fix: more DataLoader workers (or threads) to overlap the latency; prefetch; local cache.
@@ -135,8 +134,10 @@ class InputFetch:
     id: ClassVar[Category] = Category.INPUT_FETCH
     title: ClassVar[str] = "Steps wait for data; the loader is waiting on I/O, not computing"
     requires: ClassVar[frozenset[str]] = frozenset({"steps"})
+    quiet_without: ClassVar[str | None] = Phase.DATA_WAIT.value
 
-    def check(self, env: Environment, rank: RankAnalysis) -> Iterable[Finding]:
+    def check(self, s: Subject) -> Iterable[Finding]:
+        env, rank = s.environment, s.recorded
         dw = _data_wait(rank)
         if dw is None:
             return
@@ -192,7 +193,7 @@ class InputFetch:
         )
 
 
-class InputPreprocess:
+class InputPreprocess(Rule):
     """Pattern: steps block in the DataLoader while the loaders are busy on a CPU (or queued for one).
     Why it's slow: decoding/augmenting/tokenizing costs more CPU per batch than the step has time for.
     Fix: cheaper or cached preprocessing; more workers only if cores are free (they compete with compute).
@@ -202,8 +203,10 @@ class InputPreprocess:
     id: ClassVar[Category] = Category.INPUT_PREPROCESS
     title: ClassVar[str] = "Steps wait for data; the loader is CPU-bound preprocessing"
     requires: ClassVar[frozenset[str]] = frozenset({"steps", "loader"})
+    quiet_without: ClassVar[str | None] = Phase.DATA_WAIT.value
 
-    def check(self, env: Environment, rank: RankAnalysis) -> Iterable[Finding]:
+    def check(self, s: Subject) -> Iterable[Finding]:
+        env, rank = s.environment, s.recorded
         dw = _data_wait(rank)
         loader = rank.loader
         if dw is None or loader is None or _is_io_bound(loader) is not False:
@@ -223,33 +226,23 @@ class InputPreprocess:
             tree_cpu = rank.cpu.process_cores * step_ns
         else:  # no system samples: assume compute keeps its intra-op threads busy
             tree_cpu = compute_ns * min(cores, max(1, intra or cores)) + prep_cpu
-        other_cpu = max(compute_ns, tree_cpu - prep_cpu)
         current = loader.config.num_workers if loader.config else 0
-        saturated = other_cpu / compute_ns >= SATURATED_CORES * cores
-        main_path = compute_ns + receive
-        if saturated:
-            # The rest of the step already keeps the cores busy (intra-op threads): a busy worker needs a
-            # core of its own, or the intra-op pool runs oversubscribed and its threads stall at every
-            # barrier (input_preprocess.py on 2 cores: ×0.88 with one worker). So the worker's core comes
-            # out of the pool, and the compute runs on what is left.
-            options = [
-                (max(main_path, (prep_cpu + send) / w, (other_cpu + receive) / (cores - w)), w)
-                for w in range(current + 1, cores)
-            ]
-            with_workers, workers = min(options) if options else (float(step_ns), current + 1)
-            threads = cores - workers
-        else:
-            workers = max(current + 1, min(cores, math.ceil((prep_cpu + send) / compute_ns)))
-            with_workers = max(
-                main_path, (prep_cpu + send) / workers, (other_cpu + prep_cpu + send + receive) / cores
-            )
-            threads = None
-        speedup_workers = step_ns / with_workers
-        speedup_cheaper = speedup_removing(share)
+        load = LoaderLoad(
+            step_ns=step_ns,
+            wait_ns=wait_ns,
+            prep_cpu_ns=prep_cpu,
+            send_ns=send,
+            receive_ns=receive,
+            other_cpu_ns=max(compute_ns, tree_cpu - prep_cpu),
+            cores=cores,
+            workers=current,
+        )
+        plan = more_workers(load)
+        speedup_workers = step_ns / plan.step_ns
         how = (
-            f"with num_workers={workers} and torch.set_num_threads({threads}): the compute keeps the "
+            f"with num_workers={plan.workers} and torch.set_num_threads({plan.threads}): the compute keeps the "
             f"{cores} cores busy, so a worker takes one of them"
-            if threads
+            if plan.threads
             else f"workers share the {cores} cores with compute"
         )
         evidence = [
@@ -257,84 +250,105 @@ class InputPreprocess:
             _loader_evidence(loader),
             f"Preprocessing needs {ms(prep_batch)} of CPU per batch"
             + (f" ({bps:.0f} batches a step)" if bps >= 1.5 else "")
-            + f"; the rest of the step uses {ms(other_cpu)} of CPU; the machine has {cores} usable core(s)",
+            + f"; the rest of the step uses {ms(load.other_cpu_ns)} of CPU; the machine has {cores} usable core(s)",
             f"More workers: predicted ×{speedup_workers:.2f} ({how}); "
-            f"cheaper or cached preprocessing: up to ×{speedup_cheaper:.2f}",
+            f"cheaper or cached preprocessing: up to ×{speedup_removing(share):.2f}",
         ]
-        transfer = _transfer_evidence(rank, loader.per_batch_ns, current)
-        if transfer:
-            evidence.append(transfer)
-        stacks = _loader_stacks(rank)
-        if stacks:
-            evidence.append(stacks)
-        settings = _settings(loader)
-        if settings:
-            evidence.append(settings)
-        use_workers = speedup_workers >= 1.15 and workers > current
-        # Workers already load, and most of the wait is the training process receiving their batches.
-        transfer_bound = current > 0 and receive >= TRANSFER_BOUND * wait_ns
-        # Workers cost more per batch than the fetch itself: the fetch is cheap and just done too often
-        # (a per-sample __getitem__ and collate over in-memory tensors).
-        cheap_fetch = transfer_bound or (
-            rank.probes.loader_transfer is not None and not use_workers and (send + receive) >= prep_cpu
+        extra = (
+            _transfer_evidence(rank, loader.per_batch_ns, current),
+            _loader_stacks(rank),
+            _settings(loader),
         )
-        if use_workers:
-            pool = f" with torch.set_num_threads({threads}) to leave it a core" if threads else ""
-            fix = (
-                f"Move preprocessing off the critical path: num_workers={workers}{pool} "
-                f"(fits {cores} cores), or make it cheaper (cache decoded samples, vectorise augmentation)."
-            )
-            speedup = speedup_workers
-        elif cheap_fetch:
-            if transfer_bound:
-                evidence.append(
-                    f"The training process spends ≈ {ms(receive)} a step receiving {bps:.0f} batch(es) from the "
-                    f"workers ({pct(min(1.0, receive / wait_ns))} of the wait), while fetching one takes a worker "
-                    f"{ms(loader.per_batch_ns)}: the wait is the transfer, not the preprocessing"
-                )
-            batched = _batched_step(rank, loader, bps, wait_ns, in_workers=transfer_bound)
-            if batched is not None:
-                new_wait, per_fetch = batched
-                speedup_cheaper = step_ns / max(1.0, step_ns - wait_ns + new_wait)
-                evidence.append(
-                    f"Fetched as whole batches (one indexing call per tensor: {ms(per_fetch)} a batch, "
-                    f"measured), the wait would be ≈ {ms(new_wait)} a step: predicted ×{speedup_cheaper:.2f}"
-                )
-            fix = (
-                "Load in the training process (num_workers=0): moving each batch out of a worker costs "
-                "more than fetching it. " + WHOLE_BATCHES
-                if transfer_bound
-                else f"Keep num_workers={current}: a worker would spend more per batch moving it between processes "
-                f"than the fetch costs (more workers: ×{speedup_workers:.2f}). Make each fetch cheaper instead: "
-                + WHOLE_BATCHES
-            )
-            speedup = speedup_cheaper
-        else:
-            fix = (
-                f"Make preprocessing cheaper: the {cores} core(s) are already busy, so more workers would compete "
-                "with compute. Cache or precompute the transformed samples, vectorise augmentation over the "
-                "batch, or move it to the accelerator."
-            )
-            speedup = speedup_cheaper
+        evidence.extend(e for e in extra if e)
+        remedy = _preprocess_remedy(rank, loader, load, plan, bps, share)
         yield Finding(
             id=self.id,
             title=self.title,
             share=share,
-            estimated_speedup=max(1.0, speedup),
+            estimated_speedup=max(1.0, remedy.speedup),
             confidence=Confidence.HIGH if share >= INPUT_SHARE_HIGH else Confidence.MEDIUM,
-            evidence=tuple(evidence),
-            fix=fix,
-            snippet=(
-                (f"torch.set_num_threads({threads})\n" if threads else "")
-                + f"DataLoader(dataset, num_workers={workers}, persistent_workers=True)"
-                if use_workers
-                else "batches = BatchSampler(RandomSampler(dataset), batch_size=32, drop_last=False)\n"
-                "DataLoader(dataset, sampler=batches, batch_size=None)  # dataset[[i, j, ...]]: one batch"
-                if cheap_fetch
-                else "cache = [transform(x) for x in raw]  # once, before training\n"
-                "dataset = TensorDataset(torch.stack(cache), labels)"
-            ),
+            evidence=(*evidence, *remedy.evidence),
+            fix=remedy.fix,
+            snippet=remedy.snippet,
             ranks=(rank.rank,),
-            fix_kind=FixKind.WORKERS if use_workers else FixKind.LOAD_IN_PROCESS if cheap_fetch else None,
-            fix_params=(("num_workers", workers if use_workers else 0 if transfer_bound else current),),
+            fix_kind=remedy.kind,
+            fix_params=(("num_workers", remedy.workers),),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Remedy:
+    fix: str
+    speedup: float
+    snippet: str
+    kind: FixKind | None
+    workers: int
+    evidence: tuple[str, ...] = ()
+
+
+def _preprocess_remedy(
+    rank: RankAnalysis, loader: LoaderActivity, load: LoaderLoad, plan: WorkerPlan, bps: float, share: float
+) -> _Remedy:
+    """More workers when they pay; whole-batch fetches in the training process when moving a batch out
+    of a worker costs more than fetching it; otherwise cheaper preprocessing."""
+    cores, current, receive, wait_ns = load.cores, load.workers, load.receive_ns, load.wait_ns
+    speedup_workers = load.step_ns / plan.step_ns
+    speedup_cheaper = speedup_removing(share)
+    if speedup_workers >= 1.15 and plan.workers > current:
+        pool = f" with torch.set_num_threads({plan.threads}) to leave it a core" if plan.threads else ""
+        return _Remedy(
+            fix=f"Move preprocessing off the critical path: num_workers={plan.workers}{pool} "
+            f"(fits {cores} cores), or make it cheaper (cache decoded samples, vectorise augmentation).",
+            speedup=speedup_workers,
+            snippet=(f"torch.set_num_threads({plan.threads})\n" if plan.threads else "")
+            + f"DataLoader(dataset, num_workers={plan.workers}, persistent_workers=True)",
+            kind=FixKind.WORKERS,
+            workers=plan.workers,
+        )
+    # Workers already load, and most of the wait is the training process receiving their batches.
+    transfer_bound = current > 0 and receive >= TRANSFER_BOUND * wait_ns
+    # Workers cost more per batch than the fetch itself: the fetch is cheap and just done too often
+    # (a per-sample __getitem__ and collate over in-memory tensors).
+    cheap_fetch = transfer_bound or (
+        rank.probes.loader_transfer is not None and (load.send_ns + receive) >= load.prep_cpu_ns
+    )
+    if not cheap_fetch:
+        return _Remedy(
+            fix=f"Make preprocessing cheaper: the {cores} core(s) are already busy, so more workers would compete "
+            "with compute. Cache or precompute the transformed samples, vectorise augmentation over the "
+            "batch, or move it to the accelerator.",
+            speedup=speedup_cheaper,
+            snippet="cache = [transform(x) for x in raw]  # once, before training\n"
+            "dataset = TensorDataset(torch.stack(cache), labels)",
+            kind=None,
+            workers=current,
+        )
+    evidence = []
+    if transfer_bound:
+        evidence.append(
+            f"The training process spends ≈ {ms(receive)} a step receiving {bps:.0f} batch(es) from the "
+            f"workers ({pct(min(1.0, receive / wait_ns))} of the wait), while fetching one takes a worker "
+            f"{ms(loader.per_batch_ns)}: the wait is the transfer, not the preprocessing"
+        )
+    batched = _batched_step(rank, loader, bps, wait_ns, in_workers=transfer_bound)
+    if batched is not None:
+        new_wait, per_fetch = batched
+        speedup_cheaper = load.step_ns / max(1.0, load.step_ns - wait_ns + new_wait)
+        evidence.append(
+            f"Fetched as whole batches (one indexing call per tensor: {ms(per_fetch)} a batch, "
+            f"measured), the wait would be ≈ {ms(new_wait)} a step: predicted ×{speedup_cheaper:.2f}"
+        )
+    return _Remedy(
+        fix="Load in the training process (num_workers=0): moving each batch out of a worker costs "
+        "more than fetching it. " + WHOLE_BATCHES
+        if transfer_bound
+        else f"Keep num_workers={current}: a worker would spend more per batch moving it between processes "
+        f"than the fetch costs (more workers: ×{speedup_workers:.2f}). Make each fetch cheaper instead: "
+        + WHOLE_BATCHES,
+        speedup=speedup_cheaper,
+        snippet="batches = BatchSampler(RandomSampler(dataset), batch_size=32, drop_last=False)\n"
+        "DataLoader(dataset, sampler=batches, batch_size=None)  # dataset[[i, j, ...]]: one batch",
+        kind=FixKind.LOAD_IN_PROCESS,
+        workers=0 if transfer_bound else current,
+        evidence=tuple(evidence),
+    )

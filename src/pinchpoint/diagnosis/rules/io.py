@@ -5,16 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
-from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding
-from pinchpoint.diagnosis.rules.base import ms, pct, speedup_removing
-from pinchpoint.trace.run import Environment, Phase
+from pinchpoint.diagnosis.rules.base import Rule, Subject, ms, pct, speedup_removing
+from pinchpoint.trace.run import Phase
 
 CHECKPOINT_SHARE_MIN = 0.05
 """torch.save time above 5% of the step (same floor as the other exposed-time rules)."""
 
 
-class IoCheckpoint:
+class IoCheckpoint(Rule):
     """Pattern: torch.save (model/optimizer state) runs synchronously inside the training loop.
     Why it's slow: serialising and writing state blocks the step; nothing overlaps it.
     Fix: checkpoint every N steps or minutes; write from a background thread (or torch.distributed
@@ -26,7 +25,8 @@ class IoCheckpoint:
     title: ClassVar[str] = "Synchronous checkpoint writes inside the step"
     requires: ClassVar[frozenset[str]] = frozenset({"steps"})
 
-    def check(self, env: Environment, rank: RankAnalysis) -> Iterable[Finding]:
+    def check(self, s: Subject) -> Iterable[Finding]:
+        rank = s.recorded
         steps = rank.steps
         if steps is None:
             return

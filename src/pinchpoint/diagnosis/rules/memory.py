@@ -6,10 +6,8 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pinchpoint.analysis.memory import graph_growth
-from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding
-from pinchpoint.diagnosis.rules.base import ms, pct, speedup_removing
-from pinchpoint.trace.run import Environment
+from pinchpoint.diagnosis.rules.base import Rule, Subject, ms, pct, speedup_removing
 
 MIB = 1 << 20
 LEAK_MIN_SLOPE = 256 * 1024
@@ -20,7 +18,7 @@ LEAK_MIN_R2 = 0.8
 """The growth is steady: a line explains ≥ 80% of the variance of RSS per step."""
 
 
-class MemoryLeak:
+class MemoryLeak(Rule):
     """Pattern: resident memory grows linearly with the step count.
     Why it's slow: eventually OOM; before that, allocator and GC churn. The classic cause is keeping
     tensors that hold the autograd graph alive (`history.append(loss)`).
@@ -32,7 +30,8 @@ class MemoryLeak:
     title: ClassVar[str] = "Memory grows every step"
     requires: ClassVar[frozenset[str]] = frozenset({"memory"})
 
-    def check(self, env: Environment, rank: RankAnalysis) -> Iterable[Finding]:
+    def check(self, s: Subject) -> Iterable[Finding]:
+        env, rank = s.environment, s.recorded
         trend = rank.memory
         if trend is None:
             return
@@ -100,7 +99,7 @@ CHURN_MIN_FAULTS = 256
 GLIBC_FIX = "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824"
 
 
-class AllocatorChurn:
+class AllocatorChurn(Rule):
     """Pattern: thousands of minor page faults every step, at a measured cost per fault.
     Why it's slow: glibc malloc serves big blocks (activations, gradients) with mmap and unmaps them
     on free, or trims its heap; every step the kernel maps and zeroes the same memory again, one 4 KiB
@@ -115,7 +114,8 @@ class AllocatorChurn:
     title: ClassVar[str] = "Allocator churn: memory is page-faulted in again every step"
     requires: ClassVar[frozenset[str]] = frozenset({"faults"})
 
-    def check(self, env: Environment, rank: RankAnalysis) -> Iterable[Finding]:
+    def check(self, s: Subject) -> Iterable[Finding]:
+        rank = s.recorded
         pf = rank.faults
         if pf is None or pf.fault_ns is None or pf.churn_per_step < CHURN_MIN_FAULTS:
             return

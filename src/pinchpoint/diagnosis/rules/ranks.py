@@ -10,11 +10,13 @@ without waiting (the slow rank's backward): that is the estimate.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import ClassVar
 
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding
-from pinchpoint.diagnosis.rules.base import ms, pct
+from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject, ms, pct
 from pinchpoint.trace.run import HOST_OTHER, Environment, Phase
 
 STRAGGLER_GAP_MIN = 0.10
@@ -32,6 +34,26 @@ CULPRITS = {
     Phase.OPTIMIZER.value: ("its optimizer step", ()),
 }
 """What a straggler's extra time is spent on, and the per-rank findings that say why."""
+
+
+class Straggler(Rule):
+    """Pattern: one rank's own work (outside backward) is longer, and the other ranks wait for it at the
+    gradient all-reduce inside backward.
+    Why it's slow: every rank runs at the slowest rank's pace.
+    Fix: remove what the late rank pays that the others don't (its loader, its extra Python, its writes).
+    Reference: HTA's straggler view; XProf BarrierCoresRule (rules-catalog §7).
+    """
+
+    id: ClassVar[Category] = Category.IMBALANCE_STRAGGLER
+    title: ClassVar[str] = "A straggler rank holds the others back"
+    scope: ClassVar[Scope] = Scope.RANKS
+    requires: ClassVar[frozenset[str]] = frozenset({"steps"})
+
+    def check(self, s: Subject) -> Iterable[Finding]:
+        found = straggler(s.environment, s.job.runs)
+        if found is not None:
+            f, causes = found
+            yield replace(f, explained_by=causes)
 
 
 def straggler(env: Environment, ranks: Sequence[RankAnalysis]) -> tuple[Finding, tuple[Category, ...]] | None:

@@ -7,15 +7,15 @@ from typing import ClassVar
 
 from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis, GpuRunAnalysis
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding
-from pinchpoint.diagnosis.gpu.base import (
+from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject, ms, pct, speedup_removing
+from pinchpoint.diagnosis.rules.gpu_base import (
     MIN_SHARE,
     confidence_for,
     per_step,
 )
-from pinchpoint.diagnosis.rules.base import ms, pct, speedup_removing
 
 
-class GpuCommExposed:
+class GpuCommExposed(Rule):
     """Pattern: collective kernels run while no compute kernel does.
     Why it's slow: the GPU waits on the network instead of overlapping communication with backward.
     Fix: let DDP/FSDP overlap (bucket sizes, no sync points between buckets), fewer/larger collectives,
@@ -25,8 +25,10 @@ class GpuCommExposed:
 
     id: ClassVar[Category] = Category.COMM_EXPOSED
     title: ClassVar[str] = "Communication is not hidden behind compute"
+    scope: ClassVar[Scope] = Scope.DEVICE
 
-    def check(self, rank: GpuRankAnalysis, run: GpuRunAnalysis) -> Iterable[Finding]:
+    def check(self, s: Subject) -> Iterable[Finding]:
+        rank, run = s.timeline, s.devices
         split, bd = rank.split, rank.breakdown
         if split is None or bd is None:
             return
@@ -64,15 +66,17 @@ def _straggler_wait(rank: GpuRankAnalysis, run: GpuRunAnalysis) -> float:
     return me.wait_ns / me.collective_ns if me is not None and me.collective_ns > 0 else 0.0
 
 
-class GpuStraggler:
+class GpuStraggler(Rule):
     """Pattern: one rank computes longer per step and the others wait in collectives for it.
     Reference: XProf BarrierCoresRule / straggler detection; HTA's min-across-ranks collective trick.
     """
 
     id: ClassVar[Category] = Category.IMBALANCE_STRAGGLER
     title: ClassVar[str] = "A straggler rank makes the others wait"
+    scope: ClassVar[Scope] = Scope.DEVICE
 
-    def check(self, rank: GpuRankAnalysis, run: GpuRunAnalysis) -> Iterable[Finding]:
+    def check(self, s: Subject) -> Iterable[Finding]:
+        rank, run = s.timeline, s.devices
         cmp = run.comparison
         # Without a matched collective nobody is seen waiting: a slower rank alone costs the others nothing.
         if cmp is None or not cmp.stragglers or cmp.matched == 0 or rank.rank != run.ranks[0].rank:

@@ -8,14 +8,13 @@ from typing import ClassVar
 from pinchpoint.analysis.datasheet import gpu_peaks
 from pinchpoint.analysis.gpu.kernels import kernel_function_name
 from pinchpoint.analysis.gpu.tensor_cores import TensorCoreStatus
-from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis, GpuRunAnalysis
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding
-from pinchpoint.diagnosis.gpu.base import (
+from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject, pct, speedup_removing
+from pinchpoint.diagnosis.rules.gpu_base import (
     MATRIX_UNIT_GAIN,
     MEMORY_PRESSURE_PEAK,
     MIN_SHARE,
 )
-from pinchpoint.diagnosis.rules.base import pct, speedup_removing
 
 
 def matrix_unit_ratio(
@@ -45,7 +44,7 @@ def matrix_unit_ratio(
     )
 
 
-class GpuTensorCores:
+class GpuTensorCores(Rule):
     """Pattern: GEMM/convolution kernels run on fp32 SIMT units of a GPU that has Tensor Cores.
     Why it's slow: Tensor Cores do the same math several times faster in TF32/bf16/fp16.
     Fix: autocast (bf16/fp16) or TF32 for fp32 matmuls on Ampere and newer.
@@ -54,8 +53,10 @@ class GpuTensorCores:
 
     id: ClassVar[Category] = Category.COMPUTE_MATH
     title: ClassVar[str] = "Matrix math does not use the GPU's Tensor Cores"
+    scope: ClassVar[Scope] = Scope.DEVICE
 
-    def check(self, rank: GpuRankAnalysis, run: GpuRunAnalysis) -> Iterable[Finding]:
+    def check(self, s: Subject) -> Iterable[Finding]:
+        rank, run = s.timeline, s.devices
         tc, split = rank.tensor_cores, rank.split
         if split is None or tc.status not in (TensorCoreStatus.UNUSED, TensorCoreStatus.PARTIAL):
             return
@@ -98,7 +99,7 @@ class GpuTensorCores:
         )
 
 
-class GpuMemoryPressure:
+class GpuMemoryPressure(Rule):
     """Pattern: peak reserved device memory near the device's capacity.
     Why it matters: no headroom for a larger batch; allocator retries and fragmentation; OOM risk.
     Fix: activation checkpointing, smaller batch with gradient accumulation, expandable segments.
@@ -106,8 +107,10 @@ class GpuMemoryPressure:
 
     id: ClassVar[Category] = Category.MEMORY_PRESSURE
     title: ClassVar[str] = "GPU memory is nearly full"
+    scope: ClassVar[Scope] = Scope.DEVICE
 
-    def check(self, rank: GpuRankAnalysis, run: GpuRunAnalysis) -> Iterable[Finding]:
+    def check(self, s: Subject) -> Iterable[Finding]:
+        rank = s.timeline
         for dev in rank.memory.devices:
             if dev.peak_fraction is None or dev.peak_fraction < MEMORY_PRESSURE_PEAK:
                 continue

@@ -1,12 +1,16 @@
-"""What the GPU rules share: thresholds, the rule protocol, step-time helpers."""
+"""What the device-timeline rules share: thresholds, step-time helpers.
+
+Shares are fractions of the steps' wall time (the device-aligned steps; the GPU-activity span when a
+trace has no steps), measured so that the shares of different findings do not count the same instant
+twice: input wait and other GPU idle come from `StepTimeSplit`, which labels each instant once.
+Thresholds follow the TF/XProf input-pipeline analyzer's two levels (5% moderate, 20% high) unless
+noted; see `../shared/research/rules-catalog.md`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import ClassVar, Protocol
-
-from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis, GpuRunAnalysis
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding
+from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis
+from pinchpoint.diagnosis.finding import Confidence
 from pinchpoint.diagnosis.rules.base import ms
 
 MIN_SHARE = 0.05
@@ -20,13 +24,6 @@ MATRIX_UNIT_GAIN = 2.0
 bf16/fp16 AMP): NVIDIA lists 2-8x for these paths on V100/A100; we take the low end."""
 MEMORY_PRESSURE_PEAK = 0.90
 """Peak reserved memory at 90% of the device's capacity leaves no room for a larger batch."""
-
-
-class GpuRule(Protocol):
-    id: ClassVar[Category]
-    title: ClassVar[str]
-
-    def check(self, rank: GpuRankAnalysis, run: GpuRunAnalysis) -> Iterable[Finding]: ...
 
 
 def window_ns(rank: GpuRankAnalysis) -> int:

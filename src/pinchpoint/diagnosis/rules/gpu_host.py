@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
-from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis, GpuRunAnalysis
+from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding
-from pinchpoint.diagnosis.gpu.base import (
+from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject, ms, pct, speedup_removing
+from pinchpoint.diagnosis.rules.gpu_base import (
     HIGH_SHARE,
     LOADER_OPS_PREPROCESS,
     MIN_SHARE,
@@ -15,11 +16,10 @@ from pinchpoint.diagnosis.gpu.base import (
     per_step,
     window_ns,
 )
-from pinchpoint.diagnosis.rules.base import ms, pct, speedup_removing
 from pinchpoint.trace.kineto import CopyKind
 
 
-class GpuInputWait:
+class GpuInputWait(Rule):
     """Pattern: the host waits in DataLoader `__next__` while the GPU has nothing to do.
     Why it's slow: the GPU idles until the next batch exists. Fetch (I/O) and preprocess (CPU) are told
     apart by what the trace shows inside the wait: framework ops (transforms) or nothing visible.
@@ -30,9 +30,12 @@ class GpuInputWait:
     """
 
     id: ClassVar[Category] = Category.INPUT_FETCH
+    also: ClassVar[frozenset[Category]] = frozenset({Category.INPUT_PREPROCESS})
     title: ClassVar[str] = "The GPU waits for input data"
+    scope: ClassVar[Scope] = Scope.DEVICE
 
-    def check(self, rank: GpuRankAnalysis, run: GpuRunAnalysis) -> Iterable[Finding]:
+    def check(self, s: Subject) -> Iterable[Finding]:
+        rank = s.timeline
         split = rank.split
         if split is None or not split.over_steps:
             return
@@ -79,7 +82,7 @@ class GpuInputWait:
         )
 
 
-class GpuHostBound:
+class GpuHostBound(Rule):
     """Pattern: the GPU is idle, waiting for the host to enqueue work (not for input, not for syncs).
     Why it's slow: each kernel is launched from Python through the dispatcher; when kernels are short
     or the loop does other CPU work, the GPU runs dry. Launch-bound when kernels are tiny and the host
@@ -89,9 +92,12 @@ class GpuHostBound:
     """
 
     id: ClassVar[Category] = Category.HOST_DISPATCH
+    also: ClassVar[frozenset[Category]] = frozenset({Category.HOST_PYTHON})
     title: ClassVar[str] = "The GPU waits for the host to launch work"
+    scope: ClassVar[Scope] = Scope.DEVICE
 
-    def check(self, rank: GpuRankAnalysis, run: GpuRunAnalysis) -> Iterable[Finding]:
+    def check(self, s: Subject) -> Iterable[Finding]:
+        rank = s.timeline
         split, idle = rank.split, rank.idle
         if split is None or idle is None or idle.wall.total_ns <= 0:
             return
@@ -176,7 +182,7 @@ def _host_floor_speedup(rank: GpuRankAnalysis, share: float, *, launches_stay: b
     return max(1.0, min(speedup_removing(share), 1.0 / max(floor, 1.0 - share)))
 
 
-class GpuSync:
+class GpuSync(Rule):
     """Pattern: the host blocks on the device (`.item()`, `.cpu()`, `torch.cuda.synchronize()`).
     Why it's slow: the host stops enqueueing until the GPU drains; the GPU then idles while the host
     catches up.
@@ -186,8 +192,10 @@ class GpuSync:
 
     id: ClassVar[Category] = Category.HOST_SYNC
     title: ClassVar[str] = "The host blocks on the GPU (synchronizations in the step)"
+    scope: ClassVar[Scope] = Scope.DEVICE
 
-    def check(self, rank: GpuRankAnalysis, run: GpuRunAnalysis) -> Iterable[Finding]:
+    def check(self, s: Subject) -> Iterable[Finding]:
+        rank = s.timeline
         sy = rank.sync
         share = _sync_share(rank) - _copy_sync_share(rank)
         if share < MIN_SHARE:
@@ -213,7 +221,7 @@ class GpuSync:
         )
 
 
-class GpuHostToDevice:
+class GpuHostToDevice(Rule):
     """Pattern: host→device copies that no kernel overlaps, often from pageable memory.
     Why it's slow: pageable copies go through a staging buffer at a fraction of the link's speed and
     block the host; an unoverlapped copy leaves the GPU idle.
@@ -223,8 +231,10 @@ class GpuHostToDevice:
 
     id: ClassVar[Category] = Category.TRANSFER_H2D
     title: ClassVar[str] = "Host→device copies are exposed"
+    scope: ClassVar[Scope] = Scope.DEVICE
 
-    def check(self, rank: GpuRankAnalysis, run: GpuRunAnalysis) -> Iterable[Finding]:
+    def check(self, s: Subject) -> Iterable[Finding]:
+        rank = s.timeline
         h2d = next((d for d in rank.memcpy.by_direction if d.direction is CopyKind.H2D), None)
         window = window_ns(rank)
         if h2d is None or window <= 0:
