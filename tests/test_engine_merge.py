@@ -3,9 +3,11 @@ found inside the same phases, and input rules say nothing when the program never
 
 from __future__ import annotations
 
+import pytest
+
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.steps import StepStats
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding
+from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding
 from pinchpoint.diagnosis.merge import net_compute_summary
 from pinchpoint.diagnosis.notes import nothing_to_judge
 from pinchpoint.diagnosis.registry import RULES
@@ -32,7 +34,9 @@ def test_compute_summary_nets_out_dispatch_overhead() -> None:
     }
     net_compute_summary(by_id)
     assert by_id[Category.COMPUTE_MATH].share == 0.95 - 0.74
-    assert "the math itself is 21%" in by_id[Category.COMPUTE_MATH].evidence[-1]
+    net = by_id[Category.COMPUTE_MATH].evidence[-1]
+    assert isinstance(net, Fact) and net.key == "merge.compute_net"
+    assert net["parts"] == (("host.dispatch", 0.74),) and net["share"] == pytest.approx(0.21)
     assert sum(f.share for f in by_id.values()) <= 1.0
 
 

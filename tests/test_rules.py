@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import pytest
@@ -39,7 +39,7 @@ from pinchpoint.analysis.roofline import Chain, MemoryTraffic
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.diagnosis.engine import diagnose
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding, NoteKind
+from pinchpoint.diagnosis.finding import Category, Confidence, Finding, NoteKind, facts
 from pinchpoint.diagnosis.notes import MISSING_DATA
 from pinchpoint.diagnosis.registry import RULES
 from pinchpoint.diagnosis.rules.base import Job, Rule, Scope, Subject, speedup_removing
@@ -77,6 +77,7 @@ from pinchpoint.diagnosis.rules.memory import (
     LEAK_MIN_R2,
     LEAK_MIN_SLOPE,
 )
+from pinchpoint.report.phrases import say, say_all
 from pinchpoint.trace.run import (
     ConvProbe,
     Environment,
@@ -116,8 +117,10 @@ class Case:
     fires: bool
     env: Environment = DEFAULT_ENV
     evidence: tuple[str, ...] = ()
-    """Substrings the evidence must contain (the measured numbers)."""
+    """Substrings the evidence must contain (rules not yet stating facts)."""
     check: Callable[[Finding], None] | None = None
+    facts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """The facts the finding must state, by key, with the measured values they must carry."""
 
 
 def _rule(rule_id: str) -> Rule:
@@ -129,16 +132,33 @@ def run_rule(rule_id: str, env: Environment, rank: RankAnalysis) -> list[Finding
     return [f for f in _rule(rule_id).check(subject) if f.id.value == rule_id]
 
 
+def evidence_text(f: Finding) -> str:
+    return " ".join(say_all(f.evidence))
+
+
 def assert_well_formed(f: Finding, rank: int = 0) -> None:
     assert isinstance(f.id, Category)
-    assert f.title and isinstance(f.title, str)
+    assert say(f.title)
     assert 0.0 <= f.share <= 1.0, f.share
     assert math.isfinite(f.estimated_speedup) and f.estimated_speedup >= 1.0, f.estimated_speedup
     assert isinstance(f.confidence, Confidence)
-    assert f.evidence and all(isinstance(e, str) and e for e in f.evidence)
-    assert "nan" not in " ".join(f.evidence).lower().split()
-    assert f.fix and isinstance(f.fix, str)
+    assert f.evidence and all(say_all(f.evidence))
+    assert "nan" not in evidence_text(f).lower().split()
+    for fact in facts(f).values():
+        for name, value, _ in fact.quantities():
+            assert not (isinstance(value, float) and not math.isfinite(value)), (fact.key, name, value)
+    assert say(f.fix)
     assert rank in f.ranks
+
+
+def assert_facts(f: Finding, expected: Mapping[str, Mapping[str, Any]]) -> None:
+    """The finding states each expected fact, with these values (floats to 1e-6 relative)."""
+    got = facts(f)
+    for key, values in expected.items():
+        assert key in got, (key, sorted(got))
+        for name, want in values.items():
+            have = got[key][name]
+            assert have == (pytest.approx(want) if isinstance(want, float) else want), (key, name, have, want)
 
 
 def _eq(attr: str, value: Any) -> Callable[[Finding], None]:
@@ -893,7 +913,7 @@ IO_CHECKPOINT = {
     "ten-percent": Case(
         rank_of({"checkpoint_io": 0.10}),
         True,
-        evidence=("torch.save takes 10% of the step (10.0 ms per step on average)",),
+        facts={"io.checkpoint.save": {"share": 0.10, "per_step_ns": 10e6}},
         check=_all(_eq("share", 0.10), _eq("estimated_speedup", 1 / 0.9), _eq("confidence", Confidence.HIGH)),
     ),
     "just-above-min": Case(rank_of({"checkpoint_io": CHECKPOINT_SHARE_MIN + EPS}), True),
@@ -927,7 +947,16 @@ MEMORY_LEAK = {
         rank_of({}, memory=make_memory(**_GROWING)),
         True,
         env=make_env(memory_bytes=16 << 30),
-        evidence=("8.00 MiB per step (R² = 0.99)", "500 → 660 MiB over 20 steps", "16 GiB"),
+        facts={
+            "memory.leak.growth": {
+                "slope_bytes": 8 * MIB,
+                "r2": 0.99,
+                "first_bytes": 500 * MIB,
+                "last_bytes": 660 * MIB,
+                "steps": 20,
+            },
+            "memory.leak.runway": {"machine_bytes": 16 << 30},
+        },
         check=_all(_eq("share", 0.0), _eq("estimated_speedup", 1.0), _eq("confidence", Confidence.HIGH)),
     ),
     "slope-at-min": Case(rank_of({}, memory=make_memory(**{**_GROWING, "slope": LEAK_MIN_SLOPE})), True),
@@ -951,16 +980,28 @@ MEMORY_LEAK = {
     "kept-graphs-named": Case(
         rank_of({}, memory=make_memory(**_GROWING), probes=_live_probes(before=10, after=13)),
         True,
-        evidence=(
-            "went 20 → 26 over the 3 op-window steps (+2.0 per step, +2.00 MiB of their storage per step",
-            "32×32×1000 bfloat16 (ViewBackward0) +1.0; scalar float32 (NllLossBackward0) +1.0",
-        ),
-        check=lambda f: _assert("loss.item()" in f.fix and "detach" in f.fix, f.fix),
+        facts={
+            "memory.leak.graphs_kept": {
+                "before": 20,
+                "after": 26,
+                "steps": 3,
+                "per_step": 2.0,
+                "storage_bytes": 2.0 * MIB,
+                "groups": (
+                    ((32, 32, 1000), "bfloat16", "ViewBackward0", 1.0),
+                    ((), "float32", "NllLossBackward0", 1.0),
+                ),
+            },
+            "memory.leak.fix": {"kept_graphs": True},
+        },
     ),
     "graphs-not-growing": Case(
         rank_of({}, memory=make_memory(**_GROWING), probes=_live_probes(before=10, after=10)),
         True,
-        evidence=("did not accumulate across the op window (20 → 20)",),
+        facts={
+            "memory.leak.graphs_flat": {"before": 20, "after": 20},
+            "memory.leak.fix": {"kept_graphs": False},
+        },
     ),
 }
 
@@ -975,12 +1016,15 @@ MEMORY_PRESSURE = {
     "churn-12-percent": Case(
         rank_of({}, faults=_churn()),
         True,
-        evidence=(
-            "6,000 minor page faults per step",
-            "23 MiB of fresh pages",
-            "2.00 µs",
-            "12.0 ms of a 100.0 ms step (12%)",
-        ),
+        facts={
+            "memory.churn.faults": {"faults": 6_000, "growth_pages": 0, "fresh_bytes": 6_000 * 4096},
+            "memory.churn.fault_cost": {
+                "fault_ns": 2_000,
+                "bounded": False,
+                "model_ns": 12e6,
+                "step_ns": 100e6,
+            },
+        },
         check=_all(_eq("share", 0.12), _eq("estimated_speedup", 1 / 0.88)),
     ),
     "share-at-min": Case(
@@ -1000,7 +1044,7 @@ MEMORY_PRESSURE = {
     "churn-beside-growth": Case(
         rank_of({}, faults=replace(_churn(per_step=8_000), growth_pages_per_step=2_000)),
         True,
-        evidence=("8,000 minor page faults per step", "2,000 of them for memory the process keeps"),
+        facts={"memory.churn.faults": {"faults": 8_000, "growth_pages": 2_000}},
         check=_eq("share", 0.12),
     ),
     # The fault model prices 6,000 faults at 12 ms; the main thread spent 5 ms in the kernel: the
@@ -1008,11 +1052,15 @@ MEMORY_PRESSURE = {
     "kernel-time-bounds-the-model": Case(
         rank_of({}, faults=replace(_churn(), main_sys_ns=5_000_000, sys_ns=9_000_000)),
         True,
-        evidence=(
-            "at most 12.0 ms of a 100.0 ms step",
-            "main thread spent 5.00 ms of the step in the kernel",
-            "≈ 5.00 ms (5%)",
-        ),
+        facts={
+            "memory.churn.fault_cost": {"bounded": True, "model_ns": 12e6},
+            "memory.churn.kernel_time": {
+                "main_thread": True,
+                "kernel_ns": 5e6,
+                "cost_ns": 5e6,
+                "share": 0.05,
+            },
+        },
         check=_all(_eq("share", 0.05), _eq("estimated_speedup", 1 / 0.95)),
     ),
     "kernel-time-below-min": Case(
@@ -1022,7 +1070,7 @@ MEMORY_PRESSURE = {
     "process-kernel-time-bounds": Case(
         rank_of({}, faults=replace(_churn(), sys_ns=8_000_000)),
         True,
-        evidence=("process (all threads) spent 8.00 ms",),
+        facts={"memory.churn.kernel_time": {"main_thread": False, "kernel_ns": 8e6}},
         check=_eq("share", 0.08),
     ),
     # The kernel time above the model (other syscalls): the model stands.
@@ -1140,9 +1188,10 @@ def test_rule_table(rule_id: str, case: Case) -> None:
     assert len(found) == 1, found
     f = found[0]
     assert_well_formed(f, case.rank.rank)
-    text = " ".join(f.evidence)
+    text = evidence_text(f)
     for piece in case.evidence:
         assert piece in text, (piece, f.evidence)
+    assert_facts(f, case.facts)
     if case.check is not None:
         case.check(f)
 
@@ -1208,8 +1257,18 @@ def test_memory_leak_from_real_rss_series() -> None:
     fires = make_rank_analysis(steps=growing, memory=memory_trend(steady_steps(growing)))
     quiet = make_rank_analysis(steps=noisy, memory=memory_trend(steady_steps(noisy)))
     (f,) = run_rule("memory.leak", make_env(), fires)
-    assert "4.00 MiB per step (R² = 1.00)" in f.evidence[0]
-    assert "408 → 476 MiB over 18 steps" in f.evidence[0]
+    assert_facts(
+        f,
+        {
+            "memory.leak.growth": {
+                "slope_bytes": 4.0 * MIB,
+                "r2": 1.0,
+                "first_bytes": 408 * MIB,
+                "last_bytes": 476 * MIB,
+                "steps": 18,
+            }
+        },
+    )
     assert run_rule("memory.leak", make_env(), quiet) == []
 
 

@@ -7,7 +7,9 @@ from dataclasses import replace
 from conftest import make_env, make_loader, make_rank_analysis, make_run_analysis
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.engine import diagnose
+from pinchpoint.diagnosis.finding import facts
 from pinchpoint.diagnosis.rules.ranks import straggler
+from pinchpoint.report.phrases import say
 
 ENV = make_env(cores=2)
 
@@ -39,8 +41,10 @@ def test_the_cause_found_on_the_late_rank_is_folded_into_one_finding() -> None:
     ids = [f.id.value for f in report.findings]
     assert ids[0] == "imbalance.straggler" and "input.fetch" not in ids, ids
     top = report.findings[0]
-    assert top.fix.startswith("On rank 1: ") and "num_workers=" in top.fix
-    assert any(e.startswith("Why rank 1 is late (input.fetch)") for e in top.evidence)
+    stated = facts(top)
+    assert stated["merge.on_ranks"]["ranks"] == (1,) and "num_workers=" in say(top.fix)
+    why = stated["merge.why_late"]
+    assert why["ranks"] == (1,) and why["category"] == "input.fetch"
 
 
 def test_balanced_ranks_have_no_straggler() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Union
 
 
 class Category(str, Enum):
@@ -41,6 +42,77 @@ class FixKind(str, Enum):
     """Gradient all-reduce once per accumulation; `fix_params` micro_batches."""
 
 
+class Unit(str, Enum):
+    """What a fact's value measures in, read from its name (STYLE: the unit is in the name)."""
+
+    NS = "ns"
+    """`*_ns`: nanoseconds."""
+    FRACTION = "fraction"
+    """`share`, `*_share`, `*_frac`: a fraction (of the step, unless the fact says otherwise)."""
+    BYTES = "bytes"
+    """`*_bytes`."""
+    RATIO = "ratio"
+    """`speedup`, `*_x`: a before/after ratio."""
+    COUNT = "count"
+    """Any other number (ops, steps, cores, calls, per-step counts)."""
+    TEXT = "text"
+    """Names, settings and labels measured from the program (a module, an env var, a shape)."""
+
+
+Value = Union[float, int, str, bool, None, tuple["Value", ...], "Fact"]
+
+
+def unit_of(name: str, value: Value) -> Unit:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return Unit.TEXT
+    if name.endswith("_ns"):
+        return Unit.NS
+    if name == "share" or name.endswith(("_share", "_frac")):
+        return Unit.FRACTION
+    if name.endswith("_bytes"):
+        return Unit.BYTES
+    if name == "speedup" or name.endswith("_x"):
+        return Unit.RATIO
+    return Unit.COUNT
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Fact:
+    """One thing a finding states: what it is (`key`, an entry of the phrasebook in `report/phrases/`) and
+    the measured values it rests on, by name. Rules build facts; only `report/` turns them into words.
+
+    `Fact("io.checkpoint.share", share=0.12, per_step_ns=1.2e7)`
+    """
+
+    key: str
+    values: tuple[tuple[str, Value], ...]
+
+    def __init__(self, key: str, /, **values: Value) -> None:
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "values", tuple(values.items()))
+
+    def __getitem__(self, name: str) -> Value:
+        for k, v in self.values:
+            if k == name:
+                return v
+        raise KeyError(f"{self.key} has no value {name!r}")
+
+    def __contains__(self, name: object) -> bool:
+        return any(k == name for k, _ in self.values)
+
+    def get(self, name: str, default: Value = None) -> Value:
+        return next((v for k, v in self.values if k == name), default)
+
+    def quantities(self) -> tuple[tuple[str, Value, Unit], ...]:
+        """(name, value, unit) for every value."""
+        return tuple((k, v, unit_of(k, v)) for k, v in self.values)
+
+
+Text = str | Fact
+"""Prose a finding carries: a `Fact` (phrased by `report/phrases/`), or, where a module has not moved to
+facts yet, a finished sentence."""
+
+
 class Confidence(str, Enum):
     HIGH = "high"
     MEDIUM = "medium"
@@ -50,22 +122,22 @@ class Confidence(str, Enum):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Finding:
     id: Category
-    title: str
+    title: Text
     share: float
     """Fraction of step time this finding accounts for."""
     estimated_speedup: float
     """Predicted step-time ratio before/after if the fix were applied (>= 1.0)."""
     confidence: Confidence
-    evidence: tuple[str, ...]
-    fix: str
+    evidence: tuple[Text, ...]
+    fix: Text
     ranks: tuple[int, ...] = (0,)
-    snippet: str | None = None
+    snippet: Text | None = None
     """Code showing the fix, where one helps."""
-    next_limit: str | None = None
+    next_limit: Text | None = None
     """What limits the step once this is fixed (`diagnosis/whatif.py`)."""
     fix_kind: FixKind | None = None
     fix_params: tuple[tuple[str, int], ...] = ()
-    framework_fix: str | None = None
+    framework_fix: Text | None = None
     """The fix in the words of the framework the program runs under (`diagnosis/frameworks.py`)."""
     explained_by: tuple[Category, ...] = ()
     """Categories of per-rank findings that, found on this finding's ranks alone, say why it happens
@@ -93,3 +165,9 @@ class Note:
     text: str
     category: Category | None = None
     """The category of the rule a NOT_JUDGED note is about."""
+
+
+def facts(f: Finding) -> dict[str, Fact]:
+    """A finding's facts (title, evidence, fix, snippet, next limit) by key: what tests assert on."""
+    parts = (f.title, *f.evidence, f.fix, f.snippet, f.next_limit, f.framework_fix)
+    return {p.key: p for p in parts if isinstance(p, Fact)}

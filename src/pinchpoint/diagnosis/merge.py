@@ -6,16 +6,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis
-from pinchpoint.diagnosis.finding import Category, Finding
-from pinchpoint.diagnosis.rules.base import ms, pct, speedup_removing
+from pinchpoint.diagnosis.finding import Category, Fact, Finding
+from pinchpoint.diagnosis.rules.base import speedup_removing
 from pinchpoint.diagnosis.rules.gpu_base import MIN_SHARE
 
 HOST_BOUND = frozenset({Category.HOST_PYTHON, Category.HOST_DISPATCH})
 INPUT = frozenset({Category.INPUT_FETCH, Category.INPUT_PREPROCESS})
-NET_OF_COMPUTE = (
-    (Category.HOST_DISPATCH, "per-op overhead"),
-    (Category.COMPUTE_MEMORY, "memory-bound elementwise work"),
-)
+NET_OF_COMPUTE = (Category.HOST_DISPATCH, Category.COMPUTE_MEMORY)
 """Findings inside forward, backward and optimizer that the compute-bound summary does not count as math."""
 
 
@@ -48,21 +45,18 @@ def net_compute_summary(by_id: dict[Category, Finding]) -> None:
     if compute is None or compute.estimated_speedup > 1.0:
         return
     share = compute.share
-    notes = []
-    for cid, what in NET_OF_COMPUTE:
+    parts = []
+    for cid in NET_OF_COMPUTE:
         other = by_id.get(cid)
         if other is not None:
             share = max(0.0, share - other.share)
-            notes.append(f"{pct(other.share)} {what} ({cid.value})")
-    if not notes:
+            parts.append((cid.value, other.share))
+    if not parts:
         return
     by_id[Category.COMPUTE_MATH] = replace(
         compute,
         share=share,
-        evidence=(
-            *compute.evidence,
-            f"Of those phases, {' and '.join(notes)}: the math itself is {pct(share)} of the step",
-        ),
+        evidence=(*compute.evidence, Fact("merge.compute_net", parts=tuple(parts), share=share)),
     )
 
 
@@ -76,15 +70,11 @@ def fold_explained(by_id: dict[Category, Finding]) -> None:
             if cause is None or not set(cause.ranks) <= set(f.ranks):
                 continue
             del by_id[cid]
-            late = ", ".join(map(str, f.ranks))
+            why = Fact("merge.why_late", ranks=f.ranks, category=cid.value, title=cause.title)
             by_id[key] = replace(
                 f,
-                evidence=(
-                    *f.evidence,
-                    f"Why rank {late} is late ({cid.value}): {cause.title}",
-                    *cause.evidence,
-                ),
-                fix=f"On rank {late}: {cause.fix}",
+                evidence=(*f.evidence, why, *cause.evidence),
+                fix=Fact("merge.on_ranks", ranks=f.ranks, fix=cause.fix),
                 snippet=cause.snippet,
             )
             break
@@ -113,11 +103,7 @@ def outside_the_window(
         f,
         share=share,
         estimated_speedup=min(f.estimated_speedup, speedup_removing(share)),
-        evidence=(
-            *f.evidence,
-            f"Outside the op window (which slows the host) a step takes {ms(step)} and its GPU work "
-            f"{ms(busy_ns)}: the GPU waits {pct(idle)} of the step",
-        ),
+        evidence=(*f.evidence, Fact("merge.outside_window", step_ns=step, gpu_ns=busy_ns, idle_share=idle)),
     )
 
 

@@ -10,6 +10,7 @@ from pinchpoint.analysis.run_analysis import RankAnalysis, RunAnalysis
 from pinchpoint.analysis.steps import StepStats
 from pinchpoint.diagnosis.engine import Diagnosis
 from pinchpoint.diagnosis.finding import Finding
+from pinchpoint.report.phrases import say, say_all
 from pinchpoint.trace.run import HOST_OTHER, Phase, ProcessInfo, Run
 
 SCHEMA = "pinchpoint.report/1"
@@ -53,22 +54,22 @@ def _breakdown(stats: StepStats | None) -> dict[str, float]:
 def finding_dict(f: Finding) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": f.id.value,
-        "title": f.title,
+        "title": say(f.title),
         "share": rounded(f.share),
         "estimated_speedup": rounded(f.estimated_speedup, 3),
         "confidence": f.confidence.value,
-        "evidence": list(f.evidence),
-        "fix": f.fix,
+        "evidence": say_all(f.evidence),
+        "fix": say(f.fix),
         "ranks": list(f.ranks),
     }
     if f.snippet:
-        out["snippet"] = f.snippet
+        out["snippet"] = say(f.snippet)
     if f.next_limit:
-        out["next_limit"] = f.next_limit
+        out["next_limit"] = say(f.next_limit)
     if f.fix_kind is not None:
         out["fix_kind"] = f.fix_kind.value
     if f.framework_fix:
-        out["framework_fix"] = f.framework_fix
+        out["framework_fix"] = say(f.framework_fix)
     return out
 
 

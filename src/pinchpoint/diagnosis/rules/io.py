@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding
-from pinchpoint.diagnosis.rules.base import Rule, Subject, ms, pct, speedup_removing
+from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding
+from pinchpoint.diagnosis.rules.base import Rule, Subject, speedup_removing
 from pinchpoint.trace.run import Phase
 
 CHECKPOINT_SHARE_MIN = 0.05
@@ -35,20 +35,18 @@ class IoCheckpoint(Rule):
             return
         yield Finding(
             id=self.id,
-            title=self.title,
+            title=Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=speedup_removing(share),
             confidence=Confidence.HIGH,
             evidence=(
-                f"torch.save takes {pct(share)} of the step ({ms(steps.phase_ns.get(Phase.CHECKPOINT_IO.value, 0.0))} "
-                f"per step on average)",
+                Fact(
+                    "io.checkpoint.save",
+                    share=share,
+                    per_step_ns=steps.phase_ns.get(Phase.CHECKPOINT_IO.value, 0.0),
+                ),
             ),
-            fix="Checkpoint less often (every N steps or minutes) and off the critical path: snapshot the "
-            "state dict, then write it from a background thread.",
-            snippet=(
-                "if step % 500 == 0:\n"
-                "    state = {k: v.detach().clone() for k, v in model.state_dict().items()}\n"
-                "    threading.Thread(target=torch.save, args=(state, path)).start()"
-            ),
+            fix=Fact("io.checkpoint.fix"),
+            snippet=Fact("io.checkpoint.snippet"),
             ranks=(rank.rank,),
         )

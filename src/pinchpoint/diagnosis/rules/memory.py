@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pinchpoint.analysis.memory import graph_growth
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding
-from pinchpoint.diagnosis.rules.base import Rule, Subject, ms, pct, speedup_removing
+from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding
+from pinchpoint.diagnosis.rules.base import Rule, Subject, speedup_removing
 
 MIB = 1 << 20
 LEAK_MIN_SLOPE = 256 * 1024
@@ -42,48 +42,49 @@ class MemoryLeak(Rule):
         ):
             return
         evidence = [
-            f"Resident memory grows {trend.slope_bytes_per_step / MIB:.2f} MiB per step (R² = {trend.r2:.2f}), "
-            f"{trend.first_rss_bytes / MIB:.0f} → {trend.last_rss_bytes / MIB:.0f} MiB over {trend.steps} steps"
+            Fact(
+                "memory.leak.growth",
+                slope_bytes=trend.slope_bytes_per_step,
+                r2=trend.r2,
+                first_bytes=trend.first_rss_bytes,
+                last_bytes=trend.last_rss_bytes,
+                steps=trend.steps,
+            )
         ]
         graph = graph_growth(rank.probes)
         kept_graphs = graph is not None and graph.per_step >= GRAPH_GROWTH_MIN
         if graph is not None and kept_graphs:
-            groups = "; ".join(
-                f"{'×'.join(map(str, g.shape)) or 'scalar'} {g.dtype} ({g.grad_fn}) +{g.per_step:.1f}"
-                for g in graph.groups
-            )
             evidence.append(
-                f"Tensors that still carry their autograd graph went {graph.before} → {graph.after} over the "
-                f"{graph.steps} op-window steps (+{graph.per_step:.1f} per step, "
-                f"+{graph.bytes_per_step / MIB:.2f} MiB of their storage per step, plus the graph's saved "
-                f"tensors): {groups}. The loop keeps outputs or losses with their graph."
+                Fact(
+                    "memory.leak.graphs_kept",
+                    before=graph.before,
+                    after=graph.after,
+                    steps=graph.steps,
+                    per_step=graph.per_step,
+                    storage_bytes=graph.bytes_per_step,
+                    groups=tuple((g.shape, g.dtype, g.grad_fn, g.per_step) for g in graph.groups),
+                )
             )
         elif graph is not None:
-            evidence.append(
-                f"Tensors with autograd history did not accumulate across the op window ({graph.before} → "
-                f"{graph.after}): the growth is elsewhere (Python objects, caches, a C extension)"
-            )
+            evidence.append(Fact("memory.leak.graphs_flat", before=graph.before, after=graph.after))
         if env.memory_bytes:
             left = env.memory_bytes - trend.last_rss_bytes
             evidence.append(
-                f"At this rate the machine's {env.memory_bytes / (1 << 30):.0f} GiB are used up after "
-                f"about {max(0, left) / trend.slope_bytes_per_step:,.0f} more steps"
+                Fact(
+                    "memory.leak.runway",
+                    machine_bytes=env.memory_bytes,
+                    steps_left=max(0, left) / trend.slope_bytes_per_step,
+                )
             )
         yield Finding(
             id=self.id,
-            title=self.title,
+            title=Fact("rule.title", name=self.title),
             share=0.0,
             estimated_speedup=1.0,
             confidence=Confidence.HIGH if trend.r2 >= 0.95 else Confidence.MEDIUM,
             evidence=tuple(evidence),
-            fix=(
-                "Keep numbers, not graphs: tensors appended to a list (or summed into a running total) keep "
-                "their autograd graph alive. Store loss.item(), or logits.detach() where the tensor is needed."
-                if kept_graphs
-                else "Find what the loop keeps per step: tensors appended to a list keep their autograd graph "
-                "alive. Store loss.item() or tensor.detach().cpu(), and clear caches that grow with the step."
-            ),
-            snippet="history.append(loss.item())   # not history.append(loss)",
+            fix=Fact("memory.leak.fix", kept_graphs=kept_graphs),
+            snippet=Fact("memory.leak.snippet"),
             ranks=(rank.rank,),
         )
 
@@ -122,39 +123,45 @@ class AllocatorChurn(Rule):
         share = pf.step_share
         if share is None or share < CHURN_MIN_SHARE:
             return
-        fresh = pf.churn_per_step * 4096
+        kernel = (
+            ()
+            if pf.kernel_ns is None
+            else (
+                Fact(
+                    "memory.churn.kernel_time",
+                    main_thread=pf.main_sys_ns is not None,
+                    kernel_ns=pf.kernel_ns,
+                    cost_ns=pf.cost_ns or 0,
+                    share=share,
+                ),
+            )
+        )
         yield Finding(
             id=self.id,
-            title=self.title,
+            title=Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=speedup_removing(share),
             confidence=Confidence.MEDIUM,
             evidence=(
-                f"{pf.median_per_step:,} minor page faults per step (median of {pf.steps} steps"
-                f"{' before the op window' if pf.before_window else ''})"
-                + (
-                    f", {pf.growth_pages_per_step:,} of them for memory the process keeps (growth)"
-                    if pf.growth_pages_per_step
-                    else ""
-                )
-                + ": "
-                f"{fresh / MIB:.0f} MiB of fresh pages mapped and zeroed every step",
-                f"One fault costs {pf.fault_ns / 1000:.2f} µs on this machine (measured: map, zero, unmap a "
-                f"fresh page): {'at most ' if pf.kernel_ns is not None else '≈ '}{ms(pf.model_ns or 0)} of a "
-                f"{ms(pf.median_step_ns)} step" + ("" if pf.kernel_ns is not None else f" ({pct(share)})"),
-                *(
-                    ()
-                    if pf.kernel_ns is None
-                    else (
-                        f"The {'main thread' if pf.main_sys_ns is not None else 'process (all threads)'} "
-                        f"spent {ms(pf.kernel_ns)} of the step in the kernel (system time), which bounds what "
-                        f"the faults cost the step: ≈ {ms(pf.cost_ns or 0)} ({pct(share)})",
-                    )
+                Fact(
+                    "memory.churn.faults",
+                    faults=pf.median_per_step,
+                    steps=pf.steps,
+                    before_window=pf.before_window,
+                    growth_pages=pf.growth_pages_per_step,
+                    fresh_bytes=pf.churn_per_step * 4096,
                 ),
+                Fact(
+                    "memory.churn.fault_cost",
+                    fault_ns=pf.fault_ns,
+                    bounded=pf.kernel_ns is not None,
+                    model_ns=pf.model_ns or 0,
+                    step_ns=pf.median_step_ns,
+                    share=share,
+                ),
+                *kernel,
             ),
-            fix="Keep freed memory in the process instead of returning it to the OS every step: preload "
-            "jemalloc or tcmalloc, or raise glibc's mmap and trim thresholds for the run.",
-            snippet=f"{GLIBC_FIX} python train.py\n"
-            "# or: LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 python train.py",
+            fix=Fact("memory.churn.fix"),
+            snippet=Fact("memory.churn.snippet", env=GLIBC_FIX),
             ranks=(rank.rank,),
         )

@@ -1,0 +1,56 @@
+"""The phrasebook: how each fact a rule states reads in a report. One entry per `Fact.key`.
+
+An entry is a function of the fact's values, by name; facts nested in a fact's values are phrased
+first. Add a bottleneck category's wording as a module here and one line in `BOOKS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pinchpoint.diagnosis.finding import Fact, Text
+from pinchpoint.report.phrases import common, memory, merge
+
+Phrase = Callable[..., str]
+
+BOOKS: tuple[Mapping[str, Phrase], ...] = (
+    common.PHRASES,
+    memory.PHRASES,
+    merge.PHRASES,
+)
+
+
+def _merged(books: tuple[Mapping[str, Phrase], ...]) -> dict[str, Phrase]:
+    out: dict[str, Phrase] = {}
+    for book in books:
+        doubled = set(out) & set(book)
+        if doubled:
+            raise ValueError(f"phrasebook keys defined twice: {sorted(doubled)}")
+        out.update(book)
+    return out
+
+
+PHRASES: dict[str, Phrase] = _merged(BOOKS)
+
+
+def _value(v: Any) -> Any:
+    if isinstance(v, Fact):
+        return say(v)
+    if isinstance(v, tuple):
+        return tuple(_value(x) for x in v)
+    return v
+
+
+def say(text: Text) -> str:
+    """A fact in words (a finished sentence is returned as it is)."""
+    if isinstance(text, str):
+        return text
+    phrase = PHRASES.get(text.key)
+    if phrase is None:
+        raise KeyError(f"no phrase for fact {text.key!r} (add it to a module of report/phrases/)")
+    return phrase(**{k: _value(v) for k, v in text.values})
+
+
+def say_all(texts: tuple[Text, ...]) -> list[str]:
+    return [say(t) for t in texts]
