@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -12,6 +13,7 @@ from pinchpoint.analysis.stacks import is_library, stack_summary
 from pinchpoint.diagnosis.rules.base import stack_evidence
 from pinchpoint.ingest.stacks import parse_folded
 from pinchpoint.report.flamegraph import flamegraph_svg, speedscope_json
+from pinchpoint.report.phrases import say
 from pinchpoint.trace.stacks import Frame
 
 SITE = "/venv/lib/python3.11/site-packages"
@@ -75,7 +77,14 @@ def test_summary_charges_samples_to_the_programs_own_functions() -> None:
     assert summary.host.samples == 30
     assert summary.host.top[0].label == "accuracy (train.py:40)"  # its list comprehension included
     line = stack_evidence(summary.loader, "in the loaders")
-    assert line is not None and "augment (data.py:31) 75%, mostly inside rot90" in line and "0.8 s" in line
+    assert line is not None and line.key == "stacks.top"
+    assert line["sampled_ns"] == pytest.approx(0.8e9) and line["samples"] == 80
+    hot = line["hot"]
+    assert isinstance(hot, tuple) and isinstance(hot[0], tuple)
+    label, share, calls_into = hot[0]
+    assert (label, calls_into) == ("augment (data.py:31)", "rot90 (numpy/lib/function_base.py)")
+    assert share == pytest.approx(0.75)
+    assert say(line).startswith("Python stacks (0.8 s of samples in the loaders): augment (data.py:31) 75%")
 
 
 def test_fetches_in_the_training_process_count_as_loading() -> None:

@@ -17,6 +17,7 @@ from pinchpoint.analysis.cpu import thread_trial
 from pinchpoint.analysis.steps import steady_steps, step_stats
 from pinchpoint.capture.thread_trial import FILE, STEPS, WARM, ThreadTrialRunner, fitting_threads
 from pinchpoint.diagnosis.engine import diagnose
+from pinchpoint.diagnosis.finding import facts
 from pinchpoint.trace.run import RankData
 from pinchpoint.trace.run import ThreadTrial as TrialRecord
 
@@ -90,7 +91,10 @@ def test_trial_steps_stay_out_of_the_statistics_and_price_the_finding() -> None:
     (f,) = [f for f in found if f.id == "cpu.oversubscription"]
     assert f.estimated_speedup == pytest.approx(1.75)
     assert f.share == pytest.approx(1 - 40 / 70)
-    assert any("Measured: 3 steps run by pinchpoint with torch.set_num_threads(2)" in e for e in f.evidence)
+    trial = facts(f)["cpu.oversubscription.trial"]
+    assert (trial["steps"], trial["fit"], trial["threads"]) == (3, 2, 16)
+    assert (trial["trial_ns"], trial["steady_ns"]) == (40_000_000, 70_000_000)
+    assert trial["speedup"] == pytest.approx(1.75)
 
 
 @pytest.mark.e2e

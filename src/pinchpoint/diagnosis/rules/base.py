@@ -15,7 +15,7 @@ from typing import ClassVar
 from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis, GpuRunAnalysis
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.stacks import StackScope
-from pinchpoint.diagnosis.finding import Category, Finding
+from pinchpoint.diagnosis.finding import Category, Fact, Finding, Text
 from pinchpoint.trace.run import Environment
 
 
@@ -117,13 +117,16 @@ def speedup_removing(share: float) -> float:
     return 1.0 / max(1e-6, 1.0 - min(share, 0.95))
 
 
-def stack_evidence(scope: StackScope | None, where: str) -> str | None:
-    """One evidence line naming the hottest Python functions of a stack scope, or None without stacks."""
+def stack_evidence(scope: StackScope | None, where: Text) -> Fact | None:
+    """The hottest Python functions of a stack scope (`stacks.top`: each as its label, its share of the
+    scope's samples and the library function it was mostly inside), or None without stacks. `where`
+    says where the samples were taken (a fact, or a caller's finished phrase)."""
     if scope is None or not scope.top:
         return None
-    amount = f"{scope.seconds:.1f} s" if scope.seconds is not None else f"{scope.samples} samples"
-    parts = []
-    for h in scope.top:
-        inside = f", mostly inside {h.calls_into}" if h.calls_into else ""
-        parts.append(f"{h.label} {pct(h.share)}{inside}")
-    return f"Python stacks ({amount} of samples {where}): " + "; ".join(parts)
+    return Fact(
+        "stacks.top",
+        where=where,
+        sampled_ns=scope.seconds * 1e9 if scope.seconds is not None else None,
+        samples=scope.samples,
+        hot=tuple((h.label, h.share, h.calls_into) for h in scope.top),
+    )

@@ -9,8 +9,8 @@ from pinchpoint.analysis.attention import HandAttention
 from pinchpoint.analysis.ops import BF16, FP32
 from pinchpoint.analysis.roofline import Chain
 from pinchpoint.analysis.run_analysis import RankAnalysis
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding, FixKind
-from pinchpoint.diagnosis.rules.base import Rule, Subject, ms, pct
+from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding, FixKind
+from pinchpoint.diagnosis.rules.base import Rule, Subject
 from pinchpoint.trace.run import Environment, Phase
 
 MIN_PROBE_GAIN = 1.3
@@ -69,11 +69,15 @@ class ComputeMath(Rule):
             return
         dtype = autocast or "float32"
         evidence = [
-            f"{'Forward is' if steps.kind == 'inference' else 'Forward, backward and optimizer are'} "
-            f"{pct(compute)} of the step ({ms(compute * steps.mean_ns)})"
+            Fact(
+                "compute.math.phases",
+                inference=steps.kind == "inference",
+                share=compute,
+                compute_ns=compute * steps.mean_ns,
+            )
         ]
         if autocast:
-            evidence.append(f"Autocast runs matmuls in {autocast} already")
+            evidence.append(Fact("compute.math.autocast", dtype=autocast))
         # (The FLOP count covers matmuls, not convolutions: it is only worth a line when matmuls hold
         # a tenth of the window's time.)
         mm_ns = sum(ops.matmul_ns_per_step.values()) - sum(ops.conv_ns_per_step.values()) if ops else 0.0
@@ -84,26 +88,26 @@ class ComputeMath(Rule):
             and mm_ns >= 0.1 * ops.window_step_ns
         ):
             achieved = ops.matmul_flops_per_step / (steps.mean_ns / 1e9)
-            line = f"Matmuls do {ops.matmul_flops_per_step / 1e9:.2f} GFLOP per step: {achieved / 1e9:.0f} GFLOP/s"
-            peak = _probe_flops(rank, "bfloat16" if autocast == "bfloat16" else "float32")
-            if peak:
-                line += (
-                    f" over the whole step, {pct(achieved / peak)} of what this machine's matmuls reach in "
-                    f"{'bf16' if autocast == 'bfloat16' else 'fp32'} ({peak / 1e9:.0f} GFLOP/s measured on the "
-                    "window's heaviest matmul shape)"
+            probe_dtype = "bfloat16" if autocast == "bfloat16" else "float32"
+            peak = _probe_flops(rank, probe_dtype)
+            evidence.append(
+                Fact(
+                    "compute.math.flops",
+                    flops=ops.matmul_flops_per_step,
+                    flops_per_s=achieved,
+                    peak_flops_per_s=peak or None,
+                    peak_frac=achieved / peak if peak else None,
+                    dtype=probe_dtype,
                 )
-            evidence.append(line)
+            )
         yield Finding(
             id=self.id,
-            title=f"Compute-bound: the step is model math ({dtype})",
+            title=Fact("compute.math.bound_title", dtype=dtype),
             share=compute,
             estimated_speedup=1.0,
             confidence=Confidence.MEDIUM,
             evidence=tuple(evidence),
-            fix=(
-                "Time goes where it should. To go faster, do less math or do it better: torch.compile to fuse "
-                "ops, a lower precision where accuracy allows, or a smaller model."
-            ),
+            fix=Fact("compute.math.bound_fix"),
             ranks=(rank.rank,),
         )
 
@@ -124,28 +128,27 @@ class ComputeMath(Rule):
         slowdown = ((bf16_ns - conv_ns) * r_mm + conv_ns * r_conv) / bf16_ns if bf16_ns else r_mm
         if slowdown < MIN_PROBE_GAIN:
             return None
-        m, k, n = mm["float32"].shape
-        evidence = [
-            f"bf16 matmuls and convolutions take {pct(share)} of the step ({ms(bf16_ns)} per profiled step); "
-            "autocast runs them in bf16",
-            f"This CPU ({env.cpu.model}) has no bf16 matrix units (no AVX512-BF16 or AMX): torch emulates bf16",
-            f"Measured here: a {m}×{k} @ {k}×{n} matmul takes {mm['float32'].ns / 1e3:.0f} µs in fp32, "
-            f"{mm['bfloat16'].ns / 1e3:.0f} µs in bf16 (bf16 ×{r_mm:.1f} slower)",
-        ]
+        evidence = (
+            Fact("compute.math.emulated_share", share=share, bf16_ns=bf16_ns),
+            Fact("compute.math.no_bf16_units", cpu=env.cpu.model),
+            Fact(
+                "compute.math.probe_matmul_slower",
+                shape=mm["float32"].shape,
+                fp32_ns=mm["float32"].ns,
+                bf16_ns=mm["bfloat16"].ns,
+                slower_x=r_mm,
+            ),
+        )
         speedup = 1.0 / (1.0 - share + share / slowdown)
         return Finding(
             id=self.id,
-            title="bf16 autocast on a CPU without bf16 units: its matmuls run slower than in fp32",
+            title=Fact("compute.math.emulated_title"),
             share=share,
             estimated_speedup=max(1.0, speedup),
             confidence=Confidence.HIGH,
-            evidence=tuple(evidence),
-            fix="Turn bf16 autocast off on this machine (keep it where the CPU has AVX512-BF16 or AMX).",
-            snippet=(
-                "bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()  # AVX512-BF16 / AMX\n"
-                "with torch.autocast('cpu', dtype=torch.bfloat16, enabled=bf16):\n"
-                "    loss = criterion(model(x), y)"
-            ),
+            evidence=evidence,
+            fix=Fact("compute.math.fp32_fix"),
+            snippet=Fact("compute.math.fp32_snippet"),
             ranks=(rank.rank,),
             fix_kind=FixKind.FP32,
         )
@@ -154,17 +157,17 @@ class ComputeMath(Rule):
         assert rank.ops is not None and rank.steps is not None
         conv = rank.ops.conv_ns_per_step.get(FP32, 0.0)
         part = conv / rank.ops.fp32_matmul_ns_per_step if rank.ops.fp32_matmul_ns_per_step > 0 else 0.0
-        what = (
-            "fp32 convolutions"
-            if part >= 0.9
-            else "fp32 convolutions and matmuls"
-            if part >= 0.5
-            else "fp32 matmuls"
-        )
+        what = "convolutions" if part >= 0.9 else "convolutions_and_matmuls" if part >= 0.5 else "matmuls"
         evidence = [
-            f"{what} take {pct(share)} of the step ({ms(rank.ops.fp32_matmul_ns_per_step)} per profiled step"
-            + (f", {ms(conv)} of it in convolutions)" if 0 < part < 0.9 else ")"),
-            f"This CPU ({env.cpu.model}) has bf16 matrix units: {', '.join(units)}; autocast is off",
+            Fact(
+                "compute.math.fp32_share",
+                what=what,
+                share=share,
+                fp32_ns=rank.ops.fp32_matmul_ns_per_step,
+                conv_ns=conv,
+                conv_named=0 < part < 0.9,
+            ),
+            Fact("compute.math.bf16_units", cpu=env.cpu.model, units=tuple(units)),
         ]
         ratio, measured = _bf16_ratio(rank)
         evidence.extend(measured)
@@ -175,17 +178,13 @@ class ComputeMath(Rule):
         speedup = 1.0 / (1.0 - share + share * effective)
         return Finding(
             id=self.id,
-            title=f"{what} on a CPU with bf16 matrix units" + (" (AMX)" if "amx_bf16" in units else ""),
+            title=Fact("compute.math.precision_title", what=what, amx="amx_bf16" in units),
             share=share,
             estimated_speedup=max(1.0, speedup),
             confidence=confidence,
             evidence=tuple(evidence),
-            fix="Run forward and loss under bf16 autocast (keep the optimizer step in fp32).",
-            snippet=(
-                "with torch.autocast('cpu', dtype=torch.bfloat16):\n"
-                "    loss = criterion(model(x), y)\n"
-                "loss.backward(); optimizer.step()"
-            ),
+            fix=Fact("compute.math.bf16_fix"),
+            snippet=Fact("compute.math.bf16_snippet"),
             ranks=(rank.rank,),
             fix_kind=FixKind.BF16_AUTOCAST,
         )
@@ -207,10 +206,10 @@ def _probe_gain(rank: RankAnalysis) -> float:
     return float("inf") if ratio is None else 1.0 / ratio
 
 
-def _bf16_ratio(rank: RankAnalysis) -> tuple[float | None, list[str]]:
+def _bf16_ratio(rank: RankAnalysis) -> tuple[float | None, list[Fact]]:
     """bf16/fp32 time of the window's fp32 matmul+conv time, each part at its probe's ratio (a part with
-    no probe takes the other's), and the evidence lines of the probes; (None, []) with no probe."""
-    lines: list[str] = []
+    no probe takes the other's), and the facts the probes measured; (None, []) with no probe."""
+    lines: list[Fact] = []
     ops = rank.ops
     total = ops.fp32_matmul_ns_per_step if ops is not None else 0.0
     conv = ops.conv_ns_per_step.get(FP32, 0.0) if ops is not None else 0.0
@@ -222,16 +221,25 @@ def _bf16_ratio(rank: RankAnalysis) -> tuple[float | None, list[str]]:
     if "float32" in mm and "bfloat16" in mm and (r_conv is None or total - conv >= 0.1 * total):
         # (a probe of the head's tiny matmul says nothing about a network of convolutions)
         r_mm = mm["bfloat16"].ns / mm["float32"].ns
-        m, k, n = mm["float32"].shape
         lines.append(
-            f"Measured here: a {m}×{k} @ {k}×{n} matmul takes {mm['float32'].ns / 1e3:.0f} µs in fp32, "
-            f"{mm['bfloat16'].ns / 1e3:.0f} µs in bf16 (×{1 / r_mm:.1f})"
+            Fact(
+                "compute.math.probe_matmul",
+                shape=mm["float32"].shape,
+                fp32_ns=mm["float32"].ns,
+                bf16_ns=mm["bfloat16"].ns,
+                speedup=1 / r_mm,
+            )
         )
     if r_conv is not None:
-        x, w = cv["float32"].input, cv["float32"].weight
         lines.append(
-            f"Measured here: a convolution of {'×'.join(map(str, x))} by {'×'.join(map(str, w))} weights takes "
-            f"{cv['float32'].ns / 1e3:.0f} µs in fp32, {cv['bfloat16'].ns / 1e3:.0f} µs in bf16 (×{1 / r_conv:.1f})"
+            Fact(
+                "compute.math.probe_conv",
+                input_shape=cv["float32"].input,
+                weight_shape=cv["float32"].weight,
+                fp32_ns=cv["float32"].ns,
+                bf16_ns=cv["bfloat16"].ns,
+                speedup=1 / r_conv,
+            )
         )
     if r_mm is None and r_conv is None:
         return None, lines
@@ -267,19 +275,18 @@ class ComputeMemory(Rule):
             return
         rate = traffic.achieved_bytes_per_s
         evidence = [
-            f"Elementwise ops on large tensors take {pct(share)} of the step "
-            f"({ms(traffic.elementwise_ns_per_step)}): {traffic.elementwise_ops_per_step:.0f} ops per step moving "
-            f"{traffic.bytes_per_step / 1e9:.2f} GB at {rate / 1e9:.1f} GB/s"
-            + (
-                f" (this machine copies memory at {rank.probes.memory_bytes_per_s / 1e9:.1f} GB/s, measured)"
-                if rank.probes.memory_bytes_per_s
-                else ""
+            Fact(
+                "compute.memory.elementwise",
+                share=share,
+                elementwise_ns=traffic.elementwise_ns_per_step,
+                ops=traffic.elementwise_ops_per_step,
+                moved_bytes=traffic.bytes_per_step,
+                achieved_bytes_per_s=rate,
+                copy_bytes_per_s=rank.probes.memory_bytes_per_s or None,
             )
         ]
         if traffic.top_ops:
-            evidence.append(
-                "Most of it: " + ", ".join(f"{name} {ms(ns)}" for name, ns in traffic.top_ops) + " per step"
-            )
+            evidence.append(Fact("compute.memory.top_ops", ops=tuple(traffic.top_ops)))
         attention = traffic.attention
         if attention is not None and attention.ns_per_step / step_ns >= ATTENTION_SHARE_MIN:
             yield _hand_attention(rank, attention, share, evidence, step_ns)
@@ -291,74 +298,53 @@ class ComputeMemory(Rule):
             evidence.append(_chain_line(c))
         if fusable:
             evidence.append(
-                f"Fused, each chain would read and write its tensor once, like its slowest op alone: "
-                f"{ms(traffic.chain_ns_per_step)} → {ms(traffic.chain_ns_per_step - saving)} per step"
+                Fact(
+                    "compute.memory.fused",
+                    chain_ns=traffic.chain_ns_per_step,
+                    fused_ns=traffic.chain_ns_per_step - saving,
+                )
             )
         yield Finding(
             id=self.id,
-            title=self.title if fusable else "Memory-bound elementwise ops (no long chain to fuse)",
+            title=Fact("rule.title", name=self.title) if fusable else Fact("compute.memory.spread_title"),
             share=share,
             estimated_speedup=max(1.0, speedup) if fusable else 1.0,
             confidence=Confidence.HIGH if fusable else Confidence.MEDIUM,
             evidence=tuple(evidence),
-            fix=(
-                "Fuse the chains: use the framework's fused op for the function they spell out "
-                "(F.gelu(x, approximate='tanh'), F.silu, F.layer_norm, F.scaled_dot_product_attention), "
-                "or torch.compile the module so its elementwise ops run as one kernel; prefer in-place "
-                "ops where autograd allows."
-                if fusable
-                else "The elementwise time is spread over single ops, not long chains: little to gain from "
-                "fusing by hand. torch.compile can still merge neighbours; a fused optimizer "
-                "(AdamW(..., fused=True)) does its update in one pass."
-            ),
-            snippet=(
-                "h = torch.nn.functional.gelu(h, approximate='tanh')  # one kernel, not ~9\n"
-                "# or: model = torch.compile(model)"
-                if fusable
-                else None
-            ),
+            fix=Fact("compute.memory.fix", fusable=fusable),
+            snippet=Fact("compute.memory.snippet") if fusable else None,
             ranks=(rank.rank,),
         )
 
 
 def _hand_attention(
-    rank: RankAnalysis, attention: HandAttention, share: float, evidence: list[str], step_ns: float
+    rank: RankAnalysis, attention: HandAttention, share: float, evidence: list[Fact], step_ns: float
 ) -> Finding:
     """Attention written out in ops: the fused kernel saves the passes over the score tensor."""
     saving = min(attention.ns_per_step, 0.95 * step_ns)
-    shape = "×".join(map(str, attention.shape))
     evidence.append(
-        f"Attention is written out in tensor ops: softmax over a {shape} score tensor "
-        f"{attention.softmax_per_step:.0f}× per step; the ops on that tensor besides its matmuls take "
-        f"{pct(saving / step_ns)} of the step ({ms(saving)}): "
-        + ", ".join(f"{name.removeprefix('aten::')} {ms(ns)}" for name, ns in attention.top_ops)
+        Fact(
+            "compute.memory.attention",
+            shape=attention.shape,
+            softmax_per_step=attention.softmax_per_step,
+            share=saving / step_ns,
+            saving_ns=saving,
+            ops=tuple(attention.top_ops),
+        )
     )
-    evidence.append(
-        "A fused attention kernel computes the same result in tiles that never write the score tensor "
-        f"out: ≈ {ms(saving)} less per step (its matmuls' math stays)"
-    )
+    evidence.append(Fact("compute.memory.attention_fused", saving_ns=saving))
     return Finding(
         id=Category.COMPUTE_MEMORY,
-        title="Attention written by hand: its score tensor goes through memory op by op",
+        title=Fact("compute.memory.attention_title"),
         share=max(share, min(1.0, saving / step_ns)),
         estimated_speedup=step_ns / (step_ns - saving),
         confidence=Confidence.MEDIUM,
         evidence=tuple(evidence),
-        fix=(
-            "Call the fused kernel: F.scaled_dot_product_attention(q, k, v, is_causal=True) (or "
-            "attn_mask=..., dropout_p=...) instead of softmax(q @ k.transpose(-2, -1) * scale + mask) @ v; "
-            'in transformers models, attn_implementation="sdpa".'
-        ),
-        snippet=(
-            "y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
-            "# not: att = (q @ k.transpose(-2, -1)) * scale; att = att.masked_fill(mask == 0, -inf)\n"
-            "#      y = att.softmax(-1) @ v"
-        ),
+        fix=Fact("compute.memory.attention_fix"),
+        snippet=Fact("compute.memory.attention_snippet"),
         ranks=(rank.rank,),
     )
 
 
-def _chain_line(c: Chain) -> str:
-    names = ", ".join(c.ops) if len(c.ops) <= 12 else ", ".join(c.ops[:11]) + f", … ({len(c.ops)} ops)"
-    shape = "×".join(str(d) for d in c.shape)
-    return f"{len(c.ops)} elementwise ops in a row on {shape} ({c.dtype}) tensors: {names} — {ms(c.ns_per_step)} per step"
+def _chain_line(c: Chain) -> Fact:
+    return Fact("compute.memory.chain", ops=c.ops, shape=c.shape, dtype=c.dtype, chain_ns=c.ns_per_step)

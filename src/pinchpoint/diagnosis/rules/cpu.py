@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pinchpoint.analysis.run_analysis import RankAnalysis
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding
-from pinchpoint.diagnosis.rules.base import Rule, Subject, pct
+from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding
+from pinchpoint.diagnosis.rules.base import Rule, Subject
 from pinchpoint.trace.run import Phase
 
 RUNQ_SHARE_MIN = 0.05
@@ -51,18 +51,20 @@ class CpuOversubscription(Rule):
         if demand <= cores or (intra <= cores and runq < RUNQ_SHARE_MIN):
             return
         evidence = [
-            f"The training process runs {intra} intra-op threads on {cores} usable core(s)"
-            + (f", beside {len(rank.workers)} worker process(es)" if rank.workers else ""),
-            f"Its main thread waited for a CPU {pct(runq)} of the step",
+            Fact("cpu.oversubscription.threads", threads=intra, cores=cores, workers=len(rank.workers)),
+            Fact("cpu.oversubscription.runq", share=runq),
         ]
         if rank.cpu is not None:
             evidence.append(
-                f"{rank.cpu.invol_switches_per_s:.0f} involuntary context switches per second across the "
-                f"program's {rank.cpu.max_threads} threads"
+                Fact(
+                    "cpu.oversubscription.switches",
+                    switches_per_s=rank.cpu.invol_switches_per_s,
+                    threads=rank.cpu.max_threads,
+                )
             )
         env_vars = dict(main.threads.env)
         if env_vars:
-            evidence.append("Thread variables set: " + ", ".join(f"{k}={v}" for k, v in env_vars.items()))
+            evidence.append(Fact("cpu.oversubscription.env", variables=tuple(env_vars.items())))
         share = max(runq, 0.0)
         speedup = 1.0 / max(0.05, 1.0 - share)
         confidence = Confidence.HIGH if runq >= RUNQ_SHARE_MIN else Confidence.MEDIUM
@@ -73,21 +75,26 @@ class CpuOversubscription(Rule):
             share = 1.0 - 1.0 / speedup
             confidence = Confidence.HIGH if trial.speedup >= 1 + RUNQ_SHARE_MIN else Confidence.LOW
             evidence.append(
-                f"Measured: {trial.steps} steps run by pinchpoint with torch.set_num_threads({trial.fit}) took "
-                f"{trial.trial_median_ns / 1e6:.1f} ms (median) against {trial.steady_median_ns / 1e6:.1f} ms "
-                f"with {trial.threads} threads: ×{trial.speedup:.2f}"
+                Fact(
+                    "cpu.oversubscription.trial",
+                    steps=trial.steps,
+                    fit=trial.fit,
+                    trial_ns=trial.trial_median_ns,
+                    steady_ns=trial.steady_median_ns,
+                    threads=trial.threads,
+                    speedup=trial.speedup,
+                )
             )
         target = max(1, min(intra, (cores - worker_threads) // rank.local_ranks))
         yield Finding(
             id=self.id,
-            title=self.title,
+            title=Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=speedup,
             confidence=confidence,
             evidence=tuple(evidence),
-            fix=f"Use at most one busy thread per core: torch.set_num_threads({target}) "
-            f"(or OMP_NUM_THREADS={target}); keep DataLoader workers at 1 thread each.",
-            snippet=f"torch.set_num_threads({target})",
+            fix=Fact("cpu.oversubscription.fix", threads=target),
+            snippet=Fact("cpu.oversubscription.snippet", threads=target),
             ranks=(rank.rank,),
         )
 
@@ -125,18 +132,15 @@ class CpuUnderuse(Rule):
         saved = compute * (1.0 - 1.0 / scale)
         yield Finding(
             id=self.id,
-            title=self.title,
+            title=Fact("rule.title", name=self.title),
             share=saved,
             estimated_speedup=1.0 / (1.0 - saved),
             confidence=Confidence.MEDIUM,
             evidence=(
-                f"Compute is {pct(compute)} of the step but runs on {intra} intra-op thread(s); "
-                f"{cores} core(s) are usable",
-                f"Machine-wide, {idle:.1f} core(s) sat idle during the steps "
-                f"(the program used {cpu.process_cores:.1f})",
+                Fact("cpu.underuse.threads", share=compute, threads=intra, cores=cores),
+                Fact("cpu.underuse.idle", idle_cores=idle, process_cores=cpu.process_cores),
             ),
-            fix=f"Let intra-op parallelism use the idle cores: torch.set_num_threads({cores}) "
-            "(remove the lower setting or OMP_NUM_THREADS).",
-            snippet="torch.set_num_threads(len(os.sched_getaffinity(0)))",
+            fix=Fact("cpu.underuse.fix", threads=cores),
+            snippet=Fact("cpu.underuse.snippet"),
             ranks=(rank.rank,),
         )

@@ -8,8 +8,8 @@ from typing import ClassVar
 from pinchpoint.analysis.ops import VECTOR_ROWS, OpStats
 from pinchpoint.analysis.steps import COMPUTE_PHASES, StepStats
 from pinchpoint.diagnosis.costs import batched_requests
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding, FixKind
-from pinchpoint.diagnosis.rules.base import Rule, Subject, ms, pct, speedup_removing, stack_evidence
+from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding, FixKind
+from pinchpoint.diagnosis.rules.base import Rule, Subject, speedup_removing, stack_evidence
 from pinchpoint.trace.run import HOST_OTHER, Phase
 
 HOST_SHARE_MIN = 0.05
@@ -55,74 +55,48 @@ class HostPython(Rule):
         if steps is None:
             return
         other_share = steps.share(HOST_OTHER)
-        evidence = [
-            f"{pct(other_share)} of the step ({ms(steps.phase_ns.get(HOST_OTHER, 0.0))}) is outside data "
-            "loading, forward, backward and the optimizer step"
+        evidence: list[Fact] = [
+            Fact("host.python.outside", share=other_share, outside_ns=steps.phase_ns.get(HOST_OTHER, 0.0))
         ]
         loose_share = 0.0
         if rank.ops is not None and rank.ops.window_step_ns > 0:
             loose_share = min(other_share, rank.ops.loose_op_ns_per_step / rank.ops.window_step_ns)
             if loose_share >= 0.01:
-                evidence.append(
-                    f"Of that, framework ops called outside a module (functional losses, tensor metrics) "
-                    f"take {pct(loose_share)} of the step"
-                )
+                evidence.append(Fact("host.python.loose_ops", share=loose_share))
         share = other_share - loose_share
         if share < HOST_SHARE_MIN:
             return
         if steps.main_cpu_fraction is not None:
             evidence.append(
-                f"The main thread is on a CPU {pct(steps.main_cpu_fraction)} of the step: this is Python "
-                "computing, not waiting"
-                if steps.main_cpu_fraction >= 0.5
-                else f"The main thread is on a CPU only {pct(steps.main_cpu_fraction)} of the step"
+                Fact(
+                    "host.python.main_cpu",
+                    cpu_share=steps.main_cpu_fraction,
+                    computing=steps.main_cpu_fraction >= 0.5,
+                )
             )
         host = rank.stacks.host if rank.stacks else None
-        where = (
-            f"in the loop ({host.within}), outside the phases"
-            if host and host.within
-            else "in the main thread, outside the phases"
-        )
+        where = Fact("host.python.where", within=host.within if host and host.within else None)
         stacks = stack_evidence(host, where)
         if stacks:
             evidence.append(stacks)
         # (On a CUDA program the host also sleeps inside forward and backward, waiting for the device.)
         waiting = _waiting_outside(steps) if rank.cuda_memory is None else 0.0
-        if waiting >= WAITING_EXPLAINS * steps.phase_ns.get(HOST_OTHER, 0.0):
-            evidence.append(
-                f"≈ {ms(waiting)} of it the main thread is asleep (not on a CPU, not waiting for one, not in "
-                "a data, communication or device wait): the loop blocks on something outside the framework"
-            )
-            title = "The training loop waits outside the framework (sleep, I/O, a lock, a blocking call)"
-            fix = (
-                "Find the blocking call and take it off the step: `pinchpoint run --stacks` shows where the "
-                "main thread sits; write logs, metrics and files from a background thread, and drop sleeps "
-                "or polling in the loop."
-            )
-            snippet = "pinchpoint run --stacks train.py   # flamegraph.svg: the frames under the loop"
-        else:
-            title = self.title
-            fix = (
-                "Keep per-step work on tensors: compute metrics with torch ops instead of .tolist() and "
-                "Python loops, accumulate them on-device and log every N steps."
-            )
-            snippet = (
-                "correct += (logits.argmax(1) == y).sum()   # tensor, no .tolist()\n"
-                "if step % 50 == 0: log(correct.item() / seen)"
-            )
-        if steps.kind == "inference":
-            title = title.replace("training loop", "inference loop")
+        blocked = waiting >= WAITING_EXPLAINS * steps.phase_ns.get(HOST_OTHER, 0.0)
+        if blocked:
+            evidence.append(Fact("host.python.asleep", asleep_ns=waiting))
+        inference = steps.kind == "inference"
         yield Finding(
             id=self.id,
-            title=title,
+            title=Fact("host.python.title", waiting=blocked, inference=inference),
             share=share,
             estimated_speedup=speedup_removing(share),
             confidence=Confidence.HIGH if share >= HOST_SHARE_HIGH else Confidence.MEDIUM,
             evidence=tuple(evidence),
-            fix=fix,
-            snippet=snippet,
+            fix=Fact("host.python.fix", waiting=blocked),
+            snippet=Fact("host.python.snippet", waiting=blocked),
             ranks=(rank.rank,),
-            fix_kind=None if title.startswith("The training loop waits") else FixKind.LOG_LESS,
+            # (an inference loop that waits keeps LOG_LESS, as when this was read from its title)
+            fix_kind=None if blocked and not inference else FixKind.LOG_LESS,
         )
 
 
@@ -169,20 +143,19 @@ class HostDispatch(Rule):
         compute_share = sum(steps.share(p) for p in COMPUTE_PHASES)
         overhead = share * steps.mean_ns
         serving = steps.kind == "inference"
-        top = ", ".join(f"{name} ×{calls}" for name, _, calls in ops.top_ops[:4])
         evidence = [
-            f"{ops.top_level_ops_per_step:.0f} framework ops per step, {ops.small_ops_per_step:.0f} of them on "
-            "tensors too small for their math to matter",
-            f"{'Forward' if serving else 'Forward, backward and optimizer'} take"
-            f"{'s' if serving else ''} {ms(compute_share * steps.mean_ns)} per step; ops on large tensors "
-            f"account for only {ms(ops.large_phase_op_ns_per_step)}: ≈ {ms(overhead)} is per-op "
-            "overhead and Python glue",
-            f"Most time: {top}",
+            Fact("host.dispatch.ops", ops=ops.top_level_ops_per_step, small_ops=ops.small_ops_per_step),
+            Fact(
+                "host.dispatch.overhead",
+                inference=serving,
+                compute_ns=compute_share * steps.mean_ns,
+                large_ns=ops.large_phase_op_ns_per_step,
+                overhead_ns=overhead,
+            ),
+            Fact("host.dispatch.top_ops", ops=tuple((name, calls) for name, _, calls in ops.top_ops[:4])),
         ]
         if ops.dispatch_ns_per_op:
-            evidence.append(
-                f"Issuing even a 1-element op costs {ops.dispatch_ns_per_op / 1e3:.1f} µs here (measured)"
-            )
+            evidence.append(Fact("host.dispatch.issue_cost", dispatch_ns=ops.dispatch_ns_per_op))
         # Where the overhead sits: an optimizer looping over parameters has a one-line fix of its own.
         in_optimizer = max(
             0.0,
@@ -192,16 +165,16 @@ class HostDispatch(Rule):
         in_optimizer = min(in_optimizer, overhead)
         optimizer_part = in_optimizer / overhead if overhead > 0 and not serving else 0.0
         optimizer_bound = optimizer_part >= OPTIMIZER_OVERHEAD
-        fused_tip = ""
-        if optimizer_part >= OPTIMIZER_MENTION:
+        mentioned = optimizer_part >= OPTIMIZER_MENTION
+        if mentioned:
             fused = speedup_removing(in_optimizer / steps.mean_ns * DISPATCH_RECOVERABLE)
             evidence.append(
-                f"{ms(in_optimizer)} of it is in the optimizer step ({pct(optimizer_part)} of the overhead): "
-                f"an optimizer that updates its parameters one tensor at a time; fused, est. ×{fused:.2f} alone"
-            )
-            fused_tip = (
-                f" The optimizer's share ({ms(in_optimizer)}) goes with its fused form: "
-                "torch.optim.AdamW(params, fused=True)."
+                Fact(
+                    "host.dispatch.optimizer",
+                    optimizer_ns=in_optimizer,
+                    overhead_frac=optimizer_part,
+                    fused_x=fused,
+                )
             )
         speedup = speedup_removing(share * DISPATCH_RECOVERABLE)
         if serving:
@@ -209,51 +182,34 @@ class HostDispatch(Rule):
             speedup = batched_requests(share, vector, SERVING_BATCH)
             if vector >= VECTOR_MENTION:
                 evidence.append(
-                    f"Its matmuls are matrix-vector products ({ms(ops.vector_matmul_ns_per_step)} per step, "
-                    f"≤ {VECTOR_ROWS} rows): they read the weights, once per call however many rows it has"
+                    Fact("host.dispatch.vector", vector_ns=ops.vector_matmul_ns_per_step, rows=VECTOR_ROWS)
                 )
             evidence.append(
-                f"Served {SERVING_BATCH} per call, each request would take ≈ {ms(steps.mean_ns / speedup)} instead of "
-                f"{ms(steps.mean_ns)}: ×{speedup:.1f} the requests per second"
+                Fact(
+                    "host.dispatch.serving",
+                    batch=SERVING_BATCH,
+                    request_ns=steps.mean_ns / speedup,
+                    step_ns=steps.mean_ns,
+                    speedup=speedup,
+                )
             )
         remedy = "optimizer" if optimizer_bound else "serving" if serving else "ops"
-        fix, snippet = DISPATCH_FIXES[remedy]
         yield Finding(
             id=self.id,
-            title=self.title,
+            title=Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=speedup,
             confidence=Confidence.MEDIUM,
             evidence=tuple(evidence),
-            fix=fix + (fused_tip if remedy == "ops" else ""),
-            snippet=snippet,
+            fix=Fact(
+                "host.dispatch.fix",
+                remedy=remedy,
+                optimizer_ns=in_optimizer if remedy == "ops" and mentioned else None,
+            ),
+            snippet=Fact("host.dispatch.snippet", remedy=remedy),
             ranks=(rank.rank,),
             fix_kind=FixKind.COMPILE if remedy == "ops" else None,
         )
-
-
-DISPATCH_FIXES = {
-    "optimizer": (
-        "Update all parameters at once: the optimizer's fused implementation does the whole step in "
-        "one pass (torch.optim.AdamW(params, fused=True); Adam, SGD and Adagrad take it too), or "
-        "foreach=True (a few ops per group of tensors) where fused is not offered.",
-        "opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)",
-    ),
-    "serving": (
-        "Give each op more work for its fixed cost: batch requests (many inputs per forward call: the "
-        "per-op cost is paid once per batch, not per request), or compile the model (torch.compile) "
-        "to fuse its ops.",
-        "out = model(torch.cat(pending[:32]))   # one call for 32 queued requests, then split the rows",
-    ),
-    "ops": (
-        "Issue fewer, larger ops: replace Python loops over heads/groups/timesteps with one batched "
-        "op (torch.bmm, baddbmm, einsum, vectorised indexing), or compile the model (torch.compile) to "
-        "fuse them.",
-        "out = torch.einsum('bgi,gij->bgj', x, W)   # instead of: for g in range(G): x[:, g] @ W[g]",
-    ),
-}
-"""host.dispatch's fix and snippet: an optimizer looping over its tensors, a server answering one request
-per call, or a model issuing many small ops."""
 
 
 def _per_op_overhead(steps: StepStats, ops: OpStats) -> tuple[float, dict[str, float]] | None:
