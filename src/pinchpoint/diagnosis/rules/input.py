@@ -15,8 +15,8 @@ from typing import ClassVar
 from pinchpoint.analysis.loader import LoaderActivity
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.costs import LoaderLoad, WorkerPlan, more_workers
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding, FixKind
-from pinchpoint.diagnosis.rules.base import Rule, Subject, ms, pct, speedup_removing, stack_evidence
+from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding, FixKind, Text
+from pinchpoint.diagnosis.rules.base import Rule, Subject, speedup_removing, stack_evidence
 from pinchpoint.trace.run import Phase
 
 INPUT_SHARE_MIN = 0.05
@@ -28,10 +28,6 @@ SLEEP_FRACTION_IO = 0.5
 split, rules-catalog §1e, which uses ≥ 50% for the dominant side)."""
 TRANSFER_BOUND = 0.5
 """Receiving the workers' batches (the loader probe's cost per batch) is at least half the data wait."""
-WHOLE_BATCHES = (
-    "Fetch a whole batch with one indexing call rather than one __getitem__ per sample and a collate (a "
-    "TensorDataset indexes with a list of indices), or slice pre-shuffled tensors."
-)
 MAX_IO_WORKERS = 8
 """Most workers suggested for sleeping (I/O-bound) loaders: each is a process with its own memory."""
 
@@ -53,23 +49,25 @@ def _is_io_bound(loader: LoaderActivity | None) -> bool | None:
     return loader.sleep_fraction >= SLEEP_FRACTION_IO
 
 
-def _loader_evidence(loader: LoaderActivity) -> str:
-    where = (
-        "the training process itself (num_workers=0)"
-        if loader.in_main_process
-        else (f"{loader.processes} worker process(es)")
-    )
-    return (
-        f"Loading a batch takes {ms(loader.per_batch_ns)} in {where}: {pct(loader.cpu_fraction)} on a CPU, "
-        f"{pct(loader.runq_fraction)} waiting for a CPU, {pct(loader.sleep_fraction)} asleep (I/O, latency)"
+def _wait_evidence(share: float, wait_ns: float, step_ns: float) -> Fact:
+    return Fact("input.loader.wait", share=share, wait_ns=wait_ns, step_ns=step_ns)
+
+
+def _loader_evidence(loader: LoaderActivity) -> Fact:
+    return Fact(
+        "input.loader.activity",
+        per_batch_ns=loader.per_batch_ns,
+        in_process=loader.in_main_process,
+        processes=loader.processes,
+        cpu_frac=loader.cpu_fraction,
+        runq_frac=loader.runq_fraction,
+        sleep_frac=loader.sleep_fraction,
     )
 
 
-def _loader_stacks(rank: RankAnalysis) -> str | None:
+def _loader_stacks(rank: RankAnalysis) -> Fact | None:
     loader = rank.loader
-    where = (
-        "in the training process's dataset fetches" if loader and loader.in_main_process else "in the loaders"
-    )
+    where = Fact("input.loader.stacks_where", in_process=bool(loader and loader.in_main_process))
     return stack_evidence(rank.stacks.loader if rank.stacks else None, where)
 
 
@@ -101,26 +99,31 @@ def _batched_step(
     return min(wait_ns, bps * (outside + t.batched_ns)), t.batched_ns
 
 
-def _transfer_evidence(rank: RankAnalysis, fetch_ns: float, workers: int = 0) -> str | None:
+def _transfer_evidence(rank: RankAnalysis, fetch_ns: float, workers: int = 0) -> Fact | None:
     t = rank.probes.loader_transfer
     if t is None:
         return None
-    return (
-        f"A DataLoader worker {'passes' if workers else 'would pass'} each batch ({t.batch_bytes / 1e3:.0f} kB) "
-        f"through shared memory: {ms(t.worker_ns)} of the worker's time and {ms(t.receive_ns)} of the training "
-        f"process's per batch (measured here with one worker), against {ms(fetch_ns)} to fetch it"
-        + ("" if workers else " in the training process")
+    return Fact(
+        "input.loader.transfer",
+        batch_bytes=t.batch_bytes,
+        worker_ns=t.worker_ns,
+        receive_ns=t.receive_ns,
+        fetch_ns=fetch_ns,
+        in_workers=bool(workers),
     )
 
 
-def _settings(loader: LoaderActivity | None) -> str | None:
+def _settings(loader: LoaderActivity | None) -> Fact | None:
     if loader is None or loader.config is None:
         return None
     c = loader.config
-    return (
-        f"DataLoader settings in use: num_workers={c.num_workers}, batch_size={c.batch_size}, "
-        f"pin_memory={c.pin_memory}, persistent_workers={c.persistent_workers}, "
-        f"prefetch_factor={c.prefetch_factor}"
+    return Fact(
+        "input.loader.settings",
+        num_workers=c.num_workers,
+        batch_size=c.batch_size,
+        pin_memory=c.pin_memory,
+        persistent_workers=c.persistent_workers,
+        prefetch_factor=c.prefetch_factor,
     )
 
 
@@ -146,7 +149,7 @@ class InputFetch(Rule):
             return
         share, wait_ns, step_ns = dw
         compute_ns = max(1.0, step_ns - wait_ns)
-        evidence = [f"DataLoader wait is {pct(share)} of the step ({ms(wait_ns)} of {ms(step_ns)})"]
+        evidence: list[Text] = [_wait_evidence(share, wait_ns, step_ns)]
         loader = rank.loader
         current = loader.config.num_workers if loader and loader.config else 0
         if loader is not None:
@@ -162,7 +165,7 @@ class InputFetch(Rule):
                 evidence.append(transfer)
             confidence = Confidence.HIGH if share >= INPUT_SHARE_HIGH else Confidence.MEDIUM
         else:
-            evidence.append("The loader's own activity was not recorded (not a torch DataLoader?)")
+            evidence.append(Fact("input.loader.unrecorded"))
             workers = max(current + 2, 4)
             speedup = speedup_removing(share)
             confidence = Confidence.LOW
@@ -174,19 +177,13 @@ class InputFetch(Rule):
             evidence.append(settings)
         yield Finding(
             id=self.id,
-            title=self.title,
+            title=Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=speedup,
             confidence=confidence,
             evidence=tuple(evidence),
-            fix=(
-                f"Overlap loading with compute: num_workers={workers} (sleeping workers cost little CPU, "
-                f"even on {env.cpu.usable_cores} cores), persistent_workers=True; or cache the data locally."
-            ),
-            snippet=(
-                f"DataLoader(dataset, batch_size=..., num_workers={workers}, persistent_workers=True, "
-                "prefetch_factor=4)"
-            ),
+            fix=Fact("input.fetch.fix", workers=workers, cores=env.cpu.usable_cores),
+            snippet=Fact("input.fetch.snippet", workers=workers),
             ranks=(rank.rank,),
             fix_kind=FixKind.WORKERS,
             fix_params=(("num_workers", workers),),
@@ -239,20 +236,24 @@ class InputPreprocess(Rule):
         )
         plan = more_workers(load)
         speedup_workers = step_ns / plan.step_ns
-        how = (
-            f"with num_workers={plan.workers} and torch.set_num_threads({plan.threads}): the compute keeps the "
-            f"{cores} cores busy, so a worker takes one of them"
-            if plan.threads
-            else f"workers share the {cores} cores with compute"
-        )
-        evidence = [
-            f"DataLoader wait is {pct(share)} of the step ({ms(wait_ns)} of {ms(step_ns)})",
+        evidence: list[Text] = [
+            _wait_evidence(share, wait_ns, step_ns),
             _loader_evidence(loader),
-            f"Preprocessing needs {ms(prep_batch)} of CPU per batch"
-            + (f" ({bps:.0f} batches a step)" if bps >= 1.5 else "")
-            + f"; the rest of the step uses {ms(load.other_cpu_ns)} of CPU; the machine has {cores} usable core(s)",
-            f"More workers: predicted ×{speedup_workers:.2f} ({how}); "
-            f"cheaper or cached preprocessing: up to ×{speedup_removing(share):.2f}",
+            Fact(
+                "input.preprocess.cpu",
+                prep_batch_ns=prep_batch,
+                batches_per_step=bps,
+                other_cpu_ns=load.other_cpu_ns,
+                cores=cores,
+            ),
+            Fact(
+                "input.preprocess.options",
+                workers_x=speedup_workers,
+                workers=plan.workers,
+                threads=plan.threads,
+                cores=cores,
+                cheaper_x=speedup_removing(share),
+            ),
         ]
         extra = (
             _transfer_evidence(rank, loader.per_batch_ns, current),
@@ -263,7 +264,7 @@ class InputPreprocess(Rule):
         remedy = _preprocess_remedy(rank, loader, load, plan, bps, share)
         yield Finding(
             id=self.id,
-            title=self.title,
+            title=Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=max(1.0, remedy.speedup),
             confidence=Confidence.HIGH if share >= INPUT_SHARE_HIGH else Confidence.MEDIUM,
@@ -278,12 +279,12 @@ class InputPreprocess(Rule):
 
 @dataclass(frozen=True, slots=True)
 class _Remedy:
-    fix: str
+    fix: Text
     speedup: float
-    snippet: str
+    snippet: Text
     kind: FixKind | None
     workers: int
-    evidence: tuple[str, ...] = ()
+    evidence: tuple[Text, ...] = ()
 
 
 def _preprocess_remedy(
@@ -295,13 +296,10 @@ def _preprocess_remedy(
     speedup_workers = load.step_ns / plan.step_ns
     speedup_cheaper = speedup_removing(share)
     if speedup_workers >= 1.15 and plan.workers > current:
-        pool = f" with torch.set_num_threads({plan.threads}) to leave it a core" if plan.threads else ""
         return _Remedy(
-            fix=f"Move preprocessing off the critical path: num_workers={plan.workers}{pool} "
-            f"(fits {cores} cores), or make it cheaper (cache decoded samples, vectorise augmentation).",
+            fix=Fact("input.preprocess.fix_workers", workers=plan.workers, threads=plan.threads, cores=cores),
             speedup=speedup_workers,
-            snippet=(f"torch.set_num_threads({plan.threads})\n" if plan.threads else "")
-            + f"DataLoader(dataset, num_workers={plan.workers}, persistent_workers=True)",
+            snippet=Fact("input.preprocess.snippet_workers", workers=plan.workers, threads=plan.threads),
             kind=FixKind.WORKERS,
             workers=plan.workers,
         )
@@ -314,40 +312,44 @@ def _preprocess_remedy(
     )
     if not cheap_fetch:
         return _Remedy(
-            fix=f"Make preprocessing cheaper: the {cores} core(s) are already busy, so more workers would compete "
-            "with compute. Cache or precompute the transformed samples, vectorise augmentation over the "
-            "batch, or move it to the accelerator.",
+            fix=Fact("input.preprocess.fix_cheaper", cores=cores),
             speedup=speedup_cheaper,
-            snippet="cache = [transform(x) for x in raw]  # once, before training\n"
-            "dataset = TensorDataset(torch.stack(cache), labels)",
+            snippet=Fact("input.preprocess.snippet_cache"),
             kind=None,
             workers=current,
         )
-    evidence = []
+    evidence: list[Text] = []
     if transfer_bound:
         evidence.append(
-            f"The training process spends ≈ {ms(receive)} a step receiving {bps:.0f} batch(es) from the "
-            f"workers ({pct(min(1.0, receive / wait_ns))} of the wait), while fetching one takes a worker "
-            f"{ms(loader.per_batch_ns)}: the wait is the transfer, not the preprocessing"
+            Fact(
+                "input.preprocess.transfer_bound",
+                receive_ns=receive,
+                batches_per_step=bps,
+                receive_frac=min(1.0, receive / wait_ns),
+                fetch_ns=loader.per_batch_ns,
+            )
         )
     batched = _batched_step(rank, loader, bps, wait_ns, in_workers=transfer_bound)
     if batched is not None:
         new_wait, per_fetch = batched
         speedup_cheaper = load.step_ns / max(1.0, load.step_ns - wait_ns + new_wait)
         evidence.append(
-            f"Fetched as whole batches (one indexing call per tensor: {ms(per_fetch)} a batch, "
-            f"measured), the wait would be ≈ {ms(new_wait)} a step: predicted ×{speedup_cheaper:.2f}"
+            Fact(
+                "input.preprocess.whole_batches",
+                fetch_ns=per_fetch,
+                wait_ns=new_wait,
+                speedup=speedup_cheaper,
+            )
         )
     return _Remedy(
-        fix="Load in the training process (num_workers=0): moving each batch out of a worker costs "
-        "more than fetching it. " + WHOLE_BATCHES
-        if transfer_bound
-        else f"Keep num_workers={current}: a worker would spend more per batch moving it between processes "
-        f"than the fetch costs (more workers: ×{speedup_workers:.2f}). Make each fetch cheaper instead: "
-        + WHOLE_BATCHES,
+        fix=Fact(
+            "input.preprocess.fix_whole_batches",
+            transfer_bound=transfer_bound,
+            workers=current,
+            workers_x=speedup_workers,
+        ),
         speedup=speedup_cheaper,
-        snippet="batches = BatchSampler(RandomSampler(dataset), batch_size=32, drop_last=False)\n"
-        "DataLoader(dataset, sampler=batches, batch_size=None)  # dataset[[i, j, ...]]: one batch",
+        snippet=Fact("input.preprocess.snippet_whole_batches"),
         kind=FixKind.LOAD_IN_PROCESS,
         workers=0 if transfer_bound else current,
         evidence=tuple(evidence),
