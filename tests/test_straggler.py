@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from conftest import make_env, make_loader, make_rank_analysis, make_run_analysis
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.engine import diagnose
@@ -31,7 +33,13 @@ def test_the_late_rank_is_named_with_what_makes_it_late() -> None:
     assert f.ranks == (1,)
     assert f.share == 0.5  # rank 0 waits 50 ms of its 100
     assert abs(f.estimated_speedup - 100 / 50) < 1e-9  # balanced: 20 ms own + 30 ms backward
-    assert any("data_wait (+50.0 ms per step)" in e for e in f.evidence)
+    stated = facts(f)
+    culprit = stated["imbalance.straggler.culprit"]
+    assert (culprit["rank"], culprit["phase"], culprit["extra_ns"]) == (1, "data_wait", pytest.approx(50e6))
+    assert dict(stated["imbalance.straggler.title"].values) == {"ranks": (1,), "phase": "data_wait"}
+    wait = stated["imbalance.straggler.wait"]
+    assert wait["wait_ns"] == pytest.approx(50e6) and wait["share"] == pytest.approx(0.5)
+    assert stated["imbalance.straggler.balanced"]["balanced_ns"] == pytest.approx(50e6)
     assert [c.value for c in causes] == ["input.fetch", "input.preprocess"]
 
 
@@ -65,6 +73,7 @@ def test_gap_below_ten_percent_of_the_step_is_noise() -> None:
 def test_every_late_rank_is_named() -> None:
     found = straggler(ENV, [_rank(0, **FAST), _rank(1, **SLOW), _rank(2, **SLOW), _rank(3, **FAST)])
     assert found is not None and found[0].ranks == (1, 2)
+    assert facts(found[0])["imbalance.straggler.fix"]["ranks"] == (1, 2)
 
 
 def test_one_rank_has_no_straggler() -> None:

@@ -22,8 +22,8 @@ from typing import ClassVar
 
 from pinchpoint.analysis.comm import CommActivity, CrossRankComm, cross_rank_comm
 from pinchpoint.analysis.run_analysis import RankAnalysis
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding, FixKind
-from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject, ms, pct
+from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding, FixKind, Text
+from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject
 from pinchpoint.trace.run import DdpConfig
 
 COMM_SHARE_MIN = 0.05
@@ -34,17 +34,6 @@ COMPRESSION_SAVES = 0.5
 """A bf16/fp16 compression hook halves the bytes of an fp32 all-reduce (bandwidth-bound transfer)."""
 BACKWARD_PER_FORWARD = 2.0
 """A backward does about twice its forward's work (a matmul's gradients for its input and its weight)."""
-
-NO_SYNC_SNIPPET = """\
-for i, (x, y) in enumerate(micro_batches):
-    last = i == len(micro_batches) - 1
-    with contextlib.nullcontext() if last else model.no_sync():
-        loss_fn(model(x), y).div(len(micro_batches)).backward()
-optimizer.step()"""
-
-COMPRESSION_SNIPPET = """\
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-model.register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook)"""
 
 
 class CommExposed(Rule):
@@ -67,12 +56,12 @@ class CommExposed(Rule):
 
 @dataclass(frozen=True, slots=True)
 class _Remedy:
-    title: str
-    fix: str
-    snippet: str
+    title: Text
+    fix: Text
+    snippet: Text
     confidence: Confidence
     speedup: float
-    evidence: tuple[str, ...]
+    evidence: tuple[Text, ...]
 
 
 def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
@@ -89,7 +78,7 @@ def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
     if share < COMM_SHARE_MIN:
         return None
     comm, ddp = lead.comm, lead.comm.ddp
-    evidence = [_transfer_line(lead, cross, transfer, share)]
+    evidence: list[Text] = [_transfer_line(lead, cross, transfer, share)]
     if ddp is not None:
         evidence.append(_ddp_line(ddp))
     # On CPU the all-reduce's copies and sums run on the cores backward computes on: what it costs
@@ -102,9 +91,13 @@ def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
         if contention > COMM_SHARE_MIN * step:
             fwd, bwd = (_mean_phase(rs, p) for p in ("forward", "backward"))
             evidence.append(
-                f"Backward computes for {ms(bwd)} a step against {ms(fwd)} of forward ({bwd / fwd:.1f}×; a "
-                f"backward does about {BACKWARD_PER_FORWARD:.0f}× its forward's work): the all-reduce's copies "
-                f"and sums share these cores and slow it by ≈ {ms(contention)}"
+                Fact(
+                    "comm.exposed.contention",
+                    backward_ns=bwd,
+                    forward_ns=fwd,
+                    expected_x=BACKWARD_PER_FORWARD,
+                    contention_ns=contention,
+                )
             )
     cost = transfer + contention
     accumulating = ddp is not None and comm.backward_calls >= ACCUMULATION_MIN
@@ -129,23 +122,28 @@ def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
     )
 
 
-def _transfer_line(lead: RankAnalysis, cross: CrossRankComm | None, transfer: float, share: float) -> str:
+def _transfer_line(lead: RankAnalysis, cross: CrossRankComm | None, transfer: float, share: float) -> Fact:
     if cross is None:
-        return f"Rank {lead.rank} spends {ms(transfer)} per step ({pct(share)}) in communication"
-    waits = ", ".join(f"rank {r} {ms(w)}" for r, w in sorted(cross.wait_ns.items()))
-    return (
-        f"Every rank spends at least {ms(transfer)} per step ({pct(share)}) in communication that compute "
-        f"does not hide (the least of the ranks, step by step, over {cross.matched_steps} steps); "
-        f"waiting beyond that for another rank: {waits}"
+        return Fact("comm.exposed.rank_transfer", rank=lead.rank, transfer_ns=transfer, share=share)
+    return Fact(
+        "comm.exposed.transfer",
+        transfer_ns=transfer,
+        share=share,
+        steps=cross.matched_steps,
+        wait_ns=tuple(sorted(cross.wait_ns.items())),
     )
 
 
-def _ddp_line(ddp: DdpConfig) -> str:
-    bucket = f"{ddp.bucket_cap_bytes / 2**20:.0f} MiB buckets" if ddp.bucket_cap_bytes else "default buckets"
-    return (
-        f"DDP over {ddp.backend} on {ddp.world_size} ranks all-reduces {ddp.grad_bytes / 2**20:.1f} MiB of "
-        f"gradients ({ddp.params} tensors) per synchronised backward, in {bucket}; "
-        f"comm hook: {ddp.comm_hook or 'none'}, static_graph={ddp.static_graph}"
+def _ddp_line(ddp: DdpConfig) -> Fact:
+    return Fact(
+        "comm.exposed.ddp",
+        backend=ddp.backend,
+        world_size=ddp.world_size,
+        grad_bytes=ddp.grad_bytes,
+        params=ddp.params,
+        bucket_bytes=ddp.bucket_cap_bytes,
+        hook=ddp.comm_hook,
+        static_graph=ddp.static_graph,
     )
 
 
@@ -158,18 +156,14 @@ def _no_sync(comm: CommActivity, cost: float, step: float) -> _Remedy:
     saved = cost * (comm.synced_backwards - 1) / comm.synced_backwards
     after = max(1.0, step - saved)
     return _Remedy(
-        title=TITLE + ": every micro-batch all-reduces the gradients",
-        fix=(
-            f"Accumulate without synchronising: run the first {k - 1:.0f} micro-batches of each step under "
-            "`model.no_sync()` so DDP all-reduces once, in the last backward (same gradients, same update)."
-        ),
-        snippet=NO_SYNC_SNIPPET,
+        title=Fact("comm.exposed.no_sync_title", name=TITLE),
+        fix=Fact("comm.exposed.no_sync_fix", micro_batches=k),
+        snippet=Fact("comm.exposed.no_sync_snippet"),
         confidence=Confidence.HIGH,
         speedup=step / after,
         evidence=(
-            f"Each optimizer step runs {k:.0f} backward() calls (gradient accumulation) and "
-            f"{comm.synced_backwards:.0f} of them wait at the all-reduce: only the last one's is needed",
-            f"Without it: ≈ {ms(after)} a step instead of {ms(step)}",
+            Fact("comm.exposed.synced_backwards", backwards=k, synced=comm.synced_backwards),
+            Fact("comm.exposed.no_sync_after", after_ns=after, step_ns=step),
         ),
     )
 
@@ -179,39 +173,24 @@ def _less_often(cost: float, step: float) -> _Remedy:
     compression hook cost casts on the same cores. All-reducing half as often halves its cost per sample."""
     speedup = 2 * step / max(1.0, 2 * step - cost)
     return _Remedy(
-        title=TITLE,
-        fix=(
-            "All-reduce less often: accumulate gradients over 2 or more batches, the first ones under "
-            "`model.no_sync()` (or take a larger batch per step). On CPU a compression hook "
-            "(fp16_compress_hook) trades bytes for casts on the same cores and rarely pays; `static_graph=True` "
-            "and a smaller `bucket_cap_mb` let the first buckets start earlier in backward."
-        ),
-        snippet=NO_SYNC_SNIPPET,
+        title=Fact("rule.title", name=TITLE),
+        fix=Fact("comm.exposed.less_often_fix"),
+        snippet=Fact("comm.exposed.no_sync_snippet"),
         confidence=Confidence.MEDIUM,
         speedup=speedup,
-        evidence=(
-            f"All-reducing every 2 batches instead of every one (accumulating under no_sync) would cost "
-            f"{ms(cost / 2)} per batch instead of {ms(cost)}: ×{speedup:.2f} samples per second",
-        ),
+        evidence=(Fact("comm.exposed.less_often", per_batch_ns=cost / 2, cost_ns=cost, speedup=speedup),),
     )
 
 
 def _fewer_bytes(cost: float, step: float) -> _Remedy:
     after = max(1.0, step - cost * COMPRESSION_SAVES)
     return _Remedy(
-        title=TITLE,
-        fix=(
-            "Send fewer bytes or fewer times: a bf16 compression hook, a larger batch per step (or gradient "
-            "accumulation under `no_sync()`), `static_graph=True`; check `bucket_cap_mb` lets the first "
-            "buckets start while backward still runs."
-        ),
-        snippet=COMPRESSION_SNIPPET,
+        title=Fact("rule.title", name=TITLE),
+        fix=Fact("comm.exposed.fewer_bytes_fix"),
+        snippet=Fact("comm.exposed.compression_snippet"),
         confidence=Confidence.MEDIUM,
         speedup=step / after,
-        evidence=(
-            f"Halving the bytes (bf16 gradients on the wire) would save about half of it if the transfer is "
-            f"bandwidth-bound: ≈ {ms(after)} a step instead of {ms(step)}",
-        ),
+        evidence=(Fact("comm.exposed.fewer_bytes", after_ns=after, step_ns=step),),
     )
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis
 from pinchpoint.diagnosis.finding import Confidence
-from pinchpoint.diagnosis.rules.base import ms
 
 MIN_SHARE = 0.05
 """A cause below 5% of the step is not reported (XProf's "moderately bound" level)."""
@@ -30,11 +29,13 @@ def window_ns(rank: GpuRankAnalysis) -> int:
     return rank.split.window_ns if rank.split is not None else 0
 
 
-def per_step(rank: GpuRankAnalysis, share: float) -> str:
+def per_step(rank: GpuRankAnalysis, share: float) -> tuple[float, bool]:
+    """A share of the window as time: (ns per step, True) over the device-aligned steps, else
+    (ns over the whole GPU-activity span, False)."""
     n = len(rank.steps.steps)
     if n and rank.split is not None:
-        return f"{ms(share * rank.split.window_ns / n)} per step"
-    return ms(share * window_ns(rank))
+        return share * rank.split.window_ns / n, True
+    return share * window_ns(rank), False
 
 
 def confidence_for(share: float) -> Confidence:

@@ -8,8 +8,8 @@ from typing import ClassVar
 from pinchpoint.analysis.datasheet import gpu_peaks
 from pinchpoint.analysis.gpu.kernels import kernel_function_name
 from pinchpoint.analysis.gpu.tensor_cores import TensorCoreStatus
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding
-from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject, pct, speedup_removing
+from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding, Text
+from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject, speedup_removing
 from pinchpoint.diagnosis.rules.gpu_base import (
     MATRIX_UNIT_GAIN,
     MEMORY_PRESSURE_PEAK,
@@ -19,29 +19,33 @@ from pinchpoint.diagnosis.rules.gpu_base import (
 
 def matrix_unit_ratio(
     device: str | None, measured: Mapping[str, float] | None, *, ampere: bool
-) -> tuple[float, str]:
+) -> tuple[float, Fact]:
     """How much faster a matmul runs on the Tensor Cores than in fp32 SIMT on this device, and what the
     figure rests on: this machine's measured ceilings (`pinchpoint calibrate`), else the datasheet, else
     MATRIX_UNIT_GAIN (the conservative default)."""
     fast = "bfloat16" if ampere else "float16"
     if measured and measured.get("float32") and measured.get(fast):
         r = measured[fast] / measured["float32"]
-        return r, (
-            f"Measured here (pinchpoint calibrate): {fast} matmul {measured[fast] / 1e12:.0f} TFLOP/s vs "
-            f"fp32 {measured['float32'] / 1e12:.1f} TFLOP/s ({r:.1f}x)"
+        return r, Fact(
+            "gpu.math.measured",
+            dtype=fast,
+            fast_flops=measured[fast],
+            fp32_flops=measured["float32"],
+            faster_x=r,
         )
     peaks = gpu_peaks(device)
     sheet = peaks.matmul_flops(fast) if peaks else None
     if peaks is not None and sheet:
         r = sheet / peaks.float32
-        return r, (
-            f"Datasheet ({peaks.name}): {fast} Tensor Cores {sheet / 1e12:.0f} TFLOP/s vs fp32 "
-            f"{peaks.float32 / 1e12:.1f} TFLOP/s ({r:.1f}x; run `pinchpoint calibrate` on it to measure)"
+        return r, Fact(
+            "gpu.math.datasheet",
+            device=peaks.name,
+            dtype=fast,
+            fast_flops=sheet,
+            fp32_flops=peaks.float32,
+            faster_x=r,
         )
-    return MATRIX_UNIT_GAIN, (
-        f"Estimate assumes Tensor Core matmuls {MATRIX_UNIT_GAIN:.0f}x faster (device not in the "
-        "datasheet table; `pinchpoint calibrate` measures it)"
-    )
+    return MATRIX_UNIT_GAIN, Fact("gpu.math.assumed", faster_x=MATRIX_UNIT_GAIN)
 
 
 class GpuTensorCores(Rule):
@@ -71,30 +75,27 @@ class GpuTensorCores(Rule):
         ratio, basis = matrix_unit_ratio(tc.device, run.matmul_flops, ampere=ampere)
         gain = share * (1 - 1 / ratio)
         top = tc.top_off_matrix[0][0] if tc.top_off_matrix else ""
-        evidence = [
-            f"GEMM/convolution kernels are {pct(tc.gemm_conv_share)} of kernel time; "
-            f"{pct(1 - tc.matrix_unit_share)} of that runs off the Tensor Cores ({pct(share)} of the step time)",
-            f"{tc.device or 'GPU'} (compute capability {cc[0]}.{cc[1]})" if cc else f"{tc.device or 'GPU'}",
+        evidence: list[Text] = [
+            Fact(
+                "gpu.math.off_tensor_cores",
+                gemm_share=tc.gemm_conv_share,
+                off_share=1 - tc.matrix_unit_share,
+                share=share,
+            ),
+            Fact("gpu.math.device", device=tc.device, capability=cc),
         ]
         if top:
-            evidence.append(f"Heaviest off-Tensor-Core kernel: {kernel_function_name(top)[:90]}")
+            evidence.append(Fact("gpu.math.top_kernel", kernel=kernel_function_name(top)))
         evidence.append(basis)
         yield Finding(
             id=self.id,
-            title=self.title,
+            title=Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=speedup_removing(gain),
             confidence=Confidence.MEDIUM,
             evidence=tuple(evidence),
-            fix="Run the model under autocast (bf16 on Ampere and newer, fp16 with a GradScaler on Volta/Turing)"
-            + ("; for fp32 matmuls that must stay fp32, allow TF32." if ampere else "."),
-            snippet=(
-                "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(x)\n"
-                "torch.backends.cuda.matmul.allow_tf32 = True   # fp32 matmuls left outside autocast"
-                if ampere
-                else "scaler = torch.cuda.amp.GradScaler()\nwith torch.autocast('cuda', dtype=torch.float16):\n"
-                "    loss = model(x)\nscaler.scale(loss).backward(); scaler.step(opt); scaler.update()"
-            ),
+            fix=Fact("gpu.math.fix", ampere=ampere),
+            snippet=Fact("gpu.math.snippet", ampere=ampere),
             ranks=(rank.rank,),
         )
 
@@ -116,16 +117,19 @@ class GpuMemoryPressure(Rule):
                 continue
             yield Finding(
                 id=self.id,
-                title=self.title,
+                title=Fact("rule.title", name=self.title),
                 share=0.0,
                 estimated_speedup=1.0,
                 confidence=Confidence.MEDIUM,
                 evidence=(
-                    f"Device {dev.device} peaks at {pct(dev.peak_fraction)} of its "
-                    f"{(dev.capacity_bytes or 0) / 2**30:.0f} GiB",
+                    Fact(
+                        "gpu.memory.peak",
+                        device=dev.device,
+                        peak_frac=dev.peak_fraction,
+                        capacity_bytes=dev.capacity_bytes or 0,
+                    ),
                 ),
-                fix="Make room: activation checkpointing, gradient accumulation with a smaller micro-batch, "
-                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation.",
+                fix=Fact("gpu.memory.fix"),
                 ranks=(rank.rank,),
             )
             return

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding
-from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject, ms, pct, speedup_removing
+from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding, Text
+from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject, speedup_removing
 from pinchpoint.diagnosis.rules.gpu_base import (
     HIGH_SHARE,
     LOADER_OPS_PREPROCESS,
@@ -44,40 +44,29 @@ class GpuInputWait(Rule):
             return
         op_share, in_process = rank.loader.op_share, rank.loader.in_process
         preprocess = op_share >= LOADER_OPS_PREPROCESS
-        evidence = [
-            f"The host waits for the DataLoader while the GPU is idle for {pct(share)} of the step time "
-            f"({per_step(rank, share)}; all DataLoader time: {pct(rank.steps.dataloader_share)})",
-            f"Framework ops (transforms) run during {pct(op_share)} of the wait; the rest is Python or I/O "
-            "the trace does not show",
+        wait_ns, stepped = per_step(rank, share)
+        evidence: list[Text] = [
+            Fact(
+                "gpu.input.wait",
+                share=share,
+                wait_ns=wait_ns,
+                per_step=stepped,
+                loader_share=rank.steps.dataloader_share,
+            ),
+            Fact("gpu.input.ops", op_share=op_share),
         ]
         if in_process:
-            evidence.append(
-                "The iterator is _SingleProcessDataLoaderIter: num_workers=0, so the training process "
-                "loads every batch itself between steps"
-            )
-            fix = (
-                "Load in worker processes so batches are ready when the step asks: DataLoader(num_workers=N, "
-                "pin_memory=True, persistent_workers=True), N up to the free CPU cores per GPU."
-            )
-        else:
-            fix = (
-                "The workers cannot keep up: add workers if CPU cores are free, raise prefetch_factor, and "
-                "make the dataset's __getitem__ cheaper (decode once, vectorise transforms)."
-            )
-        evidence.append(
-            "From a trace alone I/O and CPU-bound loading look alike; `pinchpoint run` measures which"
-        )
+            evidence.append(Fact("gpu.input.single_process"))
+        evidence.append(Fact("gpu.input.trace_only"))
         yield Finding(
             id=Category.INPUT_PREPROCESS if preprocess else Category.INPUT_FETCH,
-            title="The GPU waits for input: loading is CPU work in the loop"
-            if preprocess
-            else "The GPU waits for input data",
+            title=Fact("gpu.input.preprocess_title") if preprocess else Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=speedup_removing(share),
             confidence=confidence_for(share),
             evidence=tuple(evidence),
-            fix=fix,
-            snippet="DataLoader(ds, batch_size=B, num_workers=4, pin_memory=True, persistent_workers=True)",
+            fix=Fact("gpu.input.fix", in_process=in_process),
+            snippet=Fact("gpu.input.snippet"),
             ranks=(rank.rank,),
         )
 
@@ -109,16 +98,15 @@ class GpuHostBound(Rule):
         if share < MIN_SHARE:
             return
         la = rank.launch
-        evidence = [
-            f"The GPU is idle waiting for the host's next launch for {pct(share)} of the step time "
-            f"({per_step(rank, share)}), not counting input waits and syncs",
-            f"Median kernel {la.kernel.median_ns / 1000:.1f} µs vs median launch call "
-            f"{la.launch_call.median_ns / 1000:.1f} µs; {pct(la.tiny_kernel_time_share)} of kernel time in "
-            f"kernels under 10 µs"
-            + (
-                f"; {la.kernels_per_step:,.0f} kernel{'' if round(la.kernels_per_step) == 1 else 's'} per step"
-                if la.kernels_per_step
-                else ""
+        idle_ns, stepped = per_step(rank, share)
+        evidence: list[Text] = [
+            Fact("gpu.host.idle", share=share, idle_ns=idle_ns, per_step=stepped),
+            Fact(
+                "gpu.host.kernels",
+                kernel_median_ns=la.kernel.median_ns,
+                launch_median_ns=la.launch_call.median_ns,
+                tiny_share=la.tiny_kernel_time_share,
+                kernels_per_step=la.kernels_per_step,
             ),
         ]
         if la.kernels == 0:
@@ -126,26 +114,24 @@ class GpuHostBound(Rule):
         if la.launch_bound:
             yield Finding(
                 id=Category.HOST_DISPATCH,
-                title="Launch-bound: tiny kernels, the host cannot launch them fast enough",
+                title=Fact("gpu.host.dispatch_title"),
                 share=share,
                 estimated_speedup=_host_floor_speedup(rank, share, launches_stay=False),
                 confidence=confidence_for(share),
                 evidence=tuple(evidence),
-                fix="Launch fewer, bigger kernels: capture the step in a CUDA graph or use "
-                "torch.compile(mode='reduce-overhead'); fuse small ops; use a larger batch.",
-                snippet="model = torch.compile(model, mode='reduce-overhead')",
+                fix=Fact("gpu.host.dispatch_fix"),
+                snippet=Fact("gpu.host.dispatch_snippet"),
                 ranks=(rank.rank,),
             )
             return
         yield Finding(
             id=Category.HOST_PYTHON,
-            title="The GPU waits for the host: CPU work in the loop between launches",
+            title=Fact("gpu.host.python_title"),
             share=share,
             estimated_speedup=_host_floor_speedup(rank, share),
             confidence=Confidence.MEDIUM if share >= HIGH_SHARE and split.over_steps else Confidence.LOW,
             evidence=tuple(evidence),
-            fix="Find the host work between kernels (Python in the loop, logging, CPU ops, small copies) in "
-            "the trace's host rows; move it off the step or onto the GPU, or overlap it with the next step.",
+            fix=Fact("gpu.host.python_fix"),
             ranks=(rank.rank,),
         )
 
@@ -200,23 +186,24 @@ class GpuSync(Rule):
         share = _sync_share(rank) - _copy_sync_share(rank)
         if share < MIN_SHARE:
             return
-        sites = ", ".join(f"{s.op} ({s.count}×, {ms(s.total_ns)})" for s in sy.sites[:3])
         yield Finding(
             id=self.id,
-            title=self.title,
+            title=Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=speedup_removing(share),
             confidence=confidence_for(share),
             evidence=(
-                f"{sy.calls + sy.sync_copies} blocking calls ({sy.calls} syncs, {sy.sync_copies} synchronous "
-                f"copies) hold the host for {ms(sy.blocked_ns)}; the GPU then idles for {pct(share)} of "
-                "the step time (blocked time, capped by the GPU's idle time)",
-                f"Where: {sites}" if sites else "Sites: not attributable to an op",
+                Fact(
+                    "gpu.sync.blocking",
+                    syncs=sy.calls,
+                    sync_copies=sy.sync_copies,
+                    blocked_ns=sy.blocked_ns,
+                    share=share,
+                ),
+                Fact("gpu.sync.sites", sites=tuple((s.op, s.count, s.total_ns) for s in sy.sites[:3])),
             ),
-            fix="Remove per-step .item(), .cpu(), .tolist() and explicit synchronize() calls from the loop "
-            "(accumulate on the GPU and read every N steps); copy with non_blocking=True from pinned memory.",
-            snippet="running += loss.detach()          # not running += loss.item()\n"
-            "if step % 100 == 0: print(running.item() / 100)",
+            fix=Fact("gpu.sync.fix"),
+            snippet=Fact("gpu.sync.snippet"),
             ranks=(rank.rank,),
         )
 
@@ -244,38 +231,27 @@ class GpuHostToDevice(Rule):
         share = exposed_ns / window + blocked
         if share < MIN_SHARE:
             return
-        bw = f" at {h2d.bandwidth_gbps:.1f} GB/s" if h2d.bandwidth_gbps else ""
-        extra = (
-            (
-                f"Synchronous copies also hold the host, so it cannot launch ahead: the GPU idles "
-                f"{pct(blocked)} of the step time after them",
-            )
-            if blocked >= 0.01
-            else ()
-        )
+        extra = (Fact("gpu.h2d.blocking", blocked_share=blocked),) if blocked >= 0.01 else ()
+        pinned = not h2d.pageable
         yield Finding(
             id=self.id,
-            title=self.title,
+            title=Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=speedup_removing(share),
             confidence=confidence_for(share),
             evidence=(
-                f"{h2d.count} host→device copies move {h2d.bytes / 1e6:,.0f} MB{bw}; "
-                f"{ms(exposed_ns)} of them overlap no kernel ({pct(exposed_ns / window)} of the step time)",
-                f"{h2d.pageable} of {h2d.count} copies come from pageable memory",
+                Fact(
+                    "gpu.h2d.copies",
+                    copies=h2d.count,
+                    moved_bytes=h2d.bytes,
+                    bandwidth_gbps=h2d.bandwidth_gbps,
+                    exposed_ns=exposed_ns,
+                    exposed_share=exposed_ns / window,
+                ),
+                Fact("gpu.h2d.pageable", pageable=h2d.pageable, copies=h2d.count),
                 *extra,
             ),
-            fix=(
-                "Pin the batches and copy them asynchronously, so the copy overlaps compute."
-                if h2d.pageable
-                else "The copies are pinned already and still not hidden: move fewer bytes (send uint8 "
-                "images or token ids and convert on the GPU), prefetch the next batch on a side stream, "
-                "or keep a dataset that fits on the GPU there."
-            ),
-            snippet=(
-                "DataLoader(..., pin_memory=True)\nx = x.to('cuda', non_blocking=True)"
-                if h2d.pageable
-                else "x = x_uint8.to('cuda', non_blocking=True).float().div_(255)   # 4x fewer bytes"
-            ),
+            fix=Fact("gpu.h2d.fix", pinned=pinned),
+            snippet=Fact("gpu.h2d.snippet", pinned=pinned),
             ranks=(rank.rank,),
         )

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis, GpuRunAnalysis
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding
-from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject, ms, pct, speedup_removing
+from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding, Text
+from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject, speedup_removing
 from pinchpoint.diagnosis.rules.gpu_base import (
     MIN_SHARE,
     confidence_for,
@@ -36,22 +36,23 @@ class GpuCommExposed(Rule):
         share = split.fractions["gpu_communication"] * (1 - wait)
         if share < MIN_SHARE:
             return
-        overlap = f"{pct(bd.comm_overlap)}" if bd.comm_overlap is not None else "none"
-        waiting = f"; {pct(wait)} of it, waiting for the straggler, is imbalance.straggler's" if wait else ""
+        exposed_ns, stepped = per_step(rank, share)
         yield Finding(
             id=self.id,
-            title=self.title,
+            title=Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=speedup_removing(share),
             confidence=confidence_for(share),
             evidence=(
-                f"Collectives run with no compute beside them for {pct(share)} of the step time "
-                f"({per_step(rank, share)})",
-                f"Of all communication time ({ms(bd.communication_total_ns)}), {overlap} overlaps compute"
-                + waiting,
+                Fact("gpu.comm.exposed", share=share, exposed_ns=exposed_ns, per_step=stepped),
+                Fact(
+                    "gpu.comm.overlap",
+                    comm_ns=bd.communication_total_ns,
+                    overlap_share=bd.comm_overlap,
+                    wait_share=wait,
+                ),
             ),
-            fix="Overlap communication with compute: DDP buckets (bucket_cap_mb), gradient_as_bucket_view, "
-            "FSDP backward prefetch; avoid syncs between buckets; if one rank is slower, fix that first.",
+            fix=Fact("gpu.comm.fix"),
             ranks=(rank.rank,),
         )
 
@@ -85,14 +86,19 @@ class GpuStraggler(Rule):
         slow = [r for r in cmp.ranks if r.straggler]
         fast = [r for r in cmp.ranks if not r.straggler and r.compute_per_step_ns]
         med = sorted(r.compute_per_step_ns or 0 for r in fast)
-        evidence = [
-            f"Rank {r.rank} computes {ms(r.compute_per_step_ns or 0)} per step and arrives last at "
-            f"{r.last_arrivals} of {cmp.matched} collectives"
+        evidence: list[Text] = [
+            Fact(
+                "gpu.straggler.late",
+                rank=r.rank,
+                compute_ns=r.compute_per_step_ns or 0,
+                last_arrivals=r.last_arrivals,
+                collectives=cmp.matched,
+            )
             for r in slow
         ]
         if med:
-            evidence.append(f"The other ranks compute {ms(med[len(med) // 2])} per step (median)")
-        evidence.append(f"{pct(share)} of collective time is waiting for the last rank")
+            evidence.append(Fact("gpu.straggler.others", compute_ns=med[len(med) // 2]))
+        evidence.append(Fact("gpu.straggler.wait", wait_frac=share))
         if cmp.note:
             evidence.append(cmp.note)
         step_share = share * split_comm(run)
@@ -100,13 +106,12 @@ class GpuStraggler(Rule):
             return
         yield Finding(
             id=self.id,
-            title=self.title,
+            title=Fact("rule.title", name=self.title),
             share=step_share,
             estimated_speedup=speedup_removing(step_share),
             confidence=Confidence.MEDIUM,
             evidence=tuple(evidence),
-            fix="Balance the work across ranks: equal batch shapes (pad or bucket sequence lengths), "
-            "balanced embedding shards, no extra work on rank 0 (logging, evaluation, checkpoints).",
+            fix=Fact("gpu.straggler.fix"),
             ranks=tuple(r.rank for r in slow),
         )
 

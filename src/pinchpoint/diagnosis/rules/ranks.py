@@ -15,8 +15,8 @@ from dataclasses import replace
 from typing import ClassVar
 
 from pinchpoint.analysis.run_analysis import RankAnalysis
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding
-from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject, ms, pct
+from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding
+from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject
 from pinchpoint.trace.run import HOST_OTHER, Environment, Phase
 
 STRAGGLER_GAP_MIN = 0.10
@@ -26,14 +26,13 @@ WAIT_EXPLAINS_MIN = 0.5
 """And the fast ranks wait in backward at least half of that gap: they are held back, not just idle."""
 BACKWARD = Phase.BACKWARD.value
 COMM = Phase.COMM.value
-CULPRITS = {
-    Phase.DATA_WAIT.value: ("its DataLoader", (Category.INPUT_FETCH, Category.INPUT_PREPROCESS)),
-    HOST_OTHER: ("work in the loop outside the framework", (Category.HOST_PYTHON,)),
-    Phase.CHECKPOINT_IO.value: ("checkpoint writes", (Category.IO_CHECKPOINT,)),
-    Phase.FORWARD.value: ("its forward pass", ()),
-    Phase.OPTIMIZER.value: ("its optimizer step", ()),
+CULPRITS: dict[str, tuple[Category, ...]] = {
+    Phase.DATA_WAIT.value: (Category.INPUT_FETCH, Category.INPUT_PREPROCESS),
+    HOST_OTHER: (Category.HOST_PYTHON,),
+    Phase.CHECKPOINT_IO.value: (Category.IO_CHECKPOINT,),
 }
-"""What a straggler's extra time is spent on, and the per-rank findings that say why."""
+"""The per-rank findings that say why a straggler's extra time goes to a phase (what the phase is, in
+words, is the phrasebook's: report/phrases/comm.py)."""
 
 
 class Straggler(Rule):
@@ -79,36 +78,47 @@ def straggler(env: Environment, ranks: Sequence[RankAnalysis]) -> tuple[Finding,
     if gap < STRAGGLER_GAP_MIN * step or waited < WAIT_EXPLAINS_MIN * gap:
         return None
     late = [r for r in rs if own(r) - own(fast) >= STRAGGLER_GAP_MIN * step]
-    names = ", ".join(str(r.rank) for r in late)
+    late_ranks = tuple(r.rank for r in late)
     diffs = {
         p: slow.steps.phase_ns.get(p, 0.0) - fast.steps.phase_ns.get(p, 0.0)
         for p in slow.steps.phase_ns
         if p not in (BACKWARD, COMM)
     }
     culprit = max(diffs, key=lambda p: diffs[p])
-    what, categories = CULPRITS.get(culprit, (culprit, ()))
+    categories = CULPRITS.get(culprit, ())
     balanced = own(fast) + bwd(slow)
     speedup = step / max(1.0, balanced)
     evidence = (
-        f"Rank {slow.rank} spends {ms(own(slow))} per step outside backward, rank {fast.rank} {ms(own(fast))}: "
-        f"rank {slow.rank} is {ms(gap)} behind every step",
-        f"Rank {fast.rank}'s backward takes {ms(bwd(fast))} against rank {slow.rank}'s {ms(bwd(slow))}: it waits "
-        f"{ms(waited)} ({pct(waited / step)} of the step) at the gradient all-reduce for the late rank",
-        f"Rank {slow.rank}'s extra time is {culprit} (+{ms(diffs[culprit])} per step): {what}",
-        f"Balanced, every rank would take ≈ {ms(balanced)} a step (the fastest rank's own time plus a backward "
-        f"without waiting) instead of {ms(step)}",
+        Fact(
+            "imbalance.straggler.own_time",
+            slow_rank=slow.rank,
+            fast_rank=fast.rank,
+            slow_ns=own(slow),
+            fast_ns=own(fast),
+            gap_ns=gap,
+        ),
+        Fact(
+            "imbalance.straggler.wait",
+            slow_rank=slow.rank,
+            fast_rank=fast.rank,
+            slow_backward_ns=bwd(slow),
+            fast_backward_ns=bwd(fast),
+            wait_ns=waited,
+            share=waited / step,
+        ),
+        Fact("imbalance.straggler.culprit", rank=slow.rank, phase=culprit, extra_ns=diffs[culprit]),
+        Fact("imbalance.straggler.balanced", balanced_ns=balanced, step_ns=step),
     )
     return (
         Finding(
             id=Category.IMBALANCE_STRAGGLER,
-            title=f"Straggler: rank {names} holds the other ranks back ({what})",
+            title=Fact("imbalance.straggler.title", ranks=late_ranks, phase=culprit),
             share=min(1.0, waited / step),
             estimated_speedup=max(1.0, speedup),
             confidence=Confidence.HIGH if waited >= 0.8 * gap else Confidence.MEDIUM,
             evidence=evidence,
-            fix=f"Make rank {names} as fast as the others: remove what its {culprit} costs that the other "
-            "ranks don't pay (every rank waits for the slowest at each all-reduce).",
-            ranks=tuple(r.rank for r in late),
+            fix=Fact("imbalance.straggler.fix", ranks=late_ranks, phase=culprit),
+            ranks=late_ranks,
         ),
         categories,
     )
