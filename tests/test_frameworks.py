@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding, FixKind
+from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.frameworks import in_framework_terms
 from pinchpoint.ingest.rundir import read_run_dir
+from pinchpoint.report.phrases import say
 from pinchpoint.trace.run import Framework, FrameworkName, StepKind
 from programs import phases_match_the_programs_own_timing, report_of, run_program
 from truth import acceptable_tops
@@ -23,6 +24,8 @@ LIGHTNING = ROOT / "examples" / "lightning_fit.py"
 TRAINER = ROOT / "examples" / "hf_trainer.py"
 LIGHTNING_FW = Framework(name=FrameworkName.LIGHTNING, settings=(("precision", "32-true"),))
 TRAINER_FW = Framework(name=FrameworkName.TRANSFORMERS, settings=(("dataloader_num_workers", 0),))
+BARE_LIGHTNING = Framework(name=FrameworkName.LIGHTNING, settings=())
+"""Lightning with no settings recorded: the fix names Lightning's defaults as the current ones."""
 
 
 def _finding(kind: FixKind | None, **params: int) -> Finding:
@@ -40,7 +43,69 @@ def _finding(kind: FixKind | None, **params: int) -> Finding:
 
 
 @pytest.mark.parametrize(
-    ("framework", "kind", "params", "expected"),
+    ("framework", "kind", "params", "key", "values"),
+    [
+        (
+            LIGHTNING_FW,
+            FixKind.WORKERS,
+            {"num_workers": 3},
+            "framework.lightning.workers",
+            {"num_workers": 3},
+        ),
+        (LIGHTNING_FW, FixKind.WORKERS, {}, "framework.lightning.workers", {"num_workers": 2}),
+        (LIGHTNING_FW, FixKind.BF16_AUTOCAST, {}, "framework.lightning.bf16", {"precision": "32-true"}),
+        (BARE_LIGHTNING, FixKind.BF16_AUTOCAST, {}, "framework.lightning.bf16", {"precision": "32-true"}),
+        (LIGHTNING_FW, FixKind.FP32, {}, "framework.lightning.fp32", {"precision": "32-true"}),
+        (
+            LIGHTNING_FW,
+            FixKind.NO_SYNC,
+            {"micro_batches": 4},
+            "framework.lightning.accumulate",
+            {"micro_batches": 4},
+        ),
+        (
+            LIGHTNING_FW,
+            FixKind.LOG_LESS,
+            {},
+            "framework.lightning.log_less",
+            {"log_every_n_steps": 50, "now_log_every_n_steps": 50},
+        ),
+        (
+            TRAINER_FW,
+            FixKind.WORKERS,
+            {"num_workers": 2},
+            "framework.trainer.workers",
+            {"num_workers": 2, "now_num_workers": 0},
+        ),
+        (TRAINER_FW, FixKind.BF16_AUTOCAST, {}, "framework.trainer.bf16", {}),
+        (TRAINER_FW, FixKind.COMPILE, {}, "framework.trainer.compile", {}),
+        (
+            TRAINER_FW,
+            FixKind.NO_SYNC,
+            {"micro_batches": 8},
+            "framework.trainer.accumulate",
+            {"micro_batches": 8},
+        ),
+        (
+            TRAINER_FW,
+            FixKind.LOG_LESS,
+            {},
+            "framework.trainer.log_less",
+            {"logging_steps": 50, "now_logging_steps": None},
+        ),
+    ],
+)
+def test_a_fix_is_named_in_the_frameworks_knob(
+    framework: Framework, kind: FixKind, params: dict[str, int], key: str, values: dict[str, Any]
+) -> None:
+    (out,) = in_framework_terms([_finding(kind, **params)], framework)
+    assert isinstance(out.framework_fix, Fact) and out.framework_fix.key == key
+    assert dict(out.framework_fix.values) == values
+    assert out.fix == "plain fix"  # the plain-PyTorch form stays
+
+
+@pytest.mark.parametrize(
+    ("framework", "kind", "params", "knob"),
     [
         (
             LIGHTNING_FW,
@@ -49,21 +114,15 @@ def _finding(kind: FixKind | None, **params: int) -> Finding:
             "num_workers=3, persistent_workers=True)` from your",
         ),
         (LIGHTNING_FW, FixKind.BF16_AUTOCAST, {}, 'L.Trainer(precision="bf16-mixed")` (now 32-true)'),
-        (LIGHTNING_FW, FixKind.FP32, {}, 'precision="32-true"'),
-        (LIGHTNING_FW, FixKind.NO_SYNC, {"micro_batches": 4}, "accumulate_grad_batches=4"),
-        (LIGHTNING_FW, FixKind.LOG_LESS, {}, "log_every_n_steps=50"),
         (TRAINER_FW, FixKind.WORKERS, {"num_workers": 2}, "dataloader_num_workers=2, dataloader_persistent"),
-        (TRAINER_FW, FixKind.BF16_AUTOCAST, {}, "TrainingArguments(bf16=True)"),
-        (TRAINER_FW, FixKind.COMPILE, {}, "torch_compile=True"),
-        (TRAINER_FW, FixKind.NO_SYNC, {"micro_batches": 8}, "gradient_accumulation_steps=8"),
+        (TRAINER_FW, FixKind.COMPILE, {}, "TrainingArguments(torch_compile=True)"),
     ],
 )
-def test_a_fix_is_named_in_the_frameworks_knob(
-    framework: Framework, kind: FixKind, params: dict[str, int], expected: str
+def test_the_knob_reads_in_the_frameworks_own_code(
+    framework: Framework, kind: FixKind, params: dict[str, int], knob: str
 ) -> None:
     (out,) = in_framework_terms([_finding(kind, **params)], framework)
-    assert out.framework_fix is not None and expected in out.framework_fix
-    assert out.fix == "plain fix"  # the plain-PyTorch form stays
+    assert out.framework_fix is not None and knob in say(out.framework_fix)
 
 
 def test_no_framework_or_no_knob_leaves_the_finding_alone() -> None:

@@ -40,7 +40,6 @@ from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.diagnosis.engine import diagnose
 from pinchpoint.diagnosis.finding import Category, Confidence, Finding, NoteKind, facts
-from pinchpoint.diagnosis.notes import MISSING_DATA
 from pinchpoint.diagnosis.registry import RULES
 from pinchpoint.diagnosis.rules.base import Job, Rule, Scope, Subject, speedup_removing
 from pinchpoint.diagnosis.rules.compute import (
@@ -78,6 +77,7 @@ from pinchpoint.diagnosis.rules.memory import (
     LEAK_MIN_SLOPE,
 )
 from pinchpoint.report.phrases import say, say_all
+from pinchpoint.report.phrases.notes import MISSING_DATA
 from pinchpoint.trace.run import (
     ConvProbe,
     Environment,
@@ -1348,21 +1348,18 @@ def test_diagnose_notes_rules_that_lack_data() -> None:
     diagnosis = diagnose(make_run_analysis(make_env(), [rank]))
     ids = {f.id.value for f in diagnosis.findings}
     assert "host.dispatch" not in ids and "input.preprocess" not in ids
-    notes = "\n".join(diagnosis.note_texts)
-    not_judged = {n.category for n in diagnosis.notes if n.kind is NoteKind.NOT_JUDGED}
+    judged = [n for n in diagnosis.notes if n.kind is NoteKind.NOT_JUDGED]
+    lacking = {n.category: n.fact["missing"] for n in judged}
     assert {
-        Category.HOST_DISPATCH,
-        Category.INPUT_PREPROCESS,
-        Category.CPU_UNDERUSE,
-        Category.MEMORY_LEAK,
-    } <= not_judged
-    assert Category.INPUT_FETCH not in not_judged and Category.HOST_PYTHON not in not_judged
-    assert f"host.dispatch: not judged on rank 0: {MISSING_DATA['ops']}" in notes
-    assert f"input.preprocess: not judged on rank 0: {MISSING_DATA['loader']}" in notes
-    assert f"cpu.underuse: not judged on rank 0: {MISSING_DATA['cpu']}" in notes
-    assert f"memory.leak: not judged on rank 0: {MISSING_DATA['memory']}" in notes
+        Category.HOST_DISPATCH: "ops",
+        Category.INPUT_PREPROCESS: "loader",
+        Category.CPU_UNDERUSE: "cpu",
+        Category.MEMORY_LEAK: "memory",
+    }.items() <= lacking.items()
+    assert all(n.fact.key == "note.not_judged" and n.fact["rank"] == 0 for n in judged)
+    assert all(n.category is not None and n.fact["category"] == n.category.value for n in judged)
     # Rules with their data are judged, not noted.
-    assert "input.fetch:" not in notes and "host.python:" not in notes
+    assert Category.INPUT_FETCH not in lacking and Category.HOST_PYTHON not in lacking
 
 
 def test_diagnose_without_steps_notes_every_rule() -> None:
@@ -1373,7 +1370,10 @@ def test_diagnose_without_steps_notes_every_rule() -> None:
     for rule in RULES:
         if rule.scope is Scope.RANK:
             assert rule.id in not_judged, rule.id
-            assert any(n.startswith(f"{rule.id.value}: not judged on rank 0") for n in diagnosis.note_texts)
+            assert any(
+                n.category is rule.id and n.fact.key == "note.not_judged" and n.fact["rank"] == 0
+                for n in diagnosis.notes
+            )
 
 
 def test_two_planted_causes_both_fire_and_shares_add_up() -> None:
@@ -1408,8 +1408,8 @@ def test_diagnose_notes_only_rank_zero_on_multi_rank_runs() -> None:
     ranks = [rank_of({}, rank=0), rank_of({}, rank=1)]
     notes = diagnose(make_run_analysis(make_env(), ranks)).notes
     judged = [n for n in notes if n.kind is NoteKind.NOT_JUDGED]
-    assert judged and all("on rank 0" in n.text for n in judged)
-    assert len(notes) == len({n.text for n in notes})
+    assert judged and all(n.fact["rank"] == 0 for n in judged)
+    assert len(notes) == len({say(n.fact) for n in notes})
 
 
 # ------------------------------------------------------------------------------- rule invariants

@@ -42,11 +42,7 @@ class Diagnosis:
     findings: tuple[Finding, ...]
     notes: tuple[Note, ...]
     """Rules that could not judge, and why; what the data lacks; the run's circumstances (honest gaps,
-    not findings)."""
-
-    @property
-    def note_texts(self) -> tuple[str, ...]:
-        return tuple(n.text for n in self.notes)
+    not findings): each states a fact, worded by the report (`report/phrases/notes.py`)."""
 
 
 def diagnose(

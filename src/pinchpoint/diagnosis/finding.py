@@ -162,9 +162,10 @@ class NoteKind(str, Enum):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Note:
     kind: NoteKind
-    text: str
     category: Category | None = None
     """The category of the rule a NOT_JUDGED note is about."""
+    fact: Fact
+    """What the note states (phrased by `report/phrases/notes.py`)."""
 
 
 def facts(f: Finding) -> dict[str, Fact]:

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from pinchpoint.diagnosis.finding import Category, Finding
-from pinchpoint.diagnosis.rules.base import ms, pct
+from pinchpoint.diagnosis.finding import Category, Fact, Finding
 from pinchpoint.trace.run import HOST_OTHER, Phase
 
 COMPUTE = (Phase.FORWARD.value, Phase.BACKWARD.value, Phase.OPTIMIZER.value)
@@ -31,23 +30,13 @@ PHASES_OF: Mapping[Category, tuple[str, ...]] = {
 """Where a finding's time sits in the step; everything else is compute (forward, backward, optimizer)."""
 NEXT_FINDING_MIN = 0.10
 """Another finding takes over when it holds at least this share of the shorter step."""
-LABELS = {
-    Phase.DATA_WAIT.value: "waiting for data",
-    HOST_OTHER: "host work outside the framework",
-    Phase.FORWARD.value: "forward",
-    Phase.BACKWARD.value: "backward",
-    Phase.OPTIMIZER.value: "the optimizer step",
-    Phase.CHECKPOINT_IO.value: "checkpoint writes",
-    Phase.COMM.value: "communication",
-    Phase.SYNC_WAIT.value: "device syncs",
-    Phase.H2D_COPY.value: "host→device copies",
-}
 
 
 def next_limit(
     f: Finding, others: Sequence[Finding], step_ns: float, phase_ns: Mapping[str, float]
-) -> str | None:
-    """What limits the step once `f` is fixed, as a sentence; None when `f` predicts no gain."""
+) -> Fact | None:
+    """What limits the step once `f` is fixed (the next finding, or else the largest phase, with its share
+    of the shorter step); None when `f` predicts no gain."""
     if f.estimated_speedup <= 1.005 or step_ns <= 0:
         return None
     new_step = step_ns / f.estimated_speedup
@@ -65,12 +54,12 @@ def next_limit(
     )
     if best is not None and best.share * step_ns / new_step >= NEXT_FINDING_MIN:
         share = min(1.0, best.share * step_ns / new_step)
-        return f"after this, {best.id.value} at {pct(share)} of a {ms(new_step)} step is the limit"
+        return Fact("whatif.next_finding", category=best.id.value, share=share, step_ns=new_step)
     phase = max(remaining, key=lambda p: remaining[p], default=None)
     if phase is None:
         return None
     share = min(1.0, remaining[phase] / new_step)
-    return f"after this, {LABELS.get(phase, phase)} at {pct(share)} of a {ms(new_step)} step is the limit"
+    return Fact("whatif.next_phase", phase=phase, share=share, step_ns=new_step)
 
 
 def with_next_limits(

@@ -10,6 +10,7 @@ from pinchpoint.analysis.gpu.kernels import GpuWork
 from pinchpoint.analysis.gpu.trace_analysis import STEP_BREAKDOWN_KEYS, GpuRankAnalysis, GpuRunAnalysis
 from pinchpoint.diagnosis.engine import Diagnosis
 from pinchpoint.report.json_report import SCHEMA, finding_dict, rounded
+from pinchpoint.report.phrases import say
 
 TOP_KERNELS = 10
 
@@ -140,6 +141,6 @@ def build_gpu_report(analysis: GpuRunAnalysis, diagnosis: Diagnosis, source: str
         "ranks": [{"rank": r.rank, "steps": _steps(r), "breakdown": _breakdown(r)} for r in analysis.ranks],
         "gpu": [_gpu(r) for r in analysis.ranks],
         "findings": [finding_dict(f) for f in diagnosis.findings],
-        "notes": list(diagnosis.note_texts),
+        "notes": [say(n.fact) for n in diagnosis.notes],
         "warnings": warnings,
     }

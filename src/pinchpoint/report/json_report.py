@@ -223,7 +223,7 @@ def build_report(analysis: RunAnalysis, diagnosis: Diagnosis) -> dict[str, Any]:
             for r in analysis.ranks
         ],
         "findings": [finding_dict(f) for f in diagnosis.findings],
-        "notes": list(diagnosis.note_texts),
+        "notes": [say(n.fact) for n in diagnosis.notes],
         "warnings": list(run.warnings),
     }
 

@@ -10,14 +10,36 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pinchpoint.diagnosis.finding import Fact, Text
-from pinchpoint.report.phrases import common, memory, merge
+from pinchpoint.report.phrases import (
+    comm,
+    common,
+    compute,
+    cpu,
+    frameworks,
+    gpu,
+    host,
+    input,
+    memory,
+    merge,
+    notes,
+    whatif,
+)
 
 Phrase = Callable[..., str]
 
 BOOKS: tuple[Mapping[str, Phrase], ...] = (
+    comm.PHRASES,
     common.PHRASES,
+    compute.PHRASES,
+    cpu.PHRASES,
+    frameworks.PHRASES,
+    gpu.PHRASES,
+    host.PHRASES,
+    input.PHRASES,
     memory.PHRASES,
     merge.PHRASES,
+    notes.PHRASES,
+    whatif.PHRASES,
 )
 
 

@@ -1,0 +1,43 @@
+"""The notes a diagnosis carries beside its findings (diagnosis/notes.py) in words."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+MISSING_DATA = {
+    "steps": "no steps were recorded (no optimizer step, model call or prof.step() was seen)",
+    "ops": "needs an op window (the run had too few steps, or it was turned off)",
+    "traffic": "needs an op window with tensor shapes (the run had too few steps, or it was turned off)",
+    "loader": "the DataLoader's fetch activity was not recorded",
+    "cpu": "needs system samples over the steps (run too short?)",
+    "memory": "needs RSS at five or more steps",
+    "faults": "needs page-fault counts at five or more steps",
+    "main": "the training process's torch settings were not recorded",
+    "comm": "no collectives were recorded",
+}
+"""Why a rule was not judged, by the first `RankAnalysis` field it needs that is missing."""
+
+
+def _not_judged(category: str, rank: int, missing: str) -> str:
+    reason = MISSING_DATA.get(missing, f"missing {missing}")
+    return f"{category}: not judged on rank {rank}: {reason}"
+
+
+PHRASES: dict[str, Callable[..., str]] = {
+    "note.not_judged": _not_judged,
+    "note.cuda_source": lambda: (
+        "CUDA program: step-time findings come from the op window's device timeline "
+        "(the host only enqueues work; its phase times show when it waited, not what limits the step)"
+    ),
+    "note.no_gpu_work": lambda ranks: (
+        f"no GPU kernels, copies or memsets in the trace of rank(s) {list(ranks)}: a CPU-only "
+        "profile? GPU findings need `ProfilerActivity.CUDA`"
+    ),
+    "note.analysis": lambda text: text,
+    "note.span_shares": lambda: "shares are of the GPU-activity span: the trace has no ProfilerStep ranges",
+    "note.shared_machine": lambda foreign_cores, usable_cores: (
+        f"other processes kept {foreign_cores:.1f} of {usable_cores} cores busy during the "
+        "steps: timings (and contention findings) reflect a shared machine"
+    ),
+    "note.few_steps": lambda steps: f"only {steps} steady steps were measured: statistics are rough",
+}
