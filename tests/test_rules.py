@@ -433,6 +433,18 @@ HOST_PYTHON = {
         },
         check=_all(_eq("share", 0.30), _eq("fix_kind", None)),
     ),
+    # An inference loop that blocks (a request queue's get, a sleep) gets no logging knob either.
+    "an-inference-loop-that-blocks": Case(
+        replace(
+            rank_of({"host_other": 0.30, "data_wait": 0.10}, cpu_ms=60, runq_ms=0),
+            steps=replace(
+                rank_of({"host_other": 0.30, "data_wait": 0.10}, cpu_ms=60, runq_ms=0).steps, kind="inference"
+            ),
+        ),
+        True,
+        facts={"host.python.title": {"waiting": True, "inference": True}},
+        check=_eq("fix_kind", None),
+    ),
     "busy-outside-the-phases-is-python-work": Case(
         rank_of({"host_other": 0.30, "data_wait": 0.10}, cpu_ms=85, runq_ms=0),
         True,

@@ -95,8 +95,7 @@ class HostPython(Rule):
             fix=Fact("host.python.fix", waiting=blocked),
             snippet=Fact("host.python.snippet", waiting=blocked),
             ranks=(rank.rank,),
-            # (an inference loop that waits keeps LOG_LESS, as when this was read from its title)
-            fix_kind=None if blocked and not inference else FixKind.LOG_LESS,
+            fix_kind=None if blocked else FixKind.LOG_LESS,
         )
 
 
