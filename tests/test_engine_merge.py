@@ -7,7 +7,7 @@ import pytest
 
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.steps import StepStats
-from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding
 from pinchpoint.diagnosis.merge import net_compute_summary
 from pinchpoint.diagnosis.notes import nothing_to_judge
 from pinchpoint.diagnosis.registry import RULES
@@ -21,6 +21,7 @@ def finding(cat: Category, share: float, speedup: float) -> Finding:
         title=cat.value,
         share=share,
         estimated_speedup=speedup,
+        basis=Basis.MODEL,
         confidence=Confidence.MEDIUM,
         evidence=("measured",),
         fix="fix",

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding, FixKind
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.frameworks import in_framework_terms
 from pinchpoint.ingest.rundir import read_run_dir
 from pinchpoint.report.phrases import say
@@ -34,6 +34,7 @@ def _finding(kind: FixKind | None, **params: int) -> Finding:
         title="t",
         share=0.3,
         estimated_speedup=1.4,
+        basis=Basis.MODEL,
         confidence=Confidence.HIGH,
         evidence=(),
         fix="plain fix",

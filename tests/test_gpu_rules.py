@@ -42,7 +42,7 @@ from gpu_trace_builder import (
 from pinchpoint.analysis.gpu.ranks import STRAGGLER_EXCESS
 from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis, analyze_traces
 from pinchpoint.diagnosis.engine import diagnose_gpu
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding, NoteKind, facts
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Finding, NoteKind, facts
 from pinchpoint.diagnosis.registry import RULES
 from pinchpoint.diagnosis.rules.base import Job, Scope, Subject
 from pinchpoint.diagnosis.rules.gpu_base import (
@@ -112,6 +112,8 @@ def run_rule(rule_id: str, run: GpuRunAnalysis) -> list[Finding]:
 
 
 def assert_well_formed(f: Finding, ranks: Sequence[int] = (0,)) -> None:
+    # A finding that claims no gain says so; one that claims a gain says how it was obtained.
+    assert f.basis is not Basis.NONE or f.estimated_speedup == 1.0, (f.basis, f.estimated_speedup)
     assert isinstance(f.id, Category)
     assert say(f.title)
     assert 0.0 <= f.share <= 1.0, f.share

@@ -38,7 +38,7 @@ from pinchpoint.analysis.roofline import Chain, MemoryTraffic
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.diagnosis.engine import diagnose
-from pinchpoint.diagnosis.finding import Category, Confidence, Finding, FixKind, NoteKind, facts
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Finding, FixKind, NoteKind, facts
 from pinchpoint.diagnosis.registry import RULES
 from pinchpoint.diagnosis.rules.base import Job, Rule, Scope, Subject, speedup_removing
 from pinchpoint.diagnosis.rules.compute import (
@@ -135,6 +135,8 @@ def evidence_text(f: Finding) -> str:
 
 
 def assert_well_formed(f: Finding, rank: int = 0) -> None:
+    # A finding that claims no gain says so; one that claims a gain says how it was obtained.
+    assert f.basis is not Basis.NONE or f.estimated_speedup == 1.0, (f.basis, f.estimated_speedup)
     assert isinstance(f.id, Category)
     assert say(f.title)
     assert 0.0 <= f.share <= 1.0, f.share
@@ -301,7 +303,7 @@ INPUT_PREPROCESS = {
             "input.preprocess.fix_whole_batches": {"transfer_bound": False, "workers": 0},
             "input.preprocess.snippet_whole_batches": {},
         },
-        check=_eq("estimated_speedup", 100 / 75),
+        check=_all(_eq("estimated_speedup", 100 / 75), _eq("basis", Basis.REMOVED)),
     ),
     # With the probe's whole-batch fetch (0.5 ms): the wait keeps the DataLoader's own 0.25 ms a batch
     # (25 ms of wait, 4 x 6 ms in the fetch) and pays 0.5 ms per fetch: 4 x 0.75 = 3 ms instead of 25.
@@ -314,7 +316,7 @@ INPUT_PREPROCESS = {
             "input.preprocess.whole_batches": {"fetch_ns": 0.5e6, "wait_ns": 3e6, "speedup": 100 / 78},
             "input.preprocess.fix_whole_batches": {"transfer_bound": False, "workers": 0},
         },
-        check=_eq("estimated_speedup", 100 / 78),
+        check=_all(_eq("estimated_speedup", 100 / 78), _eq("basis", Basis.PROBE)),
     ),
     # Workers already load, and receiving their 4 batches (4 x 10 ms) is most of the 25 ms wait: load in
     # the training process, whole batches (0.5 ms each).
@@ -754,6 +756,7 @@ COMPUTE_MATH = {
             _precision,
             _eq("share", 0.5),
             _eq("estimated_speedup", _PRECISION_SPEEDUP),
+            _eq("basis", Basis.PROBE),
             _eq("confidence", Confidence.HIGH),
             _eq("fix_kind", FixKind.BF16_AUTOCAST),
         ),

@@ -17,7 +17,7 @@ from pinchpoint.analysis.cpu import thread_trial
 from pinchpoint.analysis.steps import steady_steps, step_stats
 from pinchpoint.capture.thread_trial import FILE, STEPS, WARM, ThreadTrialRunner, fitting_threads
 from pinchpoint.diagnosis.engine import diagnose
-from pinchpoint.diagnosis.finding import facts
+from pinchpoint.diagnosis.finding import Basis, facts
 from pinchpoint.trace.run import RankData
 from pinchpoint.trace.run import ThreadTrial as TrialRecord
 
@@ -89,7 +89,7 @@ def test_trial_steps_stay_out_of_the_statistics_and_price_the_finding() -> None:
     )
     found = diagnose(make_run_analysis(make_env(cores=2), [analysis])).findings
     (f,) = [f for f in found if f.id == "cpu.oversubscription"]
-    assert f.estimated_speedup == pytest.approx(1.75)
+    assert f.estimated_speedup == pytest.approx(1.75) and f.basis is Basis.TRIAL
     assert f.share == pytest.approx(1 - 40 / 70)
     trial = facts(f)["cpu.oversubscription.trial"]
     assert (trial["steps"], trial["fit"], trial["threads"]) == (3, 2, 16)

@@ -108,9 +108,19 @@ class Fact:
         return tuple((k, v, unit_of(k, v)) for k, v in self.values)
 
 
-Text = str | Fact
-"""Prose a finding carries: a `Fact` (phrased by `report/phrases/`), or, where a module has not moved to
-facts yet, a finished sentence."""
+class Basis(str, Enum):
+    """How a finding's estimated speedup was obtained (what to trust it as)."""
+
+    REMOVED = "removed"
+    """The measured share disappears (Amdahl): an upper bound for fixes that remove the time."""
+    MODEL = "model"
+    """A cost model over measured quantities (`diagnosis/costs.py` and the rules' own arithmetic)."""
+    PROBE = "probe"
+    """A probe timed the fixed operation on this machine (bf16 vs fp32 matmul, a whole-batch fetch)."""
+    TRIAL = "trial"
+    """pinchpoint ran the fix for a few of the program's own steps and timed them."""
+    NONE = "none"
+    """No gain claimed (the compute-bound summary, a leak, memory near capacity)."""
 
 
 class Confidence(str, Enum):
@@ -122,22 +132,24 @@ class Confidence(str, Enum):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Finding:
     id: Category
-    title: Text
+    title: Fact
     share: float
     """Fraction of step time this finding accounts for."""
     estimated_speedup: float
     """Predicted step-time ratio before/after if the fix were applied (>= 1.0)."""
+    basis: Basis
+    """How `estimated_speedup` was obtained."""
     confidence: Confidence
-    evidence: tuple[Text, ...]
-    fix: Text
+    evidence: tuple[Fact, ...]
+    fix: Fact
     ranks: tuple[int, ...] = (0,)
-    snippet: Text | None = None
+    snippet: Fact | None = None
     """Code showing the fix, where one helps."""
-    next_limit: Text | None = None
+    next_limit: Fact | None = None
     """What limits the step once this is fixed (`diagnosis/whatif.py`)."""
     fix_kind: FixKind | None = None
     fix_params: tuple[tuple[str, int], ...] = ()
-    framework_fix: Text | None = None
+    framework_fix: Fact | None = None
     """The fix in the words of the framework the program runs under (`diagnosis/frameworks.py`)."""
     explained_by: tuple[Category, ...] = ()
     """Categories of per-rank findings that, found on this finding's ranks alone, say why it happens

@@ -15,7 +15,7 @@ from typing import ClassVar
 from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis, GpuRunAnalysis
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.stacks import StackScope
-from pinchpoint.diagnosis.finding import Category, Fact, Finding, Text
+from pinchpoint.diagnosis.finding import Category, Fact, Finding
 from pinchpoint.trace.run import Environment
 
 
@@ -117,7 +117,7 @@ def speedup_removing(share: float) -> float:
     return 1.0 / max(1e-6, 1.0 - min(share, 0.95))
 
 
-def stack_evidence(scope: StackScope | None, where: Text) -> Fact | None:
+def stack_evidence(scope: StackScope | None, where: Fact) -> Fact | None:
     """The hottest Python functions of a stack scope (`stacks.top`: each as its label, its share of the
     scope's samples and the library function it was mostly inside), or None without stacks. `where`
     says where the samples were taken (a fact, or a caller's finished phrase)."""

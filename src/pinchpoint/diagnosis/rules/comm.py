@@ -22,7 +22,7 @@ from typing import ClassVar
 
 from pinchpoint.analysis.comm import CommActivity, CrossRankComm, cross_rank_comm
 from pinchpoint.analysis.run_analysis import RankAnalysis
-from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding, FixKind, Text
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject
 from pinchpoint.trace.run import DdpConfig
 
@@ -56,12 +56,12 @@ class CommExposed(Rule):
 
 @dataclass(frozen=True, slots=True)
 class _Remedy:
-    title: Text
-    fix: Text
-    snippet: Text
+    title: Fact
+    fix: Fact
+    snippet: Fact
     confidence: Confidence
     speedup: float
-    evidence: tuple[Text, ...]
+    evidence: tuple[Fact, ...]
 
 
 def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
@@ -78,7 +78,7 @@ def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
     if share < COMM_SHARE_MIN:
         return None
     comm, ddp = lead.comm, lead.comm.ddp
-    evidence: list[Text] = [_transfer_line(lead, cross, transfer, share)]
+    evidence: list[Fact] = [_transfer_line(lead, cross, transfer, share)]
     if ddp is not None:
         evidence.append(_ddp_line(ddp))
     # On CPU the all-reduce's copies and sums run on the cores backward computes on: what it costs
@@ -112,6 +112,7 @@ def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
         title=remedy.title,
         share=min(1.0, cost / step),
         estimated_speedup=max(1.0, remedy.speedup),
+        basis=Basis.MODEL,
         confidence=remedy.confidence,
         evidence=(*evidence, *remedy.evidence),
         fix=remedy.fix,

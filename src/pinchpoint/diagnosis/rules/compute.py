@@ -9,7 +9,7 @@ from pinchpoint.analysis.attention import HandAttention
 from pinchpoint.analysis.ops import BF16, FP32
 from pinchpoint.analysis.roofline import Chain
 from pinchpoint.analysis.run_analysis import RankAnalysis
-from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding, FixKind
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Subject
 from pinchpoint.trace.run import Environment, Phase
 
@@ -105,6 +105,7 @@ class ComputeMath(Rule):
             title=Fact("compute.math.bound_title", dtype=dtype),
             share=compute,
             estimated_speedup=1.0,
+            basis=Basis.NONE,
             confidence=Confidence.MEDIUM,
             evidence=tuple(evidence),
             fix=Fact("compute.math.bound_fix"),
@@ -145,6 +146,7 @@ class ComputeMath(Rule):
             title=Fact("compute.math.emulated_title"),
             share=share,
             estimated_speedup=max(1.0, speedup),
+            basis=Basis.PROBE,
             confidence=Confidence.HIGH,
             evidence=evidence,
             fix=Fact("compute.math.fp32_fix"),
@@ -181,6 +183,7 @@ class ComputeMath(Rule):
             title=Fact("compute.math.precision_title", what=what, amx="amx_bf16" in units),
             share=share,
             estimated_speedup=max(1.0, speedup),
+            basis=Basis.PROBE if measured else Basis.MODEL,
             confidence=confidence,
             evidence=tuple(evidence),
             fix=Fact("compute.math.bf16_fix"),
@@ -309,6 +312,7 @@ class ComputeMemory(Rule):
             title=Fact("rule.title", name=self.title) if fusable else Fact("compute.memory.spread_title"),
             share=share,
             estimated_speedup=max(1.0, speedup) if fusable else 1.0,
+            basis=Basis.MODEL if fusable else Basis.NONE,
             confidence=Confidence.HIGH if fusable else Confidence.MEDIUM,
             evidence=tuple(evidence),
             fix=Fact("compute.memory.fix", fusable=fusable),
@@ -338,6 +342,7 @@ def _hand_attention(
         title=Fact("compute.memory.attention_title"),
         share=max(share, min(1.0, saving / step_ns)),
         estimated_speedup=step_ns / (step_ns - saving),
+        basis=Basis.MODEL,
         confidence=Confidence.MEDIUM,
         evidence=tuple(evidence),
         fix=Fact("compute.memory.attention_fix"),

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pinchpoint.analysis.run_analysis import RankAnalysis
-from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding
 from pinchpoint.diagnosis.rules.base import Rule, Subject
 from pinchpoint.trace.run import Phase
 
@@ -91,6 +91,7 @@ class CpuOversubscription(Rule):
             title=Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=speedup,
+            basis=Basis.TRIAL if trial is not None else Basis.REMOVED,
             confidence=confidence,
             evidence=tuple(evidence),
             fix=Fact("cpu.oversubscription.fix", threads=target),
@@ -135,6 +136,7 @@ class CpuUnderuse(Rule):
             title=Fact("rule.title", name=self.title),
             share=saved,
             estimated_speedup=1.0 / (1.0 - saved),
+            basis=Basis.MODEL,
             confidence=Confidence.MEDIUM,
             evidence=(
                 Fact("cpu.underuse.threads", share=compute, threads=intra, cores=cores),

@@ -8,7 +8,7 @@ from typing import ClassVar
 from pinchpoint.analysis.datasheet import gpu_peaks
 from pinchpoint.analysis.gpu.kernels import kernel_function_name
 from pinchpoint.analysis.gpu.tensor_cores import TensorCoreStatus
-from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding, Text
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding
 from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject, speedup_removing
 from pinchpoint.diagnosis.rules.gpu_base import (
     MATRIX_UNIT_GAIN,
@@ -75,7 +75,7 @@ class GpuTensorCores(Rule):
         ratio, basis = matrix_unit_ratio(tc.device, run.matmul_flops, ampere=ampere)
         gain = share * (1 - 1 / ratio)
         top = tc.top_off_matrix[0][0] if tc.top_off_matrix else ""
-        evidence: list[Text] = [
+        evidence: list[Fact] = [
             Fact(
                 "gpu.math.off_tensor_cores",
                 gemm_share=tc.gemm_conv_share,
@@ -92,6 +92,7 @@ class GpuTensorCores(Rule):
             title=Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=speedup_removing(gain),
+            basis=Basis.MODEL,
             confidence=Confidence.MEDIUM,
             evidence=tuple(evidence),
             fix=Fact("gpu.math.fix", ampere=ampere),
@@ -120,6 +121,7 @@ class GpuMemoryPressure(Rule):
                 title=Fact("rule.title", name=self.title),
                 share=0.0,
                 estimated_speedup=1.0,
+                basis=Basis.NONE,
                 confidence=Confidence.MEDIUM,
                 evidence=(
                     Fact(

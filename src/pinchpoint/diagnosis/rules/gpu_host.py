@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis
-from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding, Text
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding
 from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject, speedup_removing
 from pinchpoint.diagnosis.rules.gpu_base import (
     HIGH_SHARE,
@@ -45,7 +45,7 @@ class GpuInputWait(Rule):
         op_share, in_process = rank.loader.op_share, rank.loader.in_process
         preprocess = op_share >= LOADER_OPS_PREPROCESS
         wait_ns, stepped = per_step(rank, share)
-        evidence: list[Text] = [
+        evidence: list[Fact] = [
             Fact(
                 "gpu.input.wait",
                 share=share,
@@ -63,6 +63,7 @@ class GpuInputWait(Rule):
             title=Fact("gpu.input.preprocess_title") if preprocess else Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=speedup_removing(share),
+            basis=Basis.REMOVED,
             confidence=confidence_for(share),
             evidence=tuple(evidence),
             fix=Fact("gpu.input.fix", in_process=in_process),
@@ -99,7 +100,7 @@ class GpuHostBound(Rule):
             return
         la = rank.launch
         idle_ns, stepped = per_step(rank, share)
-        evidence: list[Text] = [
+        evidence: list[Fact] = [
             Fact("gpu.host.idle", share=share, idle_ns=idle_ns, per_step=stepped),
             Fact(
                 "gpu.host.kernels",
@@ -117,6 +118,7 @@ class GpuHostBound(Rule):
                 title=Fact("gpu.host.dispatch_title"),
                 share=share,
                 estimated_speedup=_host_floor_speedup(rank, share, launches_stay=False),
+                basis=Basis.MODEL,
                 confidence=confidence_for(share),
                 evidence=tuple(evidence),
                 fix=Fact("gpu.host.dispatch_fix"),
@@ -129,6 +131,7 @@ class GpuHostBound(Rule):
             title=Fact("gpu.host.python_title"),
             share=share,
             estimated_speedup=_host_floor_speedup(rank, share),
+            basis=Basis.MODEL,
             confidence=Confidence.MEDIUM if share >= HIGH_SHARE and split.over_steps else Confidence.LOW,
             evidence=tuple(evidence),
             fix=Fact("gpu.host.python_fix"),
@@ -191,6 +194,7 @@ class GpuSync(Rule):
             title=Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=speedup_removing(share),
+            basis=Basis.REMOVED,
             confidence=confidence_for(share),
             evidence=(
                 Fact(
@@ -238,6 +242,7 @@ class GpuHostToDevice(Rule):
             title=Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=speedup_removing(share),
+            basis=Basis.REMOVED,
             confidence=confidence_for(share),
             evidence=(
                 Fact(

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis, GpuRunAnalysis
-from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding, Text
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding
 from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject, speedup_removing
 from pinchpoint.diagnosis.rules.gpu_base import (
     MIN_SHARE,
@@ -42,6 +42,7 @@ class GpuCommExposed(Rule):
             title=Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=speedup_removing(share),
+            basis=Basis.REMOVED,
             confidence=confidence_for(share),
             evidence=(
                 Fact("gpu.comm.exposed", share=share, exposed_ns=exposed_ns, per_step=stepped),
@@ -86,7 +87,7 @@ class GpuStraggler(Rule):
         slow = [r for r in cmp.ranks if r.straggler]
         fast = [r for r in cmp.ranks if not r.straggler and r.compute_per_step_ns]
         med = sorted(r.compute_per_step_ns or 0 for r in fast)
-        evidence: list[Text] = [
+        evidence: list[Fact] = [
             Fact(
                 "gpu.straggler.late",
                 rank=r.rank,
@@ -100,7 +101,7 @@ class GpuStraggler(Rule):
             evidence.append(Fact("gpu.straggler.others", compute_ns=med[len(med) // 2]))
         evidence.append(Fact("gpu.straggler.wait", wait_frac=share))
         if cmp.note:
-            evidence.append(cmp.note)
+            evidence.append(Fact("note.analysis", text=cmp.note))
         step_share = share * split_comm(run)
         if step_share < MIN_SHARE:
             return
@@ -109,6 +110,7 @@ class GpuStraggler(Rule):
             title=Fact("rule.title", name=self.title),
             share=step_share,
             estimated_speedup=speedup_removing(step_share),
+            basis=Basis.REMOVED,
             confidence=Confidence.MEDIUM,
             evidence=tuple(evidence),
             fix=Fact("gpu.straggler.fix"),

@@ -8,7 +8,7 @@ from typing import ClassVar
 from pinchpoint.analysis.ops import VECTOR_ROWS, OpStats
 from pinchpoint.analysis.steps import COMPUTE_PHASES, StepStats
 from pinchpoint.diagnosis.costs import batched_requests
-from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding, FixKind
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Subject, speedup_removing, stack_evidence
 from pinchpoint.trace.run import HOST_OTHER, Phase
 
@@ -90,6 +90,7 @@ class HostPython(Rule):
             title=Fact("host.python.title", waiting=blocked, inference=inference),
             share=share,
             estimated_speedup=speedup_removing(share),
+            basis=Basis.REMOVED,
             confidence=Confidence.HIGH if share >= HOST_SHARE_HIGH else Confidence.MEDIUM,
             evidence=tuple(evidence),
             fix=Fact("host.python.fix", waiting=blocked),
@@ -198,6 +199,7 @@ class HostDispatch(Rule):
             title=Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=speedup,
+            basis=Basis.MODEL,
             confidence=Confidence.MEDIUM,
             evidence=tuple(evidence),
             fix=Fact(

@@ -15,7 +15,7 @@ from typing import ClassVar
 from pinchpoint.analysis.loader import LoaderActivity
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.costs import LoaderLoad, WorkerPlan, more_workers
-from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding, FixKind, Text
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Subject, speedup_removing, stack_evidence
 from pinchpoint.trace.run import Phase
 
@@ -149,7 +149,7 @@ class InputFetch(Rule):
             return
         share, wait_ns, step_ns = dw
         compute_ns = max(1.0, step_ns - wait_ns)
-        evidence: list[Text] = [_wait_evidence(share, wait_ns, step_ns)]
+        evidence: list[Fact] = [_wait_evidence(share, wait_ns, step_ns)]
         loader = rank.loader
         current = loader.config.num_workers if loader and loader.config else 0
         if loader is not None:
@@ -180,6 +180,7 @@ class InputFetch(Rule):
             title=Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=speedup,
+            basis=Basis.MODEL if loader is not None else Basis.REMOVED,
             confidence=confidence,
             evidence=tuple(evidence),
             fix=Fact("input.fetch.fix", workers=workers, cores=env.cpu.usable_cores),
@@ -236,7 +237,7 @@ class InputPreprocess(Rule):
         )
         plan = more_workers(load)
         speedup_workers = step_ns / plan.step_ns
-        evidence: list[Text] = [
+        evidence: list[Fact] = [
             _wait_evidence(share, wait_ns, step_ns),
             _loader_evidence(loader),
             Fact(
@@ -267,6 +268,7 @@ class InputPreprocess(Rule):
             title=Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=max(1.0, remedy.speedup),
+            basis=remedy.basis,
             confidence=Confidence.HIGH if share >= INPUT_SHARE_HIGH else Confidence.MEDIUM,
             evidence=(*evidence, *remedy.evidence),
             fix=remedy.fix,
@@ -279,12 +281,13 @@ class InputPreprocess(Rule):
 
 @dataclass(frozen=True, slots=True)
 class _Remedy:
-    fix: Text
+    fix: Fact
     speedup: float
-    snippet: Text
+    basis: Basis
+    snippet: Fact
     kind: FixKind | None
     workers: int
-    evidence: tuple[Text, ...] = ()
+    evidence: tuple[Fact, ...] = ()
 
 
 def _preprocess_remedy(
@@ -299,6 +302,7 @@ def _preprocess_remedy(
         return _Remedy(
             fix=Fact("input.preprocess.fix_workers", workers=plan.workers, threads=plan.threads, cores=cores),
             speedup=speedup_workers,
+            basis=Basis.MODEL,
             snippet=Fact("input.preprocess.snippet_workers", workers=plan.workers, threads=plan.threads),
             kind=FixKind.WORKERS,
             workers=plan.workers,
@@ -314,11 +318,12 @@ def _preprocess_remedy(
         return _Remedy(
             fix=Fact("input.preprocess.fix_cheaper", cores=cores),
             speedup=speedup_cheaper,
+            basis=Basis.REMOVED,
             snippet=Fact("input.preprocess.snippet_cache"),
             kind=None,
             workers=current,
         )
-    evidence: list[Text] = []
+    evidence: list[Fact] = []
     if transfer_bound:
         evidence.append(
             Fact(
@@ -349,6 +354,7 @@ def _preprocess_remedy(
             workers_x=speedup_workers,
         ),
         speedup=speedup_cheaper,
+        basis=Basis.PROBE if batched is not None else Basis.REMOVED,
         snippet=Fact("input.preprocess.snippet_whole_batches"),
         kind=FixKind.LOAD_IN_PROCESS,
         workers=0 if transfer_bound else current,

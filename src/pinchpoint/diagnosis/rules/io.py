@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
-from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding
 from pinchpoint.diagnosis.rules.base import Rule, Subject, speedup_removing
 from pinchpoint.trace.run import Phase
 
@@ -38,6 +38,7 @@ class IoCheckpoint(Rule):
             title=Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=speedup_removing(share),
+            basis=Basis.REMOVED,
             confidence=Confidence.HIGH,
             evidence=(
                 Fact(

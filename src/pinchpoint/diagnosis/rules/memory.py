@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pinchpoint.analysis.memory import graph_growth
-from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding
 from pinchpoint.diagnosis.rules.base import Rule, Subject, speedup_removing
 
 MIB = 1 << 20
@@ -81,6 +81,7 @@ class MemoryLeak(Rule):
             title=Fact("rule.title", name=self.title),
             share=0.0,
             estimated_speedup=1.0,
+            basis=Basis.NONE,
             confidence=Confidence.HIGH if trend.r2 >= 0.95 else Confidence.MEDIUM,
             evidence=tuple(evidence),
             fix=Fact("memory.leak.fix", kept_graphs=kept_graphs),
@@ -141,6 +142,7 @@ class AllocatorChurn(Rule):
             title=Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=speedup_removing(share),
+            basis=Basis.REMOVED,
             confidence=Confidence.MEDIUM,
             evidence=(
                 Fact(

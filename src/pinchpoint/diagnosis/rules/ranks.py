@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import ClassVar
 
 from pinchpoint.analysis.run_analysis import RankAnalysis
-from pinchpoint.diagnosis.finding import Category, Confidence, Fact, Finding
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding
 from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject
 from pinchpoint.trace.run import HOST_OTHER, Environment, Phase
 
@@ -115,6 +115,7 @@ def straggler(env: Environment, ranks: Sequence[RankAnalysis]) -> tuple[Finding,
             title=Fact("imbalance.straggler.title", ranks=late_ranks, phase=culprit),
             share=min(1.0, waited / step),
             estimated_speedup=max(1.0, speedup),
+            basis=Basis.MODEL,
             confidence=Confidence.HIGH if waited >= 0.8 * gap else Confidence.MEDIUM,
             evidence=evidence,
             fix=Fact("imbalance.straggler.fix", ranks=late_ranks, phase=culprit),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pinchpoint.diagnosis.finding import Fact, Text
+from pinchpoint.diagnosis.finding import Fact
 from pinchpoint.report.phrases import (
     comm,
     common,
@@ -64,15 +64,13 @@ def _value(v: Any) -> Any:
     return v
 
 
-def say(text: Text) -> str:
-    """A fact in words (a finished sentence is returned as it is)."""
-    if isinstance(text, str):
-        return text
+def say(text: Fact) -> str:
+    """A fact in words."""
     phrase = PHRASES.get(text.key)
     if phrase is None:
         raise KeyError(f"no phrase for fact {text.key!r} (add it to a module of report/phrases/)")
     return phrase(**{k: _value(v) for k, v in text.values})
 
 
-def say_all(texts: tuple[Text, ...]) -> list[str]:
+def say_all(texts: tuple[Fact, ...]) -> list[str]:
     return [say(t) for t in texts]
