@@ -33,7 +33,7 @@ import json, resource, sys, time
 from pathlib import Path
 mode, path, workers = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 if mode == "one":
-    from pinchpoint.rank_map import analyze_file
+    from pinchpoint.pipeline.ranks import analyze_file
     t0 = time.perf_counter(); analyze_file(str(path)); wall = time.perf_counter() - t0
     worker = 0
 elif mode == "inmem":  # every trace read into this process first, then analysed (the old path)
@@ -42,12 +42,12 @@ elif mode == "inmem":  # every trace read into this process first, then analysed
     t0 = time.perf_counter(); analyze_traces(read_trace_dir(path)); wall = time.perf_counter() - t0
     worker = 0
 elif mode == "pool":
-    from pinchpoint.pipeline import report_traces
+    from pinchpoint.pipeline.traces import report_traces
     t0 = time.perf_counter(); report_traces(path, workers=workers); wall = time.perf_counter() - t0
     worker = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
 else:
     from dask.distributed import Client, LocalCluster
-    from pinchpoint.pipeline import report_traces
+    from pinchpoint.pipeline.traces import report_traces
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
     t0 = time.perf_counter(); report_traces(path, cluster=cluster.scheduler_address); wall = time.perf_counter() - t0
     with Client(cluster) as c:

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from pinchpoint.compare.diff import RunSide, diff_runs  # noqa: E402
 from pinchpoint.ingest.rundir import read_run_dir  # noqa: E402
-from pinchpoint.pipeline import run_step_ns  # noqa: E402
+from pinchpoint.pipeline.rundir import run_step_ns  # noqa: E402
 from test_examples_e2e import FIX_REMOVES, _launch, _planted, _truth  # noqa: E402
 
 TOLERANCE = 0.25

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from pinchpoint.pipeline import HTML_NAME, report_run_dir
+from pinchpoint.pipeline.rundir import HTML_NAME, report_run_dir
 
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pinchpoint.capture.cuda_steps import FILE, DeviceStepClock
-from pinchpoint.pipeline import report_run_dir
+from pinchpoint.pipeline.rundir import report_run_dir
 from test_rundir_ingest import write_jsonl, write_minimal_run_dir
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pinchpoint.pipeline import report_run_dir
+from pinchpoint.pipeline.rundir import report_run_dir
 
 H200 = Path(__file__).parent / "data" / "rundirs" / "h200"
 TRUTH_MS = {"fp32": (30.390, 3.021), "h2d": (31.273, 2.862), "launch": (34.456, 0.765)}

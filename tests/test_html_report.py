@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from conftest import make_env, make_steps
-from pinchpoint.pipeline import HTML_NAME, report_run_dir
+from pinchpoint.pipeline.rundir import HTML_NAME, report_run_dir
 from pinchpoint.report import charts as chart_mod
 from pinchpoint.report.html import render_html
 from pinchpoint.trace.run import ProcSample, RankData, Run, RunMeta, SystemSample
@@ -130,7 +130,7 @@ def test_analyze_writes_html_with_the_gpu_section(tmp_path: Path) -> None:
 
 
 def test_a_profile_renders_its_report_in_a_notebook() -> None:
-    from pinchpoint.capture.api import Profile
+    from pinchpoint.notebook import Profile
 
     prof = Profile(print_report=False)
     assert "no report yet" in prof._repr_html_()

@@ -19,8 +19,8 @@ from pinchpoint.analysis.gpu.trace_analysis import analyze_traces
 from pinchpoint.diagnosis.engine import diagnose_gpu
 from pinchpoint.errors import TraceError, UsageError
 from pinchpoint.ingest.kineto import read_trace_dir
-from pinchpoint.pipeline import report_traces
-from pinchpoint.rank_map import RENUMBERED, analyze_file, map_ranks
+from pinchpoint.pipeline.ranks import RENUMBERED, analyze_file, map_ranks
+from pinchpoint.pipeline.traces import report_traces
 from pinchpoint.report.gpu_report import build_gpu_report
 
 DATA = Path(__file__).parent / "data" / "traces"

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from pinchpoint.pipeline import REPORT_NAME, report_run_dir, report_traces
+from pinchpoint.pipeline.rundir import REPORT_NAME, report_run_dir
+from pinchpoint.pipeline.traces import report_traces
 from pinchpoint.report.terminal import render
 
 HERE = Path(__file__).resolve().parent

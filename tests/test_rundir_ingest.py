@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from conftest import MIB, MS, make_steps
 from pinchpoint.errors import PinchpointError, RunDirError
 from pinchpoint.ingest.rundir import read_run_dir
-from pinchpoint.pipeline import report_run_dir
+from pinchpoint.pipeline.rundir import report_run_dir
 from pinchpoint.trace.run import (
     Fetch,
     Interval,

@@ -56,6 +56,16 @@ def test_parse_folded_reads_processes_frames_and_counts() -> None:
     assert not any("pinchpoint" in f.file for s in stacks.samples for f in s.frames)
 
 
+def test_the_profile_objects_frames_are_dropped_with_the_captures() -> None:
+    """`prof.step()` (`pinchpoint/notebook.py`) is pinchpoint's work, as when it lived in capture/."""
+    folded = (
+        f"<module> (/w/train.py:9);Profile.step ({SITE}/pinchpoint/notebook.py:73);"
+        f"explicit_step ({SITE}/pinchpoint/capture/agent.py:400) 5\n"
+    )
+    stacks, _ = parse_folded(folded)
+    assert [s.frames for s in stacks.samples] == [(Frame("<module>", "/w/train.py", 9),)]
+
+
 def test_parse_folded_merges_identical_stacks_and_keeps_odd_frames() -> None:
     stacks, bad = parse_folded("a;b (x.py:1) 2\na;b (x.py:1) 3\nthread (0x1f);c 4\n")
     assert bad == 0

@@ -15,17 +15,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
 __all__ = ["PinchpointError", "__version__", "profile"]
 
+from pinchpoint._version import __version__
 from pinchpoint.errors import PinchpointError
 
 if TYPE_CHECKING:
-    from pinchpoint.capture.api import Profile
+    from pinchpoint.notebook import Profile
 
 
 def profile(out: str | None = None, **kwargs: Any) -> Profile:
-    """Profile the code in a `with` block; see `pinchpoint.capture.api.Profile`."""
-    from pinchpoint.capture.api import Profile
+    """Profile the code in a `with` block; see `pinchpoint.notebook.Profile`."""
+    from pinchpoint.notebook import Profile
 
     return Profile(out=out, **kwargs)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pinchpoint.analysis.attention import HandAttention, hand_attention
+from pinchpoint.analysis.datasheet import gpu_peaks
 from pinchpoint.trace.run import OpEvent, OpWindow, Probes
 
 ELEMENTWISE_OPS = frozenset(
@@ -306,6 +307,25 @@ def cpu_ceilings(probes: Probes) -> Ceilings:
             m, k, n = p.shape
             flops[p.dtype] = max(flops.get(p.dtype, 0.0), 2 * m * k * n / (p.ns / 1e9))
     return ceilings_from(flops, probes.memory_bytes_per_s, "measured at the op window")
+
+
+def gpu_ceilings(
+    measured_flops: Mapping[str, float] | None, measured_bandwidth: float | None, device_name: str | None
+) -> Ceilings | None:
+    """A GPU's ceilings for the roofline: its matmul peaks and memory bandwidth as `pinchpoint calibrate`
+    measured them on this machine (when it did), else the datasheet's; None for an unknown device."""
+    if measured_flops:
+        return ceilings_from(measured_flops, measured_bandwidth, "measured by pinchpoint calibrate")
+    return datasheet_ceilings(device_name)
+
+
+def datasheet_ceilings(device_name: str | None) -> Ceilings | None:
+    """A GPU's datasheet peaks as roofline ceilings; None for a device not in `analysis.datasheet`."""
+    peaks = gpu_peaks(device_name)
+    if peaks is None:
+        return None
+    sheet = {d: peaks.matmul_flops(d) or 0.0 for d in ("float32", "tf32", "bfloat16", "float16")}
+    return ceilings_from(sheet, peaks.memory_bytes_per_s, f"{peaks.name} datasheet")
 
 
 def roofline_summary(window: OpWindow, ceilings: Ceilings, limit: int = 20) -> dict[str, object] | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pinchpoint
+from pinchpoint._version import __version__
 from pinchpoint.capture import environment
 from pinchpoint.capture.agent import OPWINDOW_ENV, RUN_DIR_ENV
 from pinchpoint.capture.annotate import ANNOTATE_ENV
@@ -26,7 +26,8 @@ from pinchpoint.capture.stacks import DEFAULT_RATE_HZ, STACKS_ENV, spawn_stack_s
 from pinchpoint.capture.writer import write_json_atomic
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
-PKG_PARENT = Path(pinchpoint.__file__).resolve().parent.parent
+PKG_PARENT = Path(__file__).resolve().parents[2]
+"""The directory holding the pinchpoint package (src/ of a checkout, or site-packages)."""
 SCHEMA = "pinchpoint.run/1"
 
 
@@ -48,7 +49,7 @@ def start_run_dir(run_dir: Path, command: list[str], mode: str) -> dict[str, Any
     run_dir.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {
         "schema": SCHEMA,
-        "pinchpoint_version": pinchpoint.__version__,
+        "pinchpoint_version": __version__,
         "command": command,
         "cwd": os.getcwd(),
         "started_at": _iso_now(),

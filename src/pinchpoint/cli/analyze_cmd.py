@@ -37,8 +37,8 @@ class AnalyzeCommand:
 
     def execute(self, args: argparse.Namespace) -> int:
         from pinchpoint.errors import UsageError
-        from pinchpoint.pipeline import report_traces
-        from pinchpoint.rank_map import default_workers
+        from pinchpoint.pipeline.ranks import default_workers
+        from pinchpoint.pipeline.traces import report_traces
         from pinchpoint.report.terminal import render
 
         if args.workers < 0:
@@ -56,7 +56,7 @@ class AnalyzeCommand:
         finally:
             bar.close()
         if args.html:
-            from pinchpoint.pipeline import trace_roofline
+            from pinchpoint.pipeline.traces import trace_roofline
             from pinchpoint.report.html import render_html
 
             roofline = trace_roofline(Path(args.path))

@@ -23,7 +23,7 @@ class DiffCommand:
 
     def execute(self, args: argparse.Namespace) -> int:
         from pinchpoint.compare.diff import diff_json, diff_runs
-        from pinchpoint.history.resolve import load_side
+        from pinchpoint.pipeline.resolve import load_side
         from pinchpoint.report.diff_terminal import render_diff
 
         d = diff_json(diff_runs(load_side(args.before), load_side(args.after)))
@@ -68,7 +68,7 @@ class CheckCommand:
 
     def execute(self, args: argparse.Namespace) -> int:
         from pinchpoint.compare.diff import diff_json, gate
-        from pinchpoint.history.resolve import load_side
+        from pinchpoint.pipeline.resolve import load_side
 
         allowed = parse_percent(args.max_regression)
         result = gate([load_side(b) for b in args.baseline], load_side(args.run), allowed)
@@ -106,7 +106,7 @@ class ShowCommand:
         parser.add_argument("--no-color", action="store_true", help="plain text")
 
     def execute(self, args: argparse.Namespace) -> int:
-        from pinchpoint.history.resolve import load_report
+        from pinchpoint.pipeline.resolve import load_report
         from pinchpoint.report.terminal import render
 
         report = load_report(args.run)

@@ -21,8 +21,8 @@ class ReportCommand:
 
     def execute(self, args: argparse.Namespace) -> int:
         from pinchpoint.cli.run_cmd import NO_STEPS_EXIT
-        from pinchpoint.history.resolve import run_dir_of
-        from pinchpoint.pipeline import report_run_dir
+        from pinchpoint.pipeline.resolve import run_dir_of
+        from pinchpoint.pipeline.rundir import report_run_dir
         from pinchpoint.report.terminal import render
 
         run_dir = run_dir_of(args.run_dir)
@@ -30,7 +30,7 @@ class ReportCommand:
         if args.html:
             import shutil
 
-            from pinchpoint.pipeline import HTML_NAME
+            from pinchpoint.pipeline.rundir import HTML_NAME
 
             shutil.copyfile(run_dir / HTML_NAME, args.html)
         render(report, sys.stdout, color=False if args.no_color else None)

@@ -72,7 +72,7 @@ class RunCommand:
 
     def execute(self, args: argparse.Namespace) -> int:
         from pinchpoint.capture.launcher import launch
-        from pinchpoint.pipeline import report_run_dir
+        from pinchpoint.pipeline.rundir import report_run_dir
         from pinchpoint.report.terminal import render
 
         command: list[str] = args.target

@@ -65,3 +65,15 @@ def gpu_memory_bandwidth(ceilings: dict[str, Any] | None, device_name: str | Non
             bw = dev.get("memory_bytes_per_s")
             return float(bw) if isinstance(bw, (int, float)) and bw > 0 else None
     return None
+
+
+def run_machine_key(run_dir: Path, torch_version: str | None, gpu_names: Sequence[str]) -> str | None:
+    """The cache key of the machine a run directory was recorded on: its `environment.json`'s CPU
+    model and logical cores, with the torch version and GPU names of its main process (which the
+    caller read from the run). None when environment.json can't be read."""
+    try:
+        env = json.loads((run_dir / "environment.json").read_text())
+        cpu = env.get("cpu") or {}
+        return machine_key(cpu.get("model"), cpu.get("logical_cores"), torch_version, gpu_names)
+    except (OSError, ValueError, AttributeError):
+        return None

@@ -3,7 +3,9 @@ and memory ceilings, page-fault cost, live tensors at the window's edges)."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 from pinchpoint.ingest.fields import as_dict, as_int, as_list
@@ -90,3 +92,13 @@ def _transfer(o: dict[str, Any]) -> LoaderTransfer | None:
         receive_ns=receive,
         batched_ns=batched if batched is not None and batched > 0 else None,
     )
+
+
+def probed_device(rank_dir: Path) -> str | None:
+    """The device a rank's probes ran on (`probes.json`'s "device": "cpu", "cuda", ...); None when
+    the file is missing or unreadable or names none."""
+    try:
+        device = json.loads((rank_dir / "probes.json").read_text()).get("device")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return device if isinstance(device, str) else None

@@ -7,6 +7,8 @@ become `Run.warnings`, not errors. Only a directory with no meta.json at all is 
 from __future__ import annotations
 
 import contextlib
+import gzip
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import replace
@@ -112,6 +114,20 @@ def opwindow_file(rank_dir: Path) -> Path | None:
         if (rank_dir / name).is_file():
             return rank_dir / name
     return None
+
+
+def opwindow_documents(run_dir: Path) -> dict[int, Any]:
+    """rank -> its op window's trace as JSON (what `export --format perfetto` embeds)."""
+    windows = {}
+    for rank, d in rank_dirs(run_dir):
+        f = opwindow_file(d)
+        if f is not None:
+            try:
+                raw = f.read_bytes()
+                windows[rank] = json.loads(gzip.decompress(raw) if f.suffix == ".gz" else raw)
+            except (OSError, ValueError) as exc:
+                raise RunDirError(f"{f} could not be read ({exc.__class__.__name__})") from exc
+    return windows
 
 
 def rank_dirs(run_dir: Path) -> list[tuple[int, Path]]:

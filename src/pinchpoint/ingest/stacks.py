@@ -7,7 +7,8 @@ frames, the process's ancestors first (a DataLoader worker: the training process
 Malformed lines are counted, not fatal: a sampler killed mid-write leaves half a line.
 
 pinchpoint's own wrappers around framework entry points (`capture/hooks.py`) pass straight through;
-their frames are dropped so the stacks read as the program runs without pinchpoint.
+their frames are dropped so the stacks read as the program runs without pinchpoint, as are those of the
+`pinchpoint.profile()` object (`notebook.py`: `prof.step()` is the capture's work).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from pinchpoint.trace.stacks import Frame, Stacks, StackSample
 _FRAME = re.compile(r"^(?P<fn>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 _PROCESS = re.compile(r"^process (?P<pid>\d+):")
 _THREAD = re.compile(r"^thread \((?P<tid>[^)]*)\)$")
-_OWN_HOOKS = "pinchpoint/capture/"
+_OWN_FILES = ("pinchpoint/capture/", "pinchpoint/notebook.py")
+"""Frames in these files are pinchpoint's own (path fragments, `/` as py-spy writes them)."""
 MAX_BYTES = 512 * 1024 * 1024
 MAX_DEPTH = 2000
 
@@ -66,7 +68,7 @@ def parse_folded(text: str, *, rate_hz: float | None = None, source: str = "") -
                 thread = t.group("tid")
                 continue
             frame = _frame(part)
-            if _OWN_HOOKS not in frame.file:
+            if not any(own in frame.file for own in _OWN_FILES):
                 frames.append(frame)
         key = (pid, thread, tuple(frames))
         merged[key] = merged.get(key, 0) + int(count_text)

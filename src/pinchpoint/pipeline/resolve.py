@@ -1,4 +1,7 @@
-"""Naming a run on the command line: a run directory, or a history id (`12` or `#12`)."""
+"""Naming a run on the command line: a run directory, or a history id (`12` or `#12`).
+
+Here, not in `history/`, because a run directory without a report.json gets one made (the pipeline's
+work); the history package stays the database alone."""
 
 from __future__ import annotations
 
@@ -46,8 +49,9 @@ def load_report(ref: str) -> dict[str, Any]:
 
 
 def _from_dir(path: Path, label: str) -> RunSide:
+    # imported here: naming runs by history id (`pinchpoint diff 3 4`) needs no analysis code
     from pinchpoint.ingest.rundir import read_run_dir
-    from pinchpoint.pipeline import REPORT_NAME, report_run_dir, run_step_ns
+    from pinchpoint.pipeline.rundir import REPORT_NAME, report_run_dir, run_step_ns
 
     report_file = path / REPORT_NAME
     if report_file.is_file():

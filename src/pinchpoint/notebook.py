@@ -6,7 +6,8 @@
             prof.step()
 
 Inside `pinchpoint run` it joins the launcher's capture (prof.step() marks steps) instead of starting
-a second one.
+a second one. It sits above capture/, pipeline/ and report/ (it drives all three), as the command line
+does.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class Profile:
             return
         from pinchpoint.capture.launcher import finish_run_dir
         from pinchpoint.capture.sampler import stop_sampler
-        from pinchpoint.pipeline import report_run_dir
+        from pinchpoint.pipeline.rundir import report_run_dir
 
         self._agent.close()
         self._agent.role = "off"  # the hooks stay installed but record nothing more
@@ -103,7 +104,7 @@ class Profile:
         """In a notebook, the profile shows its report (the same HTML as the run directory's)."""
         if self.report is None:
             return "<p>pinchpoint: no report yet (it is written when the <code>with</code> block ends)</p>"
-        from pinchpoint.pipeline import HTML_NAME
+        from pinchpoint.pipeline.rundir import HTML_NAME
         from pinchpoint.report.html import render_html
 
         page = self.run_dir / HTML_NAME if self.run_dir is not None else None

@@ -1,0 +1,66 @@
+"""From profiler traces another tool wrote to a report: `pinchpoint analyze`. No torch needed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pinchpoint.analysis.gpu.trace_analysis import combine_ranks
+from pinchpoint.analysis.roofline import Ceilings, datasheet_ceilings
+from pinchpoint.diagnosis.engine import diagnose_gpu
+from pinchpoint.errors import TraceError, UsageError
+from pinchpoint.ingest.kineto import trace_files
+from pinchpoint.ingest.opwindow import read_opwindow
+from pinchpoint.pipeline.ranks import map_ranks
+from pinchpoint.report.gpu_report import build_gpu_report
+from pinchpoint.report.json_report import write_report
+from pinchpoint.trace.run import OpWindow
+
+
+def report_traces(
+    path: Path,
+    *,
+    json_path: Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    workers: int = 1,
+    cluster: str | None = None,
+) -> dict[str, Any]:
+    """Analyse a profiler trace (`.json`, `.json.gz`) or a directory of per-rank traces; return the
+    report (and write it to `json_path`). Ranks are analysed one by one here, on `workers` local
+    processes, or on the Dask cluster at `cluster` (`pipeline.ranks`), then compared."""
+    if not path.exists():
+        raise TraceError(f"{path}: no such file or directory")
+    if path.is_dir() and (path / "meta.json").is_file() and (path / "ranks").is_dir():
+        raise UsageError(f"{path} is a `pinchpoint run` directory: use `pinchpoint report {path}`")
+    ranks = map_ranks(path, workers=workers, cluster=cluster, progress=progress)
+    analysis = combine_ranks(ranks)
+    report = build_gpu_report(analysis, diagnose_gpu(analysis), str(path))
+    if json_path is not None:
+        write_report(report, json_path)
+    return report
+
+
+MAX_ROOFLINE_TRACE_BYTES = 256 << 20
+"""The roofline re-reads rank 0's trace whole (json): larger files are left without one."""
+
+
+def trace_roofline(path: Path) -> tuple[OpWindow, Ceilings] | None:
+    """The first readable trace (of at most two: rank 0's, else the next) as ops timed by their kernels,
+    and the datasheet ceilings of its GPU: what `analyze --html` draws on a roofline. None when no
+    trace has kernels linked to ops, names a known GPU, or is small enough to re-read."""
+    try:
+        files = [path] if path.is_file() else trace_files(path)[:2]
+    except (OSError, TraceError):
+        return None
+    for f in files:
+        try:
+            if f.stat().st_size > MAX_ROOFLINE_TRACE_BYTES:
+                continue
+            window = read_opwindow(f, None)
+        except Exception:  # a file the analysis skipped (a truncated gzip raises EOFError): try the next
+            continue
+        ceilings = datasheet_ceilings(window.device_name)
+        if ceilings is not None and any(o.device_ns for o in window.ops):
+            return window, ceilings
+    return None
