@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from conftest import make_env, make_steps
+from pinchpoint.analysis.views import run_views
 from pinchpoint.pipeline.rundir import HTML_NAME, report_run_dir
 from pinchpoint.report import charts as chart_mod
 from pinchpoint.report.html import render_html
@@ -86,7 +87,7 @@ def test_names_from_the_program_are_escaped_never_run() -> None:
         environment=make_env(),
         system=(sample, later, last),
     )
-    doc = render_html(report, run)
+    doc = render_html(report, run_views(run))
     assert "<script" not in doc.lower()
     assert "&lt;script&gt;alert(&quot;pwned&quot;)&lt;/script&gt;" in doc
     assert _parse(doc).scripts == 0
@@ -177,11 +178,12 @@ def test_each_rank_gets_a_bar_of_its_mean_step_by_phase() -> None:
         environment=make_env(),
         ranks=(RankData(rank=0, steps=fast), RankData(rank=1, steps=slow)),
     )
-    svg = chart_mod.ranks_chart(run)
+    svg = chart_mod.ranks_chart(run_views(run))
     _parse(svg)
     assert ">rank 0<" in svg and ">rank 1<" in svg
     assert "rank 1 · data_wait 25.00 ms" in svg and "rank 0 · backward 30.00 ms" in svg
-    assert chart_mod.ranks_chart(Run(meta=run.meta, environment=run.environment, ranks=run.ranks[:1])) == ""
+    single = Run(meta=run.meta, environment=run.environment, ranks=run.ranks[:1])
+    assert chart_mod.ranks_chart(run_views(single)) == ""
 
 
 def test_a_cuda_windows_ops_sit_on_the_gpus_roofline_by_their_kernel_time(

@@ -59,9 +59,7 @@ class AnalyzeCommand:
             from pinchpoint.pipeline.traces import trace_roofline
             from pinchpoint.report.html import render_html
 
-            roofline = trace_roofline(Path(args.path))
-            window, ceilings = roofline if roofline is not None else (None, None)
-            Path(args.html).write_text(render_html(report, trace_window=window, device_ceilings=ceilings))
+            Path(args.html).write_text(render_html(report, roofline=trace_roofline(Path(args.path))))
         if not args.quiet:
             render(report, sys.stdout, color=False if args.no_color else None)
         return 0

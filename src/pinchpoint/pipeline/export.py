@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pinchpoint.analysis.views import process_names, run_views
 from pinchpoint.errors import UsageError
 from pinchpoint.ingest.rundir import opwindow_documents, read_run_dir
 from pinchpoint.pipeline.rundir import REPORT_NAME, report_run_dir
 from pinchpoint.report.flamegraph import flamegraph_svg, speedscope_json
-from pinchpoint.report.names import process_names
 from pinchpoint.report.perfetto import perfetto_trace
 from pinchpoint.report.tensorboard import write_event_file
 from pinchpoint.trace.run import Run
@@ -32,7 +32,7 @@ def _title(run: Run) -> str:
 
 
 def _perfetto(run: Run, run_dir: Path, report: dict[str, Any], out: Path) -> None:
-    out.write_text(json.dumps(perfetto_trace(run, report, opwindow_documents(run_dir))))
+    out.write_text(json.dumps(perfetto_trace(run, report, run_views(run), opwindow_documents(run_dir))))
 
 
 def _speedscope(run: Run, run_dir: Path, report: dict[str, Any], out: Path) -> None:
@@ -49,7 +49,7 @@ def _flamegraph(run: Run, run_dir: Path, report: dict[str, Any], out: Path) -> N
 
 
 def _tensorboard(run: Run, run_dir: Path, report: dict[str, Any], out: Path) -> None:
-    write_event_file(run, report, out)  # a log directory, not a file
+    write_event_file(run_views(run), report, out)  # a log directory, not a file
 
 
 EXPORTS: dict[str, Export] = {

@@ -14,6 +14,7 @@ from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis, analyze_trace
 from pinchpoint.analysis.roofline import Ceilings, gpu_ceilings, roofline_summary, window_ceilings
 from pinchpoint.analysis.run_analysis import RunAnalysis, analyze_run
 from pinchpoint.analysis.steps import steady_step_ns
+from pinchpoint.analysis.views import process_names, run_views
 from pinchpoint.diagnosis.engine import diagnose
 from pinchpoint.errors import TraceError
 from pinchpoint.history import store as history
@@ -25,7 +26,6 @@ from pinchpoint.report.flamegraph import write_stack_views
 from pinchpoint.report.gpu_report import run_gpu_sections
 from pinchpoint.report.html import render_html
 from pinchpoint.report.json_report import build_report, write_report
-from pinchpoint.report.names import process_names
 from pinchpoint.trace.run import Run
 
 REPORT_NAME = "report.json"
@@ -64,7 +64,7 @@ def report_run_dir(run_dir: Path, *, json_path: Path | None = None) -> dict[str,
     if json_path is not None:
         write_report(report, json_path)
     try:
-        (run_dir / HTML_NAME).write_text(render_html(report, run, device_ceilings=device))
+        (run_dir / HTML_NAME).write_text(render_html(report, run_views(run, device)))
     except OSError as exc:
         print(f"pinchpoint: note: {HTML_NAME} was not written ({exc.strerror})", file=sys.stderr)
     history_id = _record(run_dir, report, run_step_ns(run))

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from pinchpoint.analysis.gpu.trace_analysis import combine_ranks
-from pinchpoint.analysis.roofline import Ceilings, datasheet_ceilings
+from pinchpoint.analysis.roofline import datasheet_ceilings
+from pinchpoint.analysis.views import RooflineView, roofline_view
 from pinchpoint.diagnosis.engine import diagnose_gpu
 from pinchpoint.errors import TraceError, UsageError
 from pinchpoint.ingest.kineto import trace_files
@@ -15,7 +16,6 @@ from pinchpoint.ingest.opwindow import read_opwindow
 from pinchpoint.pipeline.ranks import map_ranks
 from pinchpoint.report.gpu_report import build_gpu_report
 from pinchpoint.report.json_report import write_report
-from pinchpoint.trace.run import OpWindow
 
 
 def report_traces(
@@ -45,9 +45,9 @@ MAX_ROOFLINE_TRACE_BYTES = 256 << 20
 """The roofline re-reads rank 0's trace whole (json): larger files are left without one."""
 
 
-def trace_roofline(path: Path) -> tuple[OpWindow, Ceilings] | None:
+def trace_roofline(path: Path) -> RooflineView | None:
     """The first readable trace (of at most two: rank 0's, else the next) as ops timed by their kernels,
-    and the datasheet ceilings of its GPU: what `analyze --html` draws on a roofline. None when no
+    against the datasheet ceilings of its GPU: what `analyze --html` draws on a roofline. None when no
     trace has kernels linked to ops, names a known GPU, or is small enough to re-read."""
     try:
         files = [path] if path.is_file() else trace_files(path)[:2]
@@ -62,5 +62,5 @@ def trace_roofline(path: Path) -> tuple[OpWindow, Ceilings] | None:
             continue
         ceilings = datasheet_ceilings(window.device_name)
         if ceilings is not None and any(o.device_ns for o in window.ops):
-            return window, ceilings
+            return roofline_view(window, ceilings, on_device=True)
     return None

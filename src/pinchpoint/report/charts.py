@@ -1,5 +1,6 @@
-"""The HTML report's charts, drawn from a run: steps by phase, cores busy and GPU use over time (with
-the waits shaded), memory per step, each rank side by side, and the roofline of the op window."""
+"""The HTML report's charts, drawn from a run's views (`analysis/views.py`): steps by phase, cores busy
+and GPU use over time (with the waits shaded), memory per step, each rank side by side, and the roofline
+of the op window. Drawing only: what to draw is computed by analysis."""
 
 from __future__ import annotations
 
@@ -7,10 +8,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pinchpoint.analysis.cpu import cores_busy
-from pinchpoint.analysis.roofline import DTYPE_LABELS, Ceilings, roofline_points, window_ceilings
-from pinchpoint.analysis.steps import WARMUP_STEPS, exposed_by_phase, steady_steps
-from pinchpoint.report.names import process_names
+from pinchpoint.analysis.roofline import DTYPE_LABELS
+from pinchpoint.analysis.views import RooflineView, RunViews, Series
 from pinchpoint.report.svg import (
     BOTTOM,
     LEFT,
@@ -24,7 +23,7 @@ from pinchpoint.report.svg import (
     open_svg,
     si,
 )
-from pinchpoint.trace.run import HOST_OTHER, PHASE_DISPLAY, OpWindow, Run
+from pinchpoint.trace.run import HOST_OTHER, PHASE_DISPLAY
 
 PHASE_ORDER = [p.value for p in PHASE_DISPLAY] + [HOST_OTHER]
 COLORS = {
@@ -38,20 +37,15 @@ COLORS = {
     "comm": "#3465a4",
     HOST_OTHER: "#06989a",
 }
-WAIT_PHASES = ("data_wait", "checkpoint_io", "sync_wait", "comm")
-"""Phases shaded on the timelines: the program waiting rather than computing."""
-WAIT_SHADE_MIN = 0.02
-"""A wait is shaded when it takes at least this share of its step (shorter ones are noise at this scale)."""
 MAX_BARS = 400
 """Longer runs are shown as this many evenly spaced steps."""
 DTYPE_COLORS = {"fp32": "#cc0000", "tf32": "#ce5c00", "bf16": "#4e9a06", "fp16": "#3465a4", "fp64": "#75507b"}
 NOTE = '<p class="note">{}</p>'
 
 
-def steps_chart(run: Run, width: int = 1000, height: int = 260) -> str:
+def steps_chart(views: RunViews, width: int = 1000, height: int = 260) -> str:
     """Rank 0's steps as stacked bars of exposed time per phase (ms); op-window steps are outlined."""
-    rank = run.ranks[0] if run.ranks else None
-    steps = [s for s in (rank.steps if rank else ()) if not s.partial and s.dur_ns > 0]
+    steps = [s for s in views.steps if s.dur_ns > 0]
     if not steps:
         return NOTE.format("No steps were recorded.")
     if len(steps) > MAX_BARS:
@@ -60,10 +54,7 @@ def steps_chart(run: Run, width: int = 1000, height: int = 260) -> str:
     # Scale to the typical steady step (its 90th percentile, with room): warm-up steps and rare outliers
     # can be fifty times longer and would flatten the rest; taller bars are cut at the top, marked with
     # a dark cap, and their tooltip has the real value.
-    steady = sorted(s.dur_ns for s in steps[WARMUP_STEPS:] if not s.profiled and not s.trial) or sorted(
-        s.dur_ns for s in steps
-    )
-    top = steady[min(len(steady) - 1, int(0.9 * len(steady)))] * 1.5 / 1e6
+    top = views.scale_ns * 1.5 / 1e6
     plot_w, plot_h = width - LEFT - RIGHT, height - BOTTOM - TOP
     bar_w = plot_w / len(steps)
     parts = [open_svg(width, height)]
@@ -75,7 +66,7 @@ def steps_chart(run: Run, width: int = 1000, height: int = 260) -> str:
     for i, s in enumerate(steps):
         x = LEFT + i * bar_w
         y = TOP + plot_h
-        phases = exposed_by_phase(s)
+        phases = dict(s.phases_ns)
         tip = f"step {s.index}: {s.dur_ns / 1e6:.2f} ms" + (
             " (op window)"
             if s.profiled
@@ -115,62 +106,39 @@ def steps_chart(run: Run, width: int = 1000, height: int = 260) -> str:
     return legend([n for n in PHASE_ORDER if n in used], COLORS) + "".join(parts)
 
 
-def _wait_bands(run: Run, t0_ns: int) -> list[Band]:
+def _wait_bands(views: RunViews, t0_ns: float) -> list[Band]:
     """Every rank's waits (data, checkpoint, sync, communication) in seconds from `t0_ns`; ranks that
     wait at once shade darker."""
-    bands = []
-    for rank in run.ranks:
-        for s in rank.steps:
-            for iv in s.intervals:
-                if iv.phase.value in WAIT_PHASES and iv.dur_ns >= WAIT_SHADE_MIN * s.dur_ns:
-                    start, end = (iv.start_ns - t0_ns) / 1e9, (iv.end_ns - t0_ns) / 1e9
-                    bands.append(Band(start, end, COLORS[iv.phase.value], iv.phase.value))
-    return bands
+    return [
+        Band((w.start_ns - t0_ns) / 1e9, (w.end_ns - t0_ns) / 1e9, COLORS[w.phase], w.phase) for w in views.waits
+    ]
 
 
-def cpu_chart(run: Run) -> str:
+def cpu_chart(views: RunViews) -> str:
     """Cores each process kept busy between the sampler's readings, the program's waits shaded."""
-    names = process_names(run)
-    raw = {
-        names.get(pid, f"{name} (pid {pid})"): pts
-        for (pid, name), pts in cores_busy(run.system).items()
-        if len(pts) >= 2
-    }
+    raw = [s for s in views.cores if len(s.points) >= 2]
     if not raw:
         return NOTE.format("Too few system samples for a timeline.")
-    return _timeline(run, raw, "")
+    return _timeline(views, raw, "")
 
 
-def gpu_chart(run: Run) -> str:
+def gpu_chart(views: RunViews) -> str:
     """Each GPU's utilization (NVML) over the run, the program's waits shaded; '' without samples."""
-    series: dict[str, list[tuple[int, float]]] = {}
-    for sample in run.system:
-        for g in sample.gpus:
-            if g.util_percent is not None:
-                series.setdefault(f"GPU {g.index} busy (%)", []).append((sample.t_ns, g.util_percent))
-    series = {k: v for k, v in series.items() if len(v) >= 2}
-    return _timeline(run, series, "%") if series else ""
+    series = [s for s in views.gpu_util if len(s.points) >= 2]
+    return _timeline(views, series, "%") if series else ""
 
 
-def _timeline(run: Run, series: Mapping[str, Sequence[tuple[int, float]]], unit: str) -> str:
+def _timeline(views: RunViews, series: Sequence[Series], unit: str) -> str:
     """Series over the run's monotonic clock, drawn in seconds from the first reading, waits shaded."""
-    t0 = min(t for v in series.values() for t, _ in v)
-    t1 = max(t for v in series.values() for t, _ in v)
-    scaled = {k: [((t - t0) / 1e9, y) for t, y in v] for k, v in series.items()}
-    return line_chart(scaled, ("0 s", f"{(t1 - t0) / 1e9:.1f} s"), unit, bands=_wait_bands(run, t0))
+    t0 = min(t for v in series for t, _ in v.points)
+    t1 = max(t for v in series for t, _ in v.points)
+    scaled = {v.label: [((t - t0) / 1e9, y) for t, y in v.points] for v in series}
+    return line_chart(scaled, ("0 s", f"{(t1 - t0) / 1e9:.1f} s"), unit, bands=_wait_bands(views, t0))
 
 
-def memory_chart(run: Run) -> str:
+def memory_chart(views: RunViews) -> str:
     """Each rank's memory at the end of every step: RSS, and CUDA allocated/reserved when recorded."""
-    series: dict[str, list[tuple[float, float]]] = {}
-    for rank in run.ranks:
-        tag = f"rank {rank.rank} " if len(run.ranks) > 1 else ""
-        for s in rank.steps:
-            for label, value in (("RSS", s.rss_bytes), ("CUDA allocated", s.cuda_allocated_bytes),
-                                 ("CUDA reserved", s.cuda_reserved_bytes)):  # fmt: skip
-                if value is not None:
-                    series.setdefault(f"{tag}{label} (MiB)", []).append((s.index, value / 2**20))
-    series = {k: v for k, v in series.items() if len(v) >= 2}
+    series = {v.label: list(v.points) for v in views.memory if len(v.points) >= 2}
     if not series:
         return NOTE.format("No per-step memory was recorded.")
     steps = [x for v in series.values() for x, _ in v]
@@ -211,20 +179,9 @@ def stacked_rows(
     return legend([n for n in colors if n in used], colors) + "".join(out)
 
 
-def ranks_chart(run: Run) -> str:
+def ranks_chart(views: RunViews) -> str:
     """Each rank's mean steady step, split by phase (exposed ms): who waits, who holds the others up."""
-    if len(run.ranks) < 2:
-        return ""
-    rows = []
-    for rank in run.ranks:
-        steps = [s for s in steady_steps(rank.steps) if not s.profiled]
-        if not steps:
-            continue
-        sums: dict[str, float] = {}
-        for s in steps:
-            for name, ns in exposed_by_phase(s).items():
-                sums[name] = sums.get(name, 0.0) + ns / 1e6
-        rows.append((f"rank {rank.rank}", {k: v / len(steps) for k, v in sums.items()}))
+    rows = [(f"rank {r.rank}", dict(r.phase_ms)) for r in views.ranks]
     return stacked_rows(rows, {n: COLORS.get(n, "#888") for n in PHASE_ORDER}, " ms")
 
 
@@ -240,24 +197,10 @@ def gpu_ranks_chart(report: Mapping[str, Any]) -> str:
     return stacked_rows(rows, GPU_SPLIT_COLORS, " ms")
 
 
-def roofline_chart(
-    run: Run, device_ceilings: Ceilings | None = None, width: int = 1000, height: int = 380
-) -> str:
-    """Rank 0's op window on the roofline: each op kind at its FLOPs per byte and achieved FLOP/s, under
-    the matmul peaks and memory bandwidth. A CPU window uses the ceilings its probes measured; a CUDA
-    window (ops timed by their kernels) needs `device_ceilings`. '' when there is nothing to draw."""
-    rank = run.ranks[0] if run.ranks else None
-    if rank is None or rank.opwindow is None:
-        return ""
-    ceilings = window_ceilings(rank.opwindow, rank.probes, device_ceilings)
-    return roofline_svg(rank.opwindow, ceilings, width, height) if ceilings is not None else ""
-
-
-def roofline_svg(window: OpWindow, ceilings: Ceilings, width: int = 1000, height: int = 380) -> str:
-    """An op window's kinds of op on the roofline of `ceilings`; '' when nothing can be placed."""
-    points = roofline_points(window)
-    if not points or not ceilings.matmul_flops:
-        return ""
+def roofline_svg(view: RooflineView, width: int = 1000, height: int = 380) -> str:
+    """An op window's kinds of op on the roofline of its ceilings: each at its FLOPs per byte and
+    achieved FLOP/s, under the matmul peaks and memory bandwidth."""
+    points, ceilings = view.points, view.ceilings
     bw = ceilings.memory_bytes_per_s
     peaks = {DTYPE_LABELS.get(k, k): v for k, v in ceilings.matmul_flops.items()}
     ridges = [p / bw for p in peaks.values()] if bw else []

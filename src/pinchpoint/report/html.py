@@ -14,12 +14,9 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
-from pinchpoint.analysis.roofline import Ceilings
-from pinchpoint.analysis.stacks import display_path, loop_samples
+from pinchpoint.analysis.views import RooflineView, RunViews
 from pinchpoint.report import charts
 from pinchpoint.report.flamegraph import flamegraph_svg
-from pinchpoint.report.names import process_names
-from pinchpoint.trace.run import OpWindow, Run
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;
@@ -116,12 +113,15 @@ def _section(key: str, title: str, *content: str) -> str:
     return f'<section class="chart" data-chart="{key}"><h2>{title}</h2>{"".join(content)}</section>'
 
 
-def _roofline_section(svg: str, device_ceilings: Ceilings | None) -> str:
-    if device_ceilings is not None:
+def _roofline_section(view: RooflineView) -> str:
+    svg = charts.roofline_svg(view)
+    if not svg:
+        return ""
+    if view.on_device:
         note = (
             '<p class="note">Each circle is one kind of op (name, shape, dtype), placed by the GPU kernels '
             "it launched and sized by their time; the lines are the GPU's matmul peaks and memory "
-            f"bandwidth (dashed), {_e(device_ceilings.source)}. Hover for the numbers.</p>"
+            f"bandwidth (dashed), {_e(view.ceilings.source)}. Hover for the numbers.</p>"
         )
     else:
         note = (
@@ -133,52 +133,45 @@ def _roofline_section(svg: str, device_ceilings: Ceilings | None) -> str:
     return _section("roofline", "Roofline: each kind of op against the hardware's ceilings", note, svg)
 
 
-def _charts(report: Mapping[str, Any], run: Run, device_ceilings: Ceilings | None) -> list[str]:
-    rank0 = " (rank 0)" if len(run.ranks) > 1 else ""
-    out = [_section("steps", f"Each step's time, by phase{rank0}", charts.steps_chart(run))]
-    ranks = charts.ranks_chart(run)
+def _charts(report: Mapping[str, Any], views: RunViews, title: str) -> list[str]:
+    rank0 = " (rank 0)" if views.multi_rank else ""
+    out = [_section("steps", f"Each step's time, by phase{rank0}", charts.steps_chart(views))]
+    ranks = charts.ranks_chart(views)
     if ranks:
         out.append(_section("ranks", "Each rank's step, by phase (mean of the steady steps)", ranks))
-    out.append(_section("cores", "Cores busy per process (waits shaded)", charts.cpu_chart(run)))
-    gpu_util = charts.gpu_chart(run)
+    out.append(_section("cores", "Cores busy per process (waits shaded)", charts.cpu_chart(views)))
+    gpu_util = charts.gpu_chart(views)
     if gpu_util:
         out.append(_section("gpu-util", "GPU utilization (NVML; waits shaded)", gpu_util))
-    out.append(_section("memory", "Memory at the end of each step", charts.memory_chart(run)))
+    out.append(_section("memory", "Memory at the end of each step", charts.memory_chart(views)))
     gpu = _gpu(report)
     if gpu:
         out.append(_section("gpu", "GPU time and the heaviest kernels", charts.gpu_ranks_chart(report), gpu))
-    roofline = charts.roofline_chart(run, device_ceilings)
-    if roofline:
-        out.append(_roofline_section(roofline, device_ceilings))
-    if run.stacks is not None and run.stacks.samples:
-        title = " ".join(run.meta.command) or "program"
-        loops = {r.main.pid: r.main.loop for r in run.ranks if r.main is not None and r.main.loop is not None}
-        stacks, heading = run.stacks, "Where Python spends its time (sampled stacks)"
-        in_loop = loop_samples(run.stacks, loops) if loops else None
-        if in_loop is not None and in_loop.samples:
+    if views.roofline is not None:
+        roofline = _roofline_section(views.roofline)
+        if roofline:
+            out.append(roofline)
+    if views.stacks is not None:
+        heading = "Where Python spends its time (sampled stacks)"
+        if views.stacks.in_loop is not None:
             # Imports and building the model and data fill a short run's samples: draw the loop's own
             # (and the DataLoader workers'); flamegraph.svg beside the report keeps the whole program.
-            stacks = in_loop
-            first = next(iter(loops.values()))
-            where = f"lines {first.first_line}-{first.last_line} of {display_path(first.file, run.meta.cwd)}"
             heading = (
-                f"Where Python spends its time in the loop ({where}; DataLoader workers included; "
-                "flamegraph.svg has the whole program)"
+                f"Where Python spends its time in the loop ({views.stacks.in_loop}; DataLoader workers "
+                "included; flamegraph.svg has the whole program)"
             )
-        svg = flamegraph_svg(stacks, title=f"{title} — Python stacks", process_names=process_names(run))
+        svg = flamegraph_svg(
+            views.stacks.stacks, title=f"{title} — Python stacks", process_names=views.process_names
+        )
         out.append(_section("flame", heading, f'<div class="flame">{svg}</div>'))
     return out
 
 
 def render_html(
-    report: Mapping[str, Any],
-    run: Run | None = None,
-    *,
-    device_ceilings: Ceilings | None = None,
-    trace_window: OpWindow | None = None,
+    report: Mapping[str, Any], views: RunViews | None = None, *, roofline: RooflineView | None = None
 ) -> str:
-    """The HTML document for `report` (and, when given, charts from the run it was built from; for a
-    trace, its ops on the GPU's roofline when `trace_window` and `device_ceilings` are given)."""
+    """The HTML document for `report` (and, when given, the charts of the run it was built from; for a
+    trace, its ops on the GPU's roofline)."""
     command = " ".join((report.get("run") or {}).get("command") or [])
     steps = report.get("steps") or {}
     findings = report.get("findings") or []
@@ -192,18 +185,18 @@ def render_html(
     ]
     if not findings:
         body.append("<p>No bottleneck found above the reporting thresholds.</p>")
-    if run is not None:
-        body += _charts(report, run, device_ceilings)
+    if views is not None:
+        body += _charts(report, views, command or "program")
     else:
         gpu = _gpu(report)
         if gpu:
             body.append(
                 _section("gpu", "GPU time and the heaviest kernels", charts.gpu_ranks_chart(report), gpu)
             )
-        if trace_window is not None and device_ceilings is not None:
-            roofline = charts.roofline_svg(trace_window, device_ceilings)
-            if roofline:
-                body.append(_roofline_section(roofline, device_ceilings))
+        if roofline is not None:
+            section = _roofline_section(roofline)
+            if section:
+                body.append(section)
     body += ["<h2>Environment</h2>", _environment(report)]
     body += [f'<p class="note">note: {_e(n)}</p>' for n in report.get("notes") or []]
     body += [f'<p class="warn">warning: {_e(w)}</p>' for w in report.get("warnings") or []]

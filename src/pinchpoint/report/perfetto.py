@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pinchpoint.analysis.cpu import cores_busy
+from pinchpoint.analysis.views import RunViews
 from pinchpoint.trace.run import PHASE_DISPLAY, RankData, Run, Step
 
 STEPS_TID, FINDINGS_TID, FETCH_TID = 1, 2, 3
@@ -96,7 +96,7 @@ def _rank_events(
     return ev
 
 
-def _counters(run: Run, pid: int) -> list[dict[str, Any]]:
+def _counters(run: Run, views: RunViews, pid: int) -> list[dict[str, Any]]:
     """CPU (cores busy) and RSS per process of the tree, CPU % per core, from the sampler's readings."""
     ev: list[dict[str, Any]] = []
     for sample in run.system:
@@ -107,11 +107,11 @@ def _counters(run: Run, pid: int) -> list[dict[str, Any]]:
         for p in sample.procs:
             ev.append({"ph": "C", "pid": pid, "name": f"RSS MiB (pid {p.pid})", "ts": ts,
                        "args": {"rss": round(p.rss_bytes / MIB, 1)}})  # fmt: skip
-    for (proc, name), points in cores_busy(run.system).items():
+    for series in views.cores:
         ev.extend(
-            {"ph": "C", "pid": pid, "name": f"cores busy (pid {proc} {name})", "ts": _us(t),
+            {"ph": "C", "pid": pid, "name": f"cores busy (pid {series.pid} {series.process})", "ts": _us(int(t)),
              "args": {"cores": round(cores, 3)}}
-            for t, cores in points
+            for t, cores in series.points
         )  # fmt: skip
     return ev
 
@@ -133,9 +133,13 @@ def _merged(doc: Mapping[str, Any], wall_minus_mono_ns: int) -> Iterable[dict[st
 
 
 def perfetto_trace(
-    run: Run, report: Mapping[str, Any], windows: Mapping[int, Mapping[str, Any]] | None = None
+    run: Run,
+    report: Mapping[str, Any],
+    views: RunViews,
+    windows: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The Chrome-trace document for `run` (its report's findings; `windows`: rank -> opwindow.json)."""
+    """The Chrome-trace document for `run`: its recorded steps and samples, its report's findings, the
+    cores busy from its views; `windows`: rank -> opwindow.json."""
     events: list[dict[str, Any]] = []
     findings = report.get("findings") or []
     offset = run.meta.wall_time_ns - run.meta.monotonic_ns
@@ -153,7 +157,7 @@ def perfetto_trace(
             events += list(_merged(window, offset))
     system_pid = 0
     events += _meta(system_pid, None, "system (pinchpoint sampler)", sort=-1)
-    events += _counters(run, system_pid)
+    events += _counters(run, views, system_pid)
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",

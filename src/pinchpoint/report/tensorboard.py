@@ -19,8 +19,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pinchpoint.analysis.steps import exposed_by_phase
-from pinchpoint.trace.run import Run
+from pinchpoint.analysis.views import RunViews
 
 # ---- protobuf, the handful of field types the Event messages here need ------------------------------
 
@@ -102,19 +101,17 @@ def _record(data: bytes) -> bytes:
 # ---- the run -------------------------------------------------------------------------------------------
 
 
-def _events(run: Run, report: Mapping[str, Any], markdown: str) -> Iterable[bytes]:
+def _events(views: RunViews, report: Mapping[str, Any], markdown: str) -> Iterable[bytes]:
     now = time.time()
     yield _event(now, 0, file_version="brain.Event:2")
-    rank = run.ranks[0] if run.ranks else None
-    steps = [s for s in rank.steps if not s.partial] if rank is not None else []
-    wall0 = run.meta.wall_time_ns - run.meta.monotonic_ns
+    steps = views.steps
     findings = report.get("findings") or []
     for s in steps:
-        wall = (s.end_ns + wall0) / 1e9 if run.meta.wall_time_ns else now
+        wall = (s.end_ns + views.wall_offset_ns) / 1e9 if views.wall_offset_ns is not None else now
         values = []
         if not s.profiled and not s.trial:
             values.append(_scalar("pinchpoint/step_time_ms", s.dur_ns / 1e6))
-            for phase, ns in exposed_by_phase(s).items():
+            for phase, ns in s.phases_ns:
                 values.append(_scalar(f"pinchpoint/phase/{phase}", ns / s.dur_ns if s.dur_ns else 0.0))
             for f in findings:
                 values.append(_scalar(f"pinchpoint/finding/{f['id']}", float(f["share"])))
@@ -142,11 +139,11 @@ def report_markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_event_file(run: Run, report: Mapping[str, Any], logdir: Path) -> Path:
+def write_event_file(views: RunViews, report: Mapping[str, Any], logdir: Path) -> Path:
     """One event file in `logdir` (created); returns its path."""
     logdir.mkdir(parents=True, exist_ok=True)
     path = logdir / f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.pinchpoint"
     with path.open("wb") as f:
-        for event in _events(run, report, report_markdown(report)):
+        for event in _events(views, report, report_markdown(report)):
             f.write(_record(event))
     return path
