@@ -165,11 +165,7 @@ def test_compare_and_history_stand_alone(layer: str, allowed: tuple[str, ...]) -
 
 
 CAPTURE_ALLOWED = ("pinchpoint.capture", "pinchpoint.trace", "pinchpoint.errors", "pinchpoint._version")
-KNOWN_CAPTURE_IMPORTS = {
-    ("capture/calibrate.py", "pinchpoint.ingest.ceilings"): "`pinchpoint calibrate` writes the cache "
-    "ingest/ceilings.py reads, with its SCHEMA, cache_path and machine_key: the cache's format should "
-    "live where both can import it (then drop this entry)",
-}
+KNOWN_CAPTURE_IMPORTS: dict[tuple[str, str], str] = {}
 """(module, imported module) pairs capture/ still has outside CAPTURE_ALLOWED: each must go."""
 
 

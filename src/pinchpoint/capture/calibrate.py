@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pinchpoint.capture.writer import write_json_atomic
-from pinchpoint.ingest.ceilings import SCHEMA, cache_path, machine_key
+from pinchpoint.trace.ceilings import SCHEMA, cache_path, machine_key
 
 CPU_MATMUL_MAX_N = 4096
 CPU_MATMUL_TARGET_NS = 30_000_000
