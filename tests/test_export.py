@@ -173,3 +173,11 @@ def test_tensorboard_reads_back_the_scalars_and_the_report(cpu_run: Path, tmp_pa
     text = ea.Tensors("pinchpoint/report")[0].tensor_proto.string_val[0].decode()
     assert report["findings"][0]["title"] in text
     assert ea.SummaryMetadata("pinchpoint/report").plugin_data.plugin_name == "text"
+
+
+def test_every_file_format_is_one_renderer_and_export_offers_all_but_the_reports_own() -> None:
+    from pinchpoint.pipeline.export import EXPORT_FORMATS
+    from pinchpoint.report.renderers import RENDERERS
+
+    assert set(RENDERERS) == {"json", "html", *EXPORT_FORMATS}
+    assert {"perfetto", "speedscope", "flamegraph", "tensorboard"} <= set(EXPORT_FORMATS)

@@ -57,9 +57,11 @@ class AnalyzeCommand:
             bar.close()
         if args.html:
             from pinchpoint.pipeline.traces import trace_roofline
-            from pinchpoint.report.html import render_html
+            from pinchpoint.report.model import Report
+            from pinchpoint.report.renderers import RENDERERS
 
-            Path(args.html).write_text(render_html(report, roofline=trace_roofline(Path(args.path))))
+            built = Report(document=report, roofline=trace_roofline(Path(args.path)))
+            RENDERERS["html"].write(built, Path(args.html))
         if not args.quiet:
             render(report, sys.stdout, color=False if args.no_color else None)
         return 0

@@ -24,8 +24,9 @@ from pinchpoint.ingest.probes import probed_device
 from pinchpoint.ingest.rundir import opwindow_file, rank_dirs, read_run_dir
 from pinchpoint.report.flamegraph import write_stack_views
 from pinchpoint.report.gpu_report import run_gpu_sections
-from pinchpoint.report.html import render_html
-from pinchpoint.report.json_report import build_report, write_report
+from pinchpoint.report.json_report import build_report
+from pinchpoint.report.model import Report
+from pinchpoint.report.renderers import RENDERERS
 from pinchpoint.trace.run import Run
 
 REPORT_NAME = "report.json"
@@ -60,11 +61,12 @@ def report_run_dir(run_dir: Path, *, json_path: Path | None = None) -> dict[str,
         **({"gpu": run_gpu_sections(gpu)} if gpu is not None else {}),
         **({"stack_files": stack_files} if stack_files is not None else {}),
     }
-    write_report(report, run_dir / REPORT_NAME)
+    built = Report(document=report, views=run_views(run, device), run=run)
+    RENDERERS["json"].write(built, run_dir / REPORT_NAME)
     if json_path is not None:
-        write_report(report, json_path)
+        RENDERERS["json"].write(built, json_path)
     try:
-        (run_dir / HTML_NAME).write_text(render_html(report, run_views(run, device)))
+        RENDERERS["html"].write(built, run_dir / HTML_NAME)
     except OSError as exc:
         print(f"pinchpoint: note: {HTML_NAME} was not written ({exc.strerror})", file=sys.stderr)
     history_id = _record(run_dir, report, run_step_ns(run))

@@ -1,0 +1,59 @@
+"""Every file format a report is written as, in one table: name -> renderer.
+
+Add an output format: one module in `report/` with a `write(report, out)` and one line here. The
+terminal is the console's renderer (`terminal.render(document, stream)`), not a file format.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pinchpoint.report.flamegraph import flamegraph_svg, speedscope_json
+from pinchpoint.report.html import render_html
+from pinchpoint.report.json_report import write_report
+from pinchpoint.report.model import Needs, Renderer, Report
+from pinchpoint.report.perfetto import perfetto_trace
+from pinchpoint.report.tensorboard import write_event_file
+
+
+def _json(report: Report, out: Path) -> None:
+    write_report(dict(report.document), out)
+
+
+def _html(report: Report, out: Path) -> None:
+    out.write_text(render_html(report.document, report.views, roofline=report.roofline))
+
+
+def _perfetto(report: Report, out: Path) -> None:
+    assert report.run is not None and report.views is not None
+    out.write_text(json.dumps(perfetto_trace(report.run, report.document, report.views, report.windows)))
+
+
+def _speedscope(report: Report, out: Path) -> None:
+    assert report.run is not None and report.run.stacks is not None and report.views is not None
+    doc = speedscope_json(report.run.stacks, name=report.title, process_names=report.views.process_names)
+    out.write_text(json.dumps(doc))
+
+
+def _flamegraph(report: Report, out: Path) -> None:
+    assert report.run is not None and report.run.stacks is not None and report.views is not None
+    title = f"{report.title} — Python stacks"
+    out.write_text(flamegraph_svg(report.run.stacks, title=title, process_names=report.views.process_names))
+
+
+def _tensorboard(report: Report, out: Path) -> None:
+    assert report.views is not None
+    write_event_file(report.views, report.document, out)  # a log directory, not a file
+
+
+RENDERERS: dict[str, Renderer] = {
+    "json": Renderer(_json),
+    "html": Renderer(_html),
+    "perfetto": Renderer(_perfetto, Needs.RUN),
+    "speedscope": Renderer(_speedscope, Needs.STACKS),
+    "flamegraph": Renderer(_flamegraph, Needs.STACKS),
+    "tensorboard": Renderer(_tensorboard, Needs.RUN),
+}
+"""JSON (report.json), the self-contained HTML page, a Chrome trace for Perfetto, the Python stacks for
+speedscope or as a flame-graph SVG, TensorBoard event files into a log directory."""
