@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pinchpoint.capture import agent
+from pinchpoint.capture import procfs
 from pinchpoint.capture.writer import JsonlWriter
 
 
@@ -20,19 +20,19 @@ def _burn(seconds: float) -> None:
 
 @pytest.mark.skipif(not os.path.exists("/proc/thread-self/schedstat"), reason="Linux schedstat")
 def test_thread_schedstat_follows_the_calling_thread_and_a_forked_child() -> None:
-    first = agent.thread_schedstat()
+    first = procfs.thread_schedstat()
     assert first is not None
     _burn(0.05)
-    later = agent.thread_schedstat()
+    later = procfs.thread_schedstat()
     assert later is not None and later[0] - first[0] >= 40_000_000  # the open file is re-read
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child must read its own thread, not the parent's (blocked in waitpid)
         try:
-            agent._forget_thread_files()
-            a = agent.thread_schedstat()
+            procfs.forget_thread_files()
+            a = procfs.thread_schedstat()
             _burn(0.05)
-            b = agent.thread_schedstat()
+            b = procfs.thread_schedstat()
             os.write(w, json.dumps([a, b]).encode())
         finally:
             os._exit(0)

@@ -17,16 +17,18 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import resource
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from types import FrameType
+from typing import Any
 
-from pinchpoint.capture import frameworks, loader_probe, loop_shapes, opwindow
+from pinchpoint.capture import cuda_hooks, dist_hooks, frameworks, hooks, loader_probe, loop_shapes, opwindow
 from pinchpoint.capture.annotate import ANNOTATE_ENV, make_annotator
 from pinchpoint.capture.loop_site import loop_site
+from pinchpoint.capture.procfs import ProcFile, forget_thread_files, statm_rss
+from pinchpoint.capture.step_state import Counters, DeviceMarks, StepState, read_counters
 from pinchpoint.capture.thread_trial import ThreadTrialRunner
 from pinchpoint.capture.writer import JsonlWriter, write_json_atomic
 
@@ -39,104 +41,13 @@ INFERENCE_AFTER_CALLS = 3
 """Top-level calls of one module with grad enabled and no backward in between: then it is inference."""
 
 _now = time.monotonic_ns
-_thread_cpu = time.thread_time_ns
-
-
-class _ProcFile:
-    """A /proc file kept open and re-read with pread. Opening, reading and closing it at every step
-    boundary cost ~70 µs of the step on the reference machine (right after a parallel region the
-    OpenMP workers still spin on the sibling core); pread of an open file costs a fraction of that.
-    `/proc/thread-self` and `/proc/self` resolve when opened: open from the thread that reads, and
-    `reset()` in a forked child."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.fd: int | None = None
-
-    def read(self) -> bytes | None:
-        try:
-            if self.fd is None:
-                self.fd = os.open(self.path, os.O_RDONLY)
-            return os.pread(self.fd, 256, 0)
-        except OSError:
-            return None
-
-    def reset(self) -> None:
-        if self.fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
-        self.fd = None
-
-
-_thread_files = threading.local()
-
-
-def thread_schedstat() -> tuple[int, int] | None:
-    """(on-CPU ns, run-queue wait ns) of the calling thread, or None where Linux doesn't say. Each
-    thread keeps its own `/proc/thread-self/schedstat` open (opening it per read cost the DataLoader
-    fetch hook ~80 µs a batch on the reference machine)."""
-    f: _ProcFile | None = getattr(_thread_files, "schedstat", None)
-    if f is None:
-        f = _thread_files.schedstat = _ProcFile("/proc/thread-self/schedstat")
-    return _schedstat_of(f.read())
-
-
-def _forget_thread_files() -> None:
-    """In a forked child: the inherited handles name the parent's threads."""
-    global _thread_files
-    f: _ProcFile | None = getattr(_thread_files, "schedstat", None)
-    if f is not None:
-        f.reset()
-    _thread_files = threading.local()
-
-
-def _schedstat_of(raw: bytes | None) -> tuple[int, int] | None:
-    try:
-        parts = raw.split() if raw is not None else []
-        return int(parts[0]), int(parts[1])
-    except (ValueError, IndexError):
-        return None
-
-
-def _rss_of(raw: bytes | None) -> int | None:
-    try:
-        return int(raw.split()[1]) * PAGE_SIZE if raw is not None else None
-    except (ValueError, IndexError):
-        return None
-
-
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-
-
-class Counters(NamedTuple):
-    """What a step boundary reads (once: the end of one step is the start of the next)."""
-
-    cpu_ns: int
-    """The main thread's on-CPU time."""
-    sched: tuple[int, int] | None
-    faults: int
-    """Minor page faults of this process (all threads): each is a fresh page the kernel had to map and
-    zero, the cost of an allocator that hands memory back to the OS and asks again."""
-    sys_ns: int
-    """System (kernel) time of the process, all threads."""
-    main_sys_ns: int | None
-    """System time of the main thread (None when read from another thread): faults taken on it, and
-    any other syscall it makes, lengthen the step one for one."""
-
-
-_RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", None)  # Linux
-
-
-def _counters(main_tid: int) -> Counters:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    main_sys = None
-    if _RUSAGE_THREAD is not None and threading.get_ident() == main_tid:
-        main_sys = int(resource.getrusage(_RUSAGE_THREAD).ru_stime * 1e9)
-    return Counters(_thread_cpu(), thread_schedstat(), ru.ru_minflt, int(ru.ru_stime * 1e9), main_sys)
 
 
 class Agent:
-    """Per-process capture state. One instance per process (`AGENT`); forked children reset it."""
+    """Per-process capture state. One instance per process (`AGENT`); forked children reset it.
+
+    The hooks (`capture/hooks.py`) report calls through "what the hooks report"; the agent decides
+    where steps end. `loop_shapes` and `dist_hooks` (backward) share its loop state directly."""
 
     def __init__(self, run_dir: Path, rank: int, window: tuple[int, int] | None) -> None:
         self.run_dir = run_dir
@@ -146,12 +57,10 @@ class Agent:
         self.torch: Any = None
         self.tid = threading.get_ident()
         self.mode = "unknown"  # unknown | train | manual | inference | explicit
-        self.step_index = 0
-        self.step_start_ns: int | None = None
-        self._statm = _ProcFile("/proc/self/statm")
-        self.step_counters = _counters(self.tid)
-        """The counters when the step in progress started."""
+        self.step = StepState(read_counters(self.tid))
         self.intervals: list[list[Any]] = []
+        """The step in progress's phase intervals: [phase, start_ns, end_ns]."""
+        self._statm = ProcFile("/proc/self/statm")
         self.in_module = False
         self.calls_without_backward: dict[int, int] = {}
         self.lead_optimizer: int | None = None
@@ -160,6 +69,7 @@ class Agent:
         """The optimizers of the first iteration, until one steps again
         (`loop_shapes.optimizer_stepped_first_cycle`)."""
         self.opt_start_ns = 0
+        """When the optimizer's own update (re)started: its step's start, or the end of its closure."""
         self.in_optimizer = False
         """Inside an optimizer's step (its closure's backwards are that step's, not manual updates)."""
         self.trained_modules: set[int] = set()
@@ -185,20 +95,14 @@ class Agent:
         self.framework: dict[str, Any] | None = None
         """The framework driving the loop and its settings (`capture/frameworks.py`)."""
         self.steps = JsonlWriter(self.rank_dir / "steps.jsonl")
-        self.device_clock: Any = None
-        """CUDA events at step boundaries (`cuda_steps.DeviceStepClock`), once the program uses CUDA."""
-        self.device_clock_failed = False
+        self.device = DeviceMarks()
         self.loaders = JsonlWriter(self.rank_dir / "loaders.jsonl")
         self.fetches = JsonlWriter(self.rank_dir / f"fetch-{os.getpid()}.jsonl")
         self.distributed = JsonlWriter(self.rank_dir / "distributed.jsonl")
         self.ddp_on_cpu = False
         """A CPU model is wrapped in DDP: backward's blocked time is its gradient all-reduce wait."""
-        self.window_spec = window
         self.window = opwindow.OpWindow(self.rank_dir, window)
-        self.taint_next = False
         self.trial = ThreadTrialRunner(self.rank_dir)
-        self.trial_now = False
-        """The step in progress runs at the trial's thread count (`thread_trial`)."""
         self.closed = False
         self.annot: Any = None
         """An `annotate.Annotator` with `--annotate nvtx|itt`: phases as native-profiler ranges."""
@@ -208,9 +112,11 @@ class Agent:
     def attach(self, torch: Any) -> None:
         """Called once `torch` is importable: wrap its entry points and write process-{pid}.json."""
         self.torch = torch
-        from pinchpoint.capture.hooks import install_hooks
-
-        install_hooks(self, torch)
+        hooks.install_hooks(self, torch)
+        torch.autograd.backward = dist_hooks.blocked_backward(self, torch.autograd.backward)
+        torch.autograd.grad = dist_hooks.blocked_backward(self, torch.autograd.grad)
+        cuda_hooks.install(self, torch)
+        dist_hooks.install(self, torch, hooks.timed)
         self._start_annotations(torch)
         self.write_process_info()
         os.register_at_fork(after_in_child=self._after_fork)
@@ -231,7 +137,7 @@ class Agent:
     def begin(self, phase: str) -> None:
         """A phase starts now on the training thread (only with `--annotate`)."""
         if self.annot is not None:
-            self.annot.begin(phase, self.step_index)
+            self.annot.begin(phase, self.step.index)
 
     def end(self) -> None:
         if self.annot is not None:
@@ -242,10 +148,10 @@ class Agent:
         # the loader probe's worker records nothing.
         self.role = "probe" if loader_probe.ACTIVE else "worker"
         self.tid = threading.get_ident()
-        _forget_thread_files()
+        forget_thread_files()
         self._statm.reset()
         self.annot = None
-        for w in (self.steps, self.loaders, self.fetches, self.distributed):
+        for w in self._writers():
             w.forget()
         self.fetches = JsonlWriter(self.rank_dir / f"fetch-{os.getpid()}.jsonl")
         self.window.disable()
@@ -263,18 +169,18 @@ class Agent:
         if rank != self.rank:
             self.rank = rank
             self.rank_dir = self.run_dir / "ranks" / f"rank{rank}"
-            for w in (self.steps, self.loaders, self.fetches, self.distributed):
+            for w in self._writers():
                 w.move(self.rank_dir / w.path.name)
             with contextlib.suppress(OSError):
                 old_info.unlink()
         if not self.window.active:
-            self.window = opwindow.OpWindow(self.rank_dir, self.window_spec)
+            self.window = opwindow.OpWindow(self.rank_dir, self.window.spec)
             self.trial = ThreadTrialRunner(self.rank_dir)
         self.write_process_info()
 
     def become_launcher(self) -> None:
         """This process starts the ranks (`torch.multiprocessing.spawn`) and runs no steps itself."""
-        if self.role == "main" and self.step_start_ns is None and self.step_index == 0:
+        if self.role == "main" and self.step.start_ns is None and self.step.index == 0:
             self.role = "launcher"
             self.window.disable()
             self.write_process_info()
@@ -299,6 +205,9 @@ class Agent:
             info["framework"] = self.framework
         write_json_atomic(self.rank_dir / f"process-{os.getpid()}.json", info)
 
+    def _writers(self) -> tuple[JsonlWriter, ...]:
+        return (self.steps, self.loaders, self.fetches, self.distributed)
+
     def close(self) -> None:
         if self.closed:
             return
@@ -312,7 +221,7 @@ class Agent:
             with contextlib.suppress(Exception):
                 loop_shapes.declare_manual(self)  # a short loop that never called an optimizer
         if (
-            self.step_start_ns is not None
+            self.step.start_ns is not None
             and self.intervals
             and self.role == "main"
             and self.mode != "unknown"
@@ -326,103 +235,92 @@ class Agent:
         if self.role == "main":
             with contextlib.suppress(Exception):
                 self.write_process_info()
-        for w in (self.steps, self.loaders, self.fetches, self.distributed):
+        for w in self._writers():
             with contextlib.suppress(OSError):
                 w.close()
-        if self.device_clock is not None:
-            with contextlib.suppress(Exception):
-                self.device_clock.close()
+        with contextlib.suppress(Exception):
+            self.device.close()
 
     # ---- intervals and steps ---------------------------------------------------------------------
 
     def interval(self, phase: str, start_ns: int, end_ns: int) -> None:
-        if self.step_start_ns is None:
-            self.step_start_ns = start_ns
+        if self.step.start_ns is None:
+            self.step.start_ns = start_ns
         self.intervals.append([phase, start_ns, end_ns])
 
     def counters(self) -> Counters:
-        return _counters(self.tid)
+        return read_counters(self.tid)
 
     def end_step(
-        self,
-        kind: str,
-        end_ns: int | None = None,
-        partial: bool = False,
-        counters: Counters | None = None,
+        self, kind: str, end_ns: int | None = None, partial: bool = False, counters: Counters | None = None
     ) -> None:
         end = _now() if end_ns is None else end_ns
-        start = self.step_start_ns if self.step_start_ns is not None else end
         now = counters if counters is not None else self.counters()
-        c0 = self.step_counters
+        self.steps.add(self._step_record(kind, end, partial, now))
+        self.step.tainted = False
+        self.steps.flush()
+        if self.annot is not None:
+            self.annot.end_step()
+        self.fetches.flush()  # batches fetched in this process (num_workers=0)
+        if self.role == "main":
+            self.device.mark(self.torch, self.rank_dir, self.step.index)
+        self.intervals = []
+        self.step.index += 1
+        if not self._loop_sought and not partial and self.role == "main":
+            self._find_loop(sys._getframe(1))
+        self._start_next_step(end, now)
+
+    def _step_record(self, kind: str, end: int, partial: bool, now: Counters) -> dict[str, Any]:
+        """The step in progress as its steps.jsonl line (docs/run-directory.md), ending at `end`."""
+        step = self.step
+        c0 = step.counters
         runq = now.sched[1] - c0.sched[1] if (now.sched is not None and c0.sched is not None) else None
         main_sys = (
             now.main_sys_ns - c0.main_sys_ns
             if now.main_sys_ns is not None and c0.main_sys_ns is not None
             else None
         )
-        profiled = self.window.active or self.taint_next
-        self.taint_next = False
-        self.steps.add(
-            {
-                "step": self.step_index,
-                "kind": kind,
-                "start_ns": start,
-                "end_ns": end,
-                "profiled": profiled,
-                "trial": self.trial_now,
-                "partial": partial,
-                "intervals": self.intervals,
-                "cpu_ns": now.cpu_ns - c0.cpu_ns,
-                "runq_ns": runq,
-                "rss_bytes": _rss_of(self._statm.read()),
-                "minor_faults": now.faults - c0.faults,
-                "sys_ns": now.sys_ns - c0.sys_ns,
-                "main_sys_ns": main_sys,
-            }
-        )
-        self.steps.flush()
-        if self.annot is not None:
-            self.annot.end_step()
-        self.fetches.flush()  # batches fetched in this process (num_workers=0)
-        self._mark_device_step()
-        self.intervals = []
-        self.step_index += 1
-        if not self._loop_sought and not partial and self.role == "main":
-            # Once, after step 0 is written: its cost (a stack walk, one parse) lands in a warm-up step.
-            self._loop_sought = True
+        return {
+            "step": step.index,
+            "kind": kind,
+            "start_ns": step.start_ns if step.start_ns is not None else end,
+            "end_ns": end,
+            "profiled": self.window.active or step.tainted,
+            "trial": step.trial,
+            "partial": partial,
+            "intervals": self.intervals,
+            "cpu_ns": now.cpu_ns - c0.cpu_ns,
+            "runq_ns": runq,
+            "rss_bytes": statm_rss(self._statm.read()),
+            "minor_faults": now.faults - c0.faults,
+            "sys_ns": now.sys_ns - c0.sys_ns,
+            "main_sys_ns": main_sys,
+        }
+
+    def _find_loop(self, frame: FrameType) -> None:
+        """Once, after step 0 is written: its cost (a stack walk, one parse) lands in a warm-up step."""
+        self._loop_sought = True
+        with contextlib.suppress(Exception):
+            self.loop = loop_site(frame)
+        if self.framework is None:
             with contextlib.suppress(Exception):
-                self.loop = loop_site(sys._getframe(1))
-            if self.framework is None:
-                with contextlib.suppress(Exception):
-                    self.framework = frameworks.detect(sys._getframe(1))
-            if self.loop is not None or self.framework is not None:
-                with contextlib.suppress(Exception):
-                    self.write_process_info()  # now, not only at exit: a killed run keeps them
-        if self.window.on_step_end(self.torch, self.step_index):
+                self.framework = frameworks.detect(frame)
+        if self.loop is not None or self.framework is not None:
+            with contextlib.suppress(Exception):
+                self.write_process_info()  # now, not only at exit: a killed run keeps them
+
+    def _start_next_step(self, end: int, now: Counters) -> None:
+        """The next step starts where this one ended: its counters too (one reading, not two)."""
+        step = self.step
+        if self.window.on_step_end(self.torch, step.index):
             # The op window just opened (live-tensor snapshot) or closed (probes): no step's time.
-            self.taint_next = True
+            step.tainted = True
             end = _now()
             now = self.counters()
         if self.role == "main" and self.window.done and self.window.spec is not None:
-            self.trial_now = self.trial.on_step_end(self.torch, self.step_index, ready=not self.taint_next)
-        # The next step starts where this one ended: its counters too (one reading, not two).
-        self.step_start_ns = end
-        self.step_counters = now
-
-    def _mark_device_step(self) -> None:
-        """On a CUDA program, an event at the step boundary (never initialises CUDA; never raises)."""
-        if self.device_clock_failed or self.torch is None or self.role != "main":
-            return
-        try:
-            if self.device_clock is None:
-                if not self.torch.cuda.is_initialized():
-                    return
-                from pinchpoint.capture.cuda_steps import DeviceStepClock
-
-                self.device_clock = DeviceStepClock(self.torch, self.rank_dir)
-            self.device_clock.mark(self.step_index)
-        except Exception:
-            self.device_clock_failed = True
+            step.trial = self.trial.on_step_end(self.torch, step.index, ready=not step.tainted)
+        step.start_ns = end
+        step.counters = now
 
     def partial_step(self) -> None:
         """Write the step in progress (at exit); analysis treats it like the others."""
@@ -449,6 +347,104 @@ class Agent:
                 if torch.is_autocast_enabled(device):
                     self.autocast_dtype = str(torch.get_autocast_dtype(device)).replace("torch.", "")
                     return
+
+    # ---- what the hooks report (capture/hooks.py), on the training thread ------------------------
+
+    def data_wait_begins(self) -> None:
+        """The program asks its DataLoader for a batch: after a backward, maybe a new step."""
+        if self.await_boundary:
+            loop_shapes.boundary(self, _now())
+        self.begin("data_wait")
+
+    def note_batch(self, batch: Any) -> None:
+        """A batch the program loaded: its shapes, once, for the loader probe (`loader_probe`)."""
+        if self.window.batch_spec is None:
+            self.window.batch_spec = loader_probe.batch_spec(batch)
+
+    def forward_begins(self) -> None:
+        """A top-level module call (the calls inside it pass through): after a backward, maybe a new step."""
+        self.in_module = True
+        if self.autocast_dtype is None:
+            self.note_autocast()
+        if self.await_boundary:
+            loop_shapes.boundary(self, _now())
+        self.begin("forward")
+
+    def forward_ended(self, module: Any, start_ns: int, end_ns: int) -> None:
+        """The top-level call of `module` returned (or raised): it may end an inference step, or an
+        evaluation step inside training; in an unknown loop it may show which kind the loop is."""
+        self.in_module = False
+        self.interval("forward", start_ns, end_ns)
+        self.end()
+        if self.mode == "inference":
+            self.end_step("inference", end_ns)
+        elif self.mode in ("train", "manual"):
+            if self.torch.is_grad_enabled():
+                if module.training:
+                    loop_shapes.note_trained(self, module)
+            elif (
+                not module.training
+                and id(module) in self.trained_modules
+                and not any(iv[0] == "backward" for iv in self.intervals)
+            ):
+                loop_shapes.eval_step(self, end_ns)  # evaluation inside training: a step of its own kind
+        elif self.mode == "unknown":
+            self._first_calls(module, end_ns)
+
+    def _first_calls(self, module: Any, end_ns: int) -> None:
+        """Before the loop's kind is known: a call under no_grad, or `INFERENCE_AFTER_CALLS` of one
+        module with no backward, is inference."""
+        if module.training:
+            loop_shapes.note_trained(self, module)
+        if self.torch.is_grad_enabled():
+            key = id(module)
+            n = self.calls_without_backward[key] = self.calls_without_backward.get(key, 0) + 1
+            if n < INFERENCE_AFTER_CALLS:
+                return
+        self.mode = "inference"
+        self.end_step("inference", end_ns)
+
+    def optimizer_begins(self) -> None:
+        self.begin("optimizer")
+        self.in_optimizer = True
+        self.opt_start_ns = _now()
+
+    def optimizer_paused(self, t_ns: int) -> None:
+        """The optimizer calls its closure (`optimizer.step(closure)`): the update so far was its own;
+        the closure's forward and backward are not."""
+        if self.in_optimizer:
+            self.interval("optimizer", self.opt_start_ns, t_ns)
+
+    def optimizer_resumed(self, t_ns: int) -> None:
+        """The closure returned: the optimizer's own update goes on."""
+        self.opt_start_ns = t_ns
+
+    def optimizer_ended(self, opt_id: int, end_ns: int) -> None:
+        """Optimizer `opt_id` finished a step: the loop trains, and the lead optimizer ends its step."""
+        self.in_optimizer = False
+        self.interval("optimizer", self.opt_start_ns or end_ns, end_ns)
+        self.end()
+        loop_shapes.optimizer_stepped(self)
+        if self.mode in ("unknown", "inference"):
+            self.mode = "train"
+        if self.mode != "train":
+            return
+        if self.lead_optimizer is None or self.opt_cycle:
+            loop_shapes.optimizer_stepped_first_cycle(self, opt_id, end_ns)
+        elif opt_id == self.lead_optimizer:
+            self.end_step("train", end_ns)
+
+    def record_fetch(self, record: dict[str, Any]) -> None:
+        """A batch fetched in this process (any process). Workers flush per batch (they can be killed
+        at any time); the main process at each step's end."""
+        self.fetches.add(record)
+        if self.role == "worker":
+            self.fetches.flush()
+
+    def record_loader(self, record: dict[str, Any]) -> None:
+        """The settings of a DataLoader iterator, when it yields its first batch."""
+        self.loaders.add(record)
+        self.loaders.flush()
 
 
 def parse_window(spec: str | None) -> tuple[int, int] | None:

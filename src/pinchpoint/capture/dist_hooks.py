@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pinchpoint.capture import loop_shapes
-from pinchpoint.capture.agent import thread_schedstat
+from pinchpoint.capture.procfs import thread_schedstat
 
 if TYPE_CHECKING:
     from pinchpoint.capture.agent import Agent

@@ -148,40 +148,62 @@ class Sampler:
 
     def _tree(self) -> list[Known]:
         """The root and all its descendants (root first, then breadth first), minus the sampler."""
-        if self._procfs:
-            last_pid = procfs.last_pid()
-            self._since_listing += 1
-            if (
-                last_pid is not None
-                and last_pid == self._last_pid
-                and not self._tree_dirty
-                and self._since_listing < _LIST_EVERY
-            ):
-                # No process was created since the last listing (the kernel's last allocated PID is
-                # unchanged) and none of ours exited: same tree, without listing /proc (which costs
-                # about as much as reading five processes). /proc is still listed every
-                # _LIST_EVERY samples in case the last PID is not what it claims (sandboxes).
-                return self._last_tree
-            self._last_pid = last_pid
-            self._since_listing = 0
-            self._tree_dirty = False
-            names = os.listdir("/proc")
-            listing = frozenset(names)
-            if listing == self._last_listing:
-                # Same PIDs as last time, hence the same parents (a PID's parent changes only when
-                # the parent exits) and the same tree.
-                return self._last_tree
-            pids = [int(x) for x in names if x.isdigit()]
-        else:
-            listing = frozenset()
-            pids = psutil.pids()
+        listed = self._list_pids()
+        if listed is None:
+            return self._last_tree
+        pids, listing = listed
         current = set(pids)
-        complete = True  # every PID's parent is known: the tree may be reused while nothing changes
         for gone in [p for p in self._known if p not in current]:
             del self._known[gone]
         if self.pid not in current:
             self._root_done = True
             return []
+        complete = self._learn_parents(pids, current)
+        root = self._known.get(self.pid)
+        if root is None:
+            # Cannot read it at all (e.g. vanished between listing and reading).
+            return []
+        out = self._descendants(root)
+        if self._procfs and complete:
+            self._last_listing = listing
+            self._last_tree = out
+        else:
+            self._last_listing = frozenset()
+        return out
+
+    def _list_pids(self) -> tuple[list[int], frozenset[str]] | None:
+        """Every PID on the machine, with the listing of /proc they came from (empty through psutil);
+        None when the tree is known to be the same as last time."""
+        if not self._procfs:
+            return psutil.pids(), frozenset()
+        last_pid = procfs.last_pid()
+        self._since_listing += 1
+        if (
+            last_pid is not None
+            and last_pid == self._last_pid
+            and not self._tree_dirty
+            and self._since_listing < _LIST_EVERY
+        ):
+            # No process was created since the last listing (the kernel's last allocated PID is
+            # unchanged) and none of ours exited: same tree, without listing /proc (which costs
+            # about as much as reading five processes). /proc is still listed every
+            # _LIST_EVERY samples in case the last PID is not what it claims (sandboxes).
+            return None
+        self._last_pid = last_pid
+        self._since_listing = 0
+        self._tree_dirty = False
+        names = os.listdir("/proc")
+        listing = frozenset(names)
+        if listing == self._last_listing:
+            # Same PIDs as last time, hence the same parents (a PID's parent changes only when
+            # the parent exits) and the same tree.
+            return None
+        return [int(x) for x in names if x.isdigit()], listing
+
+    def _learn_parents(self, pids: list[int], current: set[int]) -> bool:
+        """Know every PID's parent: read it for new PIDs and for those whose parent exited. True when
+        every one is known (the tree may then be reused while nothing changes)."""
+        complete = True
         for pid in pids:
             k = self._known.get(pid)
             if k is None:
@@ -205,13 +227,13 @@ class Sampler:
                 except _PPID_ERRORS:
                     del self._known[pid]
                     complete = False
+        return complete
+
+    def _descendants(self, root: Known) -> list[Known]:
+        """`root` and the known processes below it, breadth first, without the sampler itself."""
         children: dict[int, list[int]] = {}
         for pid, k in self._known.items():
             children.setdefault(k.ppid, []).append(pid)
-        root = self._known.get(self.pid)
-        if root is None:
-            # Cannot read it at all (e.g. vanished between listing and reading).
-            return []
         out = [root]
         seen = {self.pid, self._self_pid}
         i = 0
@@ -221,11 +243,6 @@ class Sampler:
                     seen.add(child)
                     out.append(self._known[child])
             i += 1
-        if self._procfs and complete:
-            self._last_listing = listing
-            self._last_tree = out
-        else:
-            self._last_listing = frozenset()
         return out
 
     # -- one process ---------------------------------------------------------------------------

@@ -1,0 +1,84 @@
+"""What the agent keeps about the step in progress (`capture/agent.py`): where it started, the counters
+read then, and the events that mark its boundary on a GPU. Standard library only; no agent import."""
+
+from __future__ import annotations
+
+import resource
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from pinchpoint.capture.procfs import thread_schedstat
+
+_thread_cpu = time.thread_time_ns
+_RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", None)  # Linux
+
+
+class Counters(NamedTuple):
+    """What a step boundary reads (once: the end of one step is the start of the next)."""
+
+    cpu_ns: int
+    """The main thread's on-CPU time."""
+    sched: tuple[int, int] | None
+    faults: int
+    """Minor page faults of this process (all threads): each is a fresh page the kernel had to map and
+    zero, the cost of an allocator that hands memory back to the OS and asks again."""
+    sys_ns: int
+    """System (kernel) time of the process, all threads."""
+    main_sys_ns: int | None
+    """System time of the main thread (None when read from another thread): faults taken on it, and
+    any other syscall it makes, lengthen the step one for one."""
+
+
+def read_counters(main_tid: int) -> Counters:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    main_sys = None
+    if _RUSAGE_THREAD is not None and threading.get_ident() == main_tid:
+        main_sys = int(resource.getrusage(_RUSAGE_THREAD).ru_stime * 1e9)
+    return Counters(_thread_cpu(), thread_schedstat(), ru.ru_minflt, int(ru.ru_stime * 1e9), main_sys)
+
+
+@dataclass(slots=True)
+class StepState:
+    """The step in progress (its phase intervals are `Agent.intervals`, which `loop_shapes` edits)."""
+
+    counters: Counters
+    """The counters when it started."""
+    index: int = 0
+    start_ns: int | None = None
+    """When it started: the previous step's end, else its first interval's start."""
+    tainted: bool = False
+    """The op window opened or closed at its start (a live-tensor snapshot, the probes): its time is
+    not the program's, and it is written as profiled."""
+    trial: bool = False
+    """It runs at the thread trial's thread count (`thread_trial`)."""
+
+
+class DeviceMarks:
+    """On a CUDA program, a CUDA event at each step boundary (`cuda_steps.DeviceStepClock`), from the
+    first boundary after the program initialised CUDA. Never initialises CUDA, never raises: after
+    one error it stops marking."""
+
+    def __init__(self) -> None:
+        self.clock: Any = None
+        self.failed = False
+
+    def mark(self, torch: Any, rank_dir: Path, step_index: int) -> None:
+        if self.failed or torch is None:
+            return
+        try:
+            if self.clock is None:
+                if not torch.cuda.is_initialized():
+                    return
+                from pinchpoint.capture.cuda_steps import DeviceStepClock  # (CUDA programs only)
+
+                self.clock = DeviceStepClock(torch, rank_dir)
+            self.clock.mark(step_index)
+        except Exception:
+            self.failed = True
+
+    def close(self) -> None:
+        if self.clock is not None:
+            self.clock.close()
