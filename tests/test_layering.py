@@ -247,18 +247,6 @@ def test_known_oversize_entries_exist() -> None:
     assert set(KNOWN_OVERSIZE) <= rels
 
 
-KNOWN_CYCLES: set[frozenset[str]] = {
-    # capture/'s agent and its hooks import each other (agent -> hooks, import_hook, loop_shapes;
-    # hooks -> agent, cuda_hooks, dist_hooks; cuda_hooks -> hooks; dist_hooks, import_hook and
-    # loop_shapes -> agent). Being untangled in capture/ now: when it is, empty this set.
-    frozenset(
-        f"pinchpoint.capture.{m}"
-        for m in ("agent", "hooks", "cuda_hooks", "dist_hooks", "import_hook", "loop_shapes")
-    ),
-}
-"""Import cycles that exist and are being removed; a cycle that is not (within) one of these fails."""
-
-
 def _resolve(name: str, modules: set[str]) -> str | None:
     """The module an imported name lives in: itself, else the longest enclosing module
     (`pinchpoint.trace.run.Run` -> `pinchpoint.trace.run`)."""
@@ -267,13 +255,28 @@ def _resolve(name: str, modules: set[str]) -> str | None:
     return name or None
 
 
+def type_only_lines(source: str) -> set[int]:
+    """Line numbers inside `if TYPE_CHECKING:` blocks: imports there name types for annotations and
+    never run, so a module may refer to the type of what calls it (the agent's state) without a cycle."""
+    lines: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for stmt in node.body:
+                lines.update(range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1))
+    return lines
+
+
 def import_graph() -> dict[str, set[str]]:
     """pinchpoint module -> the pinchpoint modules it imports, at the top or inside functions (a
-    package's `__init__` counts only when an import names it, not as every submodule's parent)."""
+    package's `__init__` counts only when an import names it, not as every submodule's parent);
+    type-only imports (`if TYPE_CHECKING:`) do not count."""
     modules = {_module_name(p): p for p in MODULES}
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for m, path in modules.items():
-        for name, _ in imports(path):
+        typed = type_only_lines(path.read_text())
+        for name, line in imports(path):
+            if line in typed:
+                continue
             target = _resolve(name, set(modules)) if _under(name, "pinchpoint") else None
             if target is not None and target != m:
                 graph[m].add(target)
@@ -351,5 +354,23 @@ def test_the_package_has_no_import_cycle() -> None:
     function-level import hides a cycle from Python, not from the reader)."""
     graph = import_graph()
     cycles = [c for c in strongly_connected(graph) if len(c) > 1]
-    new = [c for c in cycles if not any(c <= known for known in KNOWN_CYCLES)]
-    assert new == [], "import cycles:\n" + "\n".join(" -> ".join(_cycle(graph, c)) for c in new)
+    assert cycles == [], "import cycles:\n" + "\n".join(" -> ".join(_cycle(graph, c)) for c in cycles)
+
+
+def test_type_only_imports_are_told_apart() -> None:
+    source = "from typing import TYPE_CHECKING\nimport a\nif TYPE_CHECKING:\n    import b\n    import c\nimport d\n"
+    assert type_only_lines(source) == {4, 5}
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_is_longer_than_80_lines() -> None:
+    long = []
+    for path in MODULES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{_rel(path)}:{node.lineno} {node.name} ({n} lines)")
+    assert long == [], long

@@ -30,7 +30,7 @@ from pinchpoint.capture.loop_site import loop_site
 from pinchpoint.capture.procfs import ProcFile, forget_thread_files, statm_rss
 from pinchpoint.capture.step_state import Counters, DeviceMarks, StepState, read_counters
 from pinchpoint.capture.thread_trial import ThreadTrialRunner
-from pinchpoint.capture.writer import JsonlWriter, write_json_atomic
+from pinchpoint.capture.writer import JsonlWriter, agent_log, write_json_atomic
 
 RUN_DIR_ENV = "PINCHPOINT_RUN_DIR"
 OPWINDOW_ENV = "PINCHPOINT_OPWINDOW"  # "START:STEPS", or "off"
@@ -130,7 +130,7 @@ class Agent:
             self.annot = make_annotator(kind, torch)
         except Exception as exc:
             message = f"--annotate {kind}: {exc}; running without annotations"
-            _log(self.run_dir, message)
+            agent_log(self.run_dir, message)
             with contextlib.suppress(OSError):
                 sys.stderr.write(f"pinchpoint: {message}\n")
 
@@ -488,7 +488,3 @@ def start(run_dir: Path, rank: int | None = None, window: str | None = None) -> 
         sys.meta_path.insert(0, TorchImportHook(AGENT))
     return AGENT
 
-
-def _log(run_dir: Path, message: str) -> None:
-    with contextlib.suppress(OSError), open(run_dir / "agent.log", "a") as f:
-        f.write(f"[pid {os.getpid()}] {message}\n")

@@ -9,7 +9,7 @@ import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from pinchpoint.capture.agent import _log
+from pinchpoint.capture.writer import agent_log
 
 if TYPE_CHECKING:
     from pinchpoint.capture.agent import Agent
@@ -46,7 +46,7 @@ class TorchImportHook(importlib.abc.MetaPathFinder):
             try:
                 hook.agent.attach(module)
             except Exception as exc:  # never break the user's program
-                _log(hook.agent.run_dir, f"pinchpoint agent could not attach: {exc!r}")
+                agent_log(hook.agent.run_dir, f"pinchpoint agent could not attach: {exc!r}")
 
         setattr(loader, "exec_module", exec_module)  # noqa: B010
         return spec

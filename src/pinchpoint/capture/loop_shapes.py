@@ -8,7 +8,7 @@
   (`UpdateWatch`) notes the last op that touches a trained parameter, and the update ends there; the
   loop's own work after it (building the next batch) is the loop's, not the update's.
 - Evaluation inside training: a top-level eval-mode call of the trained model under no_grad ends an
-  `eval` step of its own (`hooks._after_top_level_call`).
+  `eval` step of its own (`Agent.forward_ended`).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ lines since the last flush and never leaves a half-written line from an interrup
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable
@@ -73,3 +74,9 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(obj, indent=1))
     os.replace(tmp, path)
+
+
+def agent_log(run_dir: Path, message: str) -> None:
+    """One line in the run directory's `agent.log` (what the agent could not do); never raises."""
+    with contextlib.suppress(OSError), open(run_dir / "agent.log", "a") as f:
+        f.write(f"[pid {os.getpid()}] {message}\n")
