@@ -71,7 +71,13 @@ suite must fit CI's 25 minutes on a 2-core machine)."""
 
 
 def _steps(example: Path) -> list[str]:
-    m = re.search(r'"--steps", type=int, default=(\d+)', example.read_text())
+    """`--steps E2E_STEPS` when the example's default is more: read from the example, or from the
+    example whose `parse_args` it imports (allocator_churn runs healthy.py's 300 steps otherwise)."""
+    text = example.read_text()
+    borrowed = re.search(r"^from (\w+) import [^\n]*\bparse_args\b", text, re.M)
+    if borrowed is not None:
+        text += (example.parent / f"{borrowed.group(1)}.py").read_text()
+    m = re.search(r'"--steps", type=int, default=(\d+)', text)
     return ["--steps", str(E2E_STEPS)] if m is not None and int(m.group(1)) > E2E_STEPS else []
 
 
