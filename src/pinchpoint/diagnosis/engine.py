@@ -100,8 +100,12 @@ def _judge_recordings(job: Job, rules: Sequence[Rule]) -> tuple[dict[Category, F
             for f in rule.check(subject):
                 merge(by_id, f)
     lead = job.runs[0]
+    # A cross-rank rule whose categories the device timeline decides would only be set aside.
+    device_decides = job.devices is not None
     for rule in rules:
-        if rule.scope is Scope.RANKS and any(not missing(rule, r) for r in job.runs):
+        if rule.scope is not Scope.RANKS or (device_decides and rule.yields <= DEVICE_OWNS):
+            continue
+        if any(not missing(rule, r) for r in job.runs):
             for f in rule.check(Subject(rank=lead.rank, job=job, run=lead)):
                 merge(by_id, f)
     return by_id, notes

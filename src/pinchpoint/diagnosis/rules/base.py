@@ -1,4 +1,4 @@
-"""The shape of a rule, what it reads, and the small helpers rules share for stating numbers.
+"""The shape of a rule, what it reads, and the small helpers rules share.
 
 Every rule — over one rank's recordings, over every rank's, or over one rank's device timeline — is a
 `Rule`: class data saying what it judges and needs, and one `check(subject)`. The engine builds the
@@ -101,15 +101,6 @@ class Rule:
 
     def check(self, s: Subject) -> Iterable[Finding]:
         raise NotImplementedError
-
-
-def ms(ns: float) -> str:
-    v = ns / 1e6
-    return f"{v:.1f} ms" if v >= 10 else f"{v:.2f} ms"
-
-
-def pct(frac: float) -> str:
-    return f"{100 * frac:.0f}%"
 
 
 def speedup_removing(share: float) -> float:

@@ -13,11 +13,3 @@ def ms(ns: float) -> str:
 
 def pct(frac: float) -> str:
     return f"{100 * frac:.0f}%"
-
-
-def us(ns: float) -> str:
-    return f"{ns / 1e3:.1f} µs"
-
-
-def mib(n_bytes: float, digits: int = 2) -> str:
-    return f"{n_bytes / MIB:.{digits}f} MiB"
