@@ -181,3 +181,17 @@ def test_every_file_format_is_one_renderer_and_export_offers_all_but_the_reports
 
     assert set(RENDERERS) == {"json", "html", *EXPORT_FORMATS}
     assert {"perfetto", "speedscope", "flamegraph", "tensorboard"} <= set(EXPORT_FORMATS)
+
+
+def test_the_text_export_is_what_the_console_printed(cpu_run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.txt"
+    _pp("export", str(cpu_run), "--format", "text", "-o", str(out))
+    shown = subprocess.run(
+        [sys.executable, "-m", "pinchpoint", "report", str(cpu_run), "--no-color"],
+        capture_output=True, text=True, timeout=240, check=True,
+    ).stdout
+    text = out.read_text()
+    assert "\x1b[" not in text, "a file gets no colour codes"
+    assert "What holds it back" in text and "input." in text
+    strip = lambda s: [line for line in s.splitlines() if not line.startswith("pinchpoint:")]  # noqa: E731
+    assert strip(text) == strip(shown)

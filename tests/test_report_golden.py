@@ -22,6 +22,7 @@ import pytest
 
 from pinchpoint.pipeline.rundir import REPORT_NAME, report_run_dir
 from pinchpoint.pipeline.traces import report_traces
+from pinchpoint.report.model import Report
 from pinchpoint.report.terminal import render
 
 HERE = Path(__file__).resolve().parent
@@ -71,7 +72,7 @@ def _report(name: str, tmp_path: Path) -> dict[str, Any]:
 
 def _text(report: dict[str, Any]) -> str:
     buf = io.StringIO()
-    render(report, buf, color=False, width=100)
+    render(Report(document=report), buf, color=False, width=100)
     return buf.getvalue()
 
 

@@ -7,15 +7,24 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from conftest import make_env, make_process, make_rank_analysis, make_run_analysis, make_steps
-from pinchpoint.analysis.cpu import thread_trial
+from pinchpoint.analysis.cpu import ThreadTrialResult, thread_trial
 from pinchpoint.analysis.steps import steady_steps, step_stats
-from pinchpoint.capture.thread_trial import FILE, STEPS, WARM, ThreadTrialRunner, fitting_threads
+from pinchpoint.capture.thread_trial import (
+    FILE,
+    STEPS,
+    WARM,
+    ForeignLoad,
+    ThreadTrialRunner,
+    fitting_threads,
+    free_fit,
+)
 from pinchpoint.diagnosis.engine import diagnose
 from pinchpoint.diagnosis.finding import Basis, facts
 from pinchpoint.trace.run import RankData
@@ -50,6 +59,7 @@ def test_the_trial_runs_its_steps_at_one_thread_per_core_then_restores(
     assert torch.get_num_threads() == fit * 4
     assert trial.on_step_end(torch, 12 + WARM + STEPS, ready=True) is False
     record = json.loads((tmp_path / FILE).read_text())
+    assert record.pop("foreign_cores") is None  # measured from the first boundary: too short to tell
     assert record == {"threads": fit * 4, "fit": fit, "steps": list(range(11 + WARM, 11 + WARM + STEPS))}
 
 
@@ -95,6 +105,69 @@ def test_trial_steps_stay_out_of_the_statistics_and_price_the_finding() -> None:
     assert (trial["steps"], trial["fit"], trial["threads"]) == (3, 2, 16)
     assert (trial["trial_ns"], trial["steady_ns"]) == (40_000_000, 70_000_000)
     assert trial["speedup"] == pytest.approx(1.75)
+
+
+@pytest.mark.parametrize(
+    ("fit", "foreign", "expected"),
+    [(2, None, 2), (2, 0.0, 2), (2, 0.49, 2), (2, 0.5, 2), (2, 0.6, 1), (2, 1.0, 1), (2, 1.6, 1), (2, 3.0, 1),
+     (8, 2.4, 6), (8, 2.6, 5), (1, 1.0, 1)],
+)  # fmt: skip
+def test_the_fit_leaves_out_the_cores_other_processes_keep_busy(
+    fit: int, foreign: float | None, expected: int
+) -> None:
+    assert free_fit(fit, foreign) == expected
+
+
+def _busy_for(seconds: float, *, detached: bool) -> subprocess.Popen[bytes]:
+    """A process spinning on one core: this process's child, or (detached) one `sh` leaves behind,
+    which the kernel re-parents, like any other program on the machine."""
+    spin = f"import time; t = time.monotonic() + {seconds}\nwhile time.monotonic() < t: pass"
+    if detached:
+        return subprocess.Popen(["sh", "-c", f"{sys.executable} -c '{spin}' &"])
+    return subprocess.Popen([sys.executable, "-c", spin])
+
+
+def test_cores_another_program_keeps_busy_are_foreign_and_this_programs_workers_are_not() -> None:
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: a busy process would take it from the measurement itself")
+    measured = {}
+    for detached in (False, True):
+        proc = _busy_for(1.5, detached=detached)
+        time.sleep(0.2)  # started and spinning
+        load = ForeignLoad()
+        load.start()
+        time.sleep(1.0)
+        measured[detached] = load.cores()
+        proc.wait()
+        time.sleep(0.5 if not detached else 0)
+    own, other = measured[False], measured[True]
+    assert own is not None and other is not None
+    assert other >= 0.6, measured  # a whole core (less what the scheduler gave this test's own sleep)
+    assert other - own >= 0.5, measured
+
+
+def test_a_shared_machine_prices_the_threads_left_free_by_its_trial() -> None:
+    """Two intra-op threads fit two cores, until another process keeps one busy: the trial ran at one
+    thread (fit 1, `foreign_cores` 1.0) and measured ×2.5; the finding says so and its fix is the
+    thread count the free cores allow."""
+    analysis = replace(
+        make_rank_analysis({"forward": 30, "backward": 30}, 10, main=make_process(intra_op=2)),
+        thread_trial=ThreadTrialResult(
+            threads=2, fit=1, steps=3, trial_median_ns=28_000_000, steady_median_ns=70_000_000,
+            foreign_cores=1.0,
+        ),
+    )  # fmt: skip
+    found = diagnose(make_run_analysis(make_env(cores=2), [analysis])).findings
+    (f,) = [f for f in found if f.id == "cpu.oversubscription"]
+    assert f.estimated_speedup == pytest.approx(2.5) and f.basis is Basis.TRIAL
+    got = facts(f)
+    assert dict(got["cpu.oversubscription.foreign"].values) == {"foreign_cores": 1.0, "cores": 2}
+    assert dict(got["cpu.oversubscription.fix_shared"].values) == {"threads": 1, "foreign_cores": 1.0}
+    assert dict(got["cpu.oversubscription.snippet"].values) == {"threads": 1}
+    # Alone on the machine, two threads on two cores are no finding (no trial ran).
+    alone = make_rank_analysis({"forward": 30, "backward": 30}, 10, main=make_process(intra_op=2))
+    found = diagnose(make_run_analysis(make_env(cores=2), [alone])).findings
+    assert not [f for f in found if f.id == "cpu.oversubscription"]
 
 
 @pytest.mark.e2e

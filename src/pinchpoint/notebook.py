@@ -96,9 +96,10 @@ class Profile:
             print(f"pinchpoint: no report: {error}", file=sys.stderr)
             return
         if self.print_report:
+            from pinchpoint.report.model import Report
             from pinchpoint.report.terminal import render
 
-            render(self.report, sys.stderr)
+            render(Report(document=self.report), sys.stderr)
 
     def _repr_html_(self) -> str:
         """In a notebook, the profile shows its report (the same HTML as the run directory's)."""

@@ -94,6 +94,8 @@ class ThreadTrialResult:
     steps: int
     trial_median_ns: int
     steady_median_ns: int
+    foreign_cores: float = 0.0
+    """Cores' worth of CPU other processes used (the trial's fit left them out)."""
 
     @property
     def speedup(self) -> float:
@@ -111,5 +113,5 @@ def thread_trial(rank: RankData, steady_median_ns: int | None) -> ThreadTrialRes
         return None
     return ThreadTrialResult(
         threads=trial.threads, fit=trial.fit, steps=len(durs), trial_median_ns=durs[len(durs) // 2],
-        steady_median_ns=steady_median_ns,
+        steady_median_ns=steady_median_ns, foreign_cores=trial.foreign_cores,
     )  # fmt: skip

@@ -165,3 +165,45 @@ def statm_rss(raw: bytes | None) -> int | None:
         return int(raw.split()[1]) * _PAGE_SIZE if raw is not None else None
     except (ValueError, IndexError):
         return None
+
+
+# ---- who else uses this process's cores ---------------------------------------------------------
+
+
+def busy_ticks(cpus: set[int]) -> int | None:
+    """Clock ticks the CPUs in `cpus` spent busy since boot (/proc/stat: user, nice, system, irq,
+    softirq; idle, iowait and the hypervisor's steal are not busy here)."""
+    try:
+        lines = read_proc("/proc/stat").splitlines()
+    except OSError:
+        return None
+    total = 0
+    for line in lines:
+        if not line.startswith(b"cpu") or line[3:4] == b" ":
+            continue
+        parts = line.split()
+        try:
+            if int(parts[0][3:]) in cpus:
+                total += sum(int(parts[i]) for i in (1, 2, 3, 6, 7))
+        except (ValueError, IndexError):
+            continue
+    return total
+
+
+def family_ticks(pid: int) -> int:
+    """CPU ticks (user + system) of process `pid` and its live children (DataLoader workers)."""
+    total = 0
+    pids, seen = [pid], set[int]()
+    while pids and len(seen) < 256:
+        p = pids.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            fields = parse_stat(read_proc(f"/proc/{p}/stat"))[1]
+            total += int(fields[11]) + int(fields[12])
+            for task in os.listdir(f"/proc/{p}/task"):
+                pids.extend(int(c) for c in read_proc(f"/proc/{p}/task/{task}/children").split())
+        except (OSError, ValueError, IndexError):
+            continue
+    return total

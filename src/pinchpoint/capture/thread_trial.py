@@ -9,31 +9,87 @@ step, then `STEPS` measured — and restores the program's setting. Those steps 
 steps.jsonl (left out of every statistic) and `thread_trial.json` says which were measured. Results
 can differ in the last bits (reductions split over fewer threads), as they do between any two thread
 settings; `--opwindow off` turns the trial off with the window.
+
+Cores other processes keep busy count too: a program that fits the machine alone (two intra-op threads
+on two cores) but shares it with a busy process spins OpenMP barriers against a thread that is not
+running (a small model went from 5 ms to 28 ms a step here). From the first step to the end of the op
+window the runner measures what other processes took of this process's cores (`/proc/stat` against this
+process and its children); at `FOREIGN_CORES_MIN` cores or more, the trial runs at the cores left free.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 from pathlib import Path
 from typing import Any
 
+from pinchpoint.capture import procfs
 from pinchpoint.capture.writer import write_json_atomic
 
 WARM = 1
 """Steps after a thread-count change that are not measured (the pool is rebuilt)."""
 STEPS = 3
 FILE = "thread_trial.json"
+FOREIGN_CORES_MIN = 0.5
+"""Cores' worth of CPU other processes used, on average, before the trial counts them as taken."""
 
 
 def fitting_threads() -> int:
     """One intra-op thread per usable core, shared among this machine's ranks (torchrun's
     LOCAL_WORLD_SIZE)."""
+    return max(1, len(os.sched_getaffinity(0)) // _local_ranks())
+
+
+def _local_ranks() -> int:
     try:
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
     except ValueError:
-        local = 1
-    return max(1, len(os.sched_getaffinity(0)) // max(1, local))
+        return 1
+
+
+class ForeignLoad:
+    """Cores' worth of CPU that processes other than this one and its children used, on the CPUs this
+    process may run on, between `start()` and `cores()`."""
+
+    def __init__(self) -> None:
+        self.cpus: set[int] = set()
+        self.start_ticks: tuple[int, int, float] | None = None
+        self.started = False
+
+    def start(self) -> None:
+        self.started = True
+        if _local_ranks() > 1:
+            return  # the other ranks on this machine are the program too (`fitting_threads` shares)
+        try:
+            self.cpus = set(os.sched_getaffinity(0))
+        except OSError:
+            return
+        busy = procfs.busy_ticks(self.cpus)
+        if busy is not None:
+            self.start_ticks = (busy, procfs.family_ticks(os.getpid()), time.monotonic())
+
+    def cores(self) -> float | None:
+        if self.start_ticks is None:
+            return None
+        busy = procfs.busy_ticks(self.cpus)
+        if busy is None:
+            return None
+        busy0, own0, t0 = self.start_ticks
+        wall = time.monotonic() - t0
+        if wall < 0.05:
+            return None
+        own = procfs.family_ticks(os.getpid())
+        return max(0.0, ((busy - busy0) - (own - own0)) / procfs.CLK_TCK / wall)
+
+
+def free_fit(fit: int, foreign: float | None) -> int:
+    """Threads that fit once other processes' cores are taken off: `fit` less what they used (rounded),
+    at least one; `fit` itself below `FOREIGN_CORES_MIN`."""
+    if foreign is None or foreign < FOREIGN_CORES_MIN:
+        return fit
+    return max(1, min(fit, int(fit - foreign + 0.5)))
 
 
 class ThreadTrialRunner:
@@ -43,6 +99,8 @@ class ThreadTrialRunner:
         self.threads = 0
         self.fit = 0
         self.first = 0
+        self.foreign: float | None = None
+        self.load = ForeignLoad()
 
     def on_step_end(self, torch: Any, next_step: int, ready: bool) -> bool:
         """At the boundary before step `next_step`; `ready`: the op window is done and its own tainted
@@ -50,10 +108,13 @@ class ThreadTrialRunner:
         if self.state == "done" or torch is None:
             return False
         if self.state == "idle":
+            if not self.load.started:
+                self.load.start()
             if not ready:
                 return False
             try:
-                threads, fit = int(torch.get_num_threads()), fitting_threads()
+                self.foreign = self.load.cores()
+                threads, fit = int(torch.get_num_threads()), free_fit(fitting_threads(), self.foreign)
             except Exception:
                 self.state = "done"
                 return False
@@ -74,7 +135,8 @@ class ThreadTrialRunner:
         measured = list(range(self.first + WARM, self.first + WARM + STEPS))
         with contextlib.suppress(OSError):
             write_json_atomic(
-                self.rank_dir / FILE, {"threads": self.threads, "fit": self.fit, "steps": measured}
+                self.rank_dir / FILE,
+                {"threads": self.threads, "fit": self.fit, "steps": measured, "foreign_cores": self.foreign},
             )
         return True  # the first step back at the program's setting rebuilds the pool: not steady either
 

@@ -39,6 +39,7 @@ class AnalyzeCommand:
         from pinchpoint.errors import UsageError
         from pinchpoint.pipeline.ranks import default_workers
         from pinchpoint.pipeline.traces import report_traces
+        from pinchpoint.report.model import Report
         from pinchpoint.report.terminal import render
 
         if args.workers < 0:
@@ -57,13 +58,12 @@ class AnalyzeCommand:
             bar.close()
         if args.html:
             from pinchpoint.pipeline.traces import trace_roofline
-            from pinchpoint.report.model import Report
             from pinchpoint.report.renderers import RENDERERS
 
             built = Report(document=report, roofline=trace_roofline(Path(args.path)))
             RENDERERS["html"].write(built, Path(args.html))
         if not args.quiet:
-            render(report, sys.stdout, color=False if args.no_color else None)
+            render(Report(document=report), sys.stdout, color=False if args.no_color else None)
         return 0
 
 

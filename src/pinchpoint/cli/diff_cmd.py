@@ -107,10 +107,11 @@ class ShowCommand:
 
     def execute(self, args: argparse.Namespace) -> int:
         from pinchpoint.pipeline.resolve import load_report
+        from pinchpoint.report.model import Report
         from pinchpoint.report.terminal import render
 
         report = load_report(args.run)
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
-        render(report, sys.stdout, color=False if args.no_color else None)
+        render(Report(document=report), sys.stdout, color=False if args.no_color else None)
         return 0

@@ -23,6 +23,7 @@ class ReportCommand:
         from pinchpoint.cli.run_cmd import NO_STEPS_EXIT
         from pinchpoint.pipeline.resolve import run_dir_of
         from pinchpoint.pipeline.rundir import report_run_dir
+        from pinchpoint.report.model import Report
         from pinchpoint.report.terminal import render
 
         run_dir = run_dir_of(args.run_dir)
@@ -33,7 +34,7 @@ class ReportCommand:
             from pinchpoint.pipeline.rundir import HTML_NAME
 
             shutil.copyfile(run_dir / HTML_NAME, args.html)
-        render(report, sys.stdout, color=False if args.no_color else None)
+        render(Report(document=report), sys.stdout, color=False if args.no_color else None)
         missing = report["steps"].get("missing")
         if missing:
             print(f"pinchpoint: {missing}", file=sys.stderr)

@@ -73,6 +73,7 @@ class RunCommand:
     def execute(self, args: argparse.Namespace) -> int:
         from pinchpoint.capture.launcher import launch
         from pinchpoint.pipeline.rundir import report_run_dir
+        from pinchpoint.report.model import Report
         from pinchpoint.report.terminal import render
 
         command: list[str] = args.target
@@ -97,7 +98,7 @@ class RunCommand:
             return result.exit_code or exc.exit_code
         if not args.quiet:
             print(file=sys.stderr)
-            render(report, sys.stderr, color=False if args.no_color else None)
+            render(Report(document=report), sys.stderr, color=False if args.no_color else None)
         html = run_dir / "report.html"
         charts = f", charts: {html}" if html.exists() else ""
         print(

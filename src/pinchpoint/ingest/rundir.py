@@ -249,14 +249,16 @@ TRIAL_FILE = "thread_trial.json"
 
 
 def _thread_trial(o: Any) -> ThreadTrial | None:
-    """thread_trial.json: {"threads", "fit", "steps"}; None when absent or not that."""
+    """thread_trial.json: {"threads", "fit", "steps", "foreign_cores"}; None when absent or not that."""
     if not isinstance(o, dict):
         return None
     threads, fit = as_int(o.get("threads")), as_int(o.get("fit"))
     steps = tuple(i for i in (as_int(x) for x in as_list(o.get("steps"))) if i is not None)
     if not threads or not fit or threads <= fit or not steps:
         return None
-    return ThreadTrial(threads=threads, fit=fit, steps=steps)
+    foreign = o.get("foreign_cores")
+    foreign_cores = float(foreign) if isinstance(foreign, (int, float)) and 0 <= foreign < 1e4 else 0.0
+    return ThreadTrial(threads=threads, fit=fit, steps=steps, foreign_cores=foreign_cores)
 
 
 def _step(o: dict[str, Any]) -> Step | None:

@@ -17,6 +17,7 @@ from typing import Any
 from pinchpoint.analysis.views import RooflineView, RunViews
 from pinchpoint.report import charts
 from pinchpoint.report.flamegraph import flamegraph_svg
+from pinchpoint.report.phrases.common import gain as gain_words
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;
@@ -41,7 +42,7 @@ def _finding(f: Mapping[str, Any], multi_rank: bool) -> str:
     gain = float(f.get("estimated_speedup") or 1.0)
     stats = f"{100 * float(f.get('share') or 0):.0f}% of the step"
     if gain > 1.005:
-        stats += f' · <span class="gain">fix → est. ×{gain:.2f} faster</span>'
+        stats += f' · <span class="gain">{_e(gain_words(gain, f.get("estimate_basis")))}</span>'
     stats += f" · confidence {_e(f.get('confidence'))}"
     if multi_rank:
         stats += f" · ranks {_e(f.get('ranks'))}"

@@ -57,6 +57,7 @@ def finding_dict(f: Finding) -> dict[str, Any]:
         "title": say(f.title),
         "share": rounded(f.share),
         "estimated_speedup": rounded(f.estimated_speedup, 3),
+        "estimate_basis": f.basis.value,
         "confidence": f.confidence.value,
         "evidence": say_all(f.evidence),
         "fix": say(f.fix),

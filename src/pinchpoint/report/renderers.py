@@ -1,7 +1,8 @@
 """Every file format a report is written as, in one table: name -> renderer.
 
 Add an output format: one module in `report/` with a `write(report, out)` and one line here. The
-terminal is the console's renderer (`terminal.render(document, stream)`), not a file format.
+console is the same renderer on a stream (`terminal.render(report, stream)`); `text` writes its view
+to a file.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pinchpoint.report.json_report import write_report
 from pinchpoint.report.model import Needs, Renderer, Report
 from pinchpoint.report.perfetto import perfetto_trace
 from pinchpoint.report.tensorboard import write_event_file
+from pinchpoint.report.terminal import write_text
 
 
 def _json(report: Report, out: Path) -> None:
@@ -50,10 +52,11 @@ def _tensorboard(report: Report, out: Path) -> None:
 RENDERERS: dict[str, Renderer] = {
     "json": Renderer(_json),
     "html": Renderer(_html),
+    "text": Renderer(write_text),
     "perfetto": Renderer(_perfetto, Needs.RUN),
     "speedscope": Renderer(_speedscope, Needs.STACKS),
     "flamegraph": Renderer(_flamegraph, Needs.STACKS),
     "tensorboard": Renderer(_tensorboard, Needs.RUN),
 }
-"""JSON (report.json), the self-contained HTML page, a Chrome trace for Perfetto, the Python stacks for
+"""JSON (report.json), the self-contained HTML page, the console's view as plain text, a Chrome trace for Perfetto, the Python stacks for
 speedscope or as a flame-graph SVG, TensorBoard event files into a log directory."""

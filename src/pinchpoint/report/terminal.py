@@ -1,13 +1,17 @@
-"""The terminal report: what an engineer reads in ten seconds. Renders a report.json dict; no analysis."""
+"""The terminal report: what an engineer reads in ten seconds. Renders a `Report`'s document; no analysis."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, TextIO
 
 from rich.console import Console, Group
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
+
+from pinchpoint.report.model import Report
+from pinchpoint.report.phrases.common import gain
 
 PHASE_LABELS = {
     "data_wait": "data wait",
@@ -195,7 +199,7 @@ def _findings(report: dict[str, Any]) -> Group | Text:
         stats = Text()
         stats.append(f"   {100 * f['share']:.0f}% of the step", style="bold")
         if f["estimated_speedup"] > 1.005:
-            stats.append(f" · fix → est. ×{f['estimated_speedup']:.2f} faster", style="bold green")
+            stats.append(f" · {gain(f['estimated_speedup'], f.get('estimate_basis'))}", style="bold green")
         stats.append(f" · confidence {f['confidence']}", style="dim")
         if len(report.get("ranks") or []) > 1:
             stats.append(f" · ranks {f['ranks']}", style="dim")
@@ -213,9 +217,18 @@ def _findings(report: dict[str, Any]) -> Group | Text:
     return Group(*blocks)
 
 
-def render(
-    report: dict[str, Any], out: TextIO, *, color: bool | None = None, width: int | None = None
-) -> None:
+def render(report: Report, out: TextIO, *, color: bool | None = None, width: int | None = None) -> None:
+    """The report as the console shows it (`color=None`: colour when `out` is a terminal)."""
+    _render(dict(report.document), out, color=color, width=width)
+
+
+def write_text(report: Report, out: Path) -> None:
+    """The console's view as a plain-text file (`pinchpoint export --format text`)."""
+    with out.open("w") as f:
+        render(report, f, color=False)
+
+
+def _render(report: dict[str, Any], out: TextIO, *, color: bool | None, width: int | None) -> None:
     console = Console(
         file=out, force_terminal=color, no_color=color is False, width=width, highlight=False, soft_wrap=False
     )

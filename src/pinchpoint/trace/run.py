@@ -348,12 +348,14 @@ class Probes:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ThreadTrial:
-    """Steps pinchpoint ran with one intra-op thread per core instead of the program's `threads`."""
+    """Steps pinchpoint ran with one intra-op thread per core left free instead of the program's `threads`."""
 
     threads: int
     fit: int
     steps: tuple[int, ...]
     """Indices of the measured trial steps."""
+    foreign_cores: float = 0.0
+    """Cores' worth of CPU other processes used before the trial (the fit leaves them out)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -48,12 +48,20 @@ class CpuOversubscription(Rule):
         worker_threads = sum((w.threads.intra_op or 1) for w in rank.workers)
         demand = intra * rank.local_ranks + worker_threads
         runq = steps.main_runq_fraction or 0.0
-        if demand <= cores or (intra <= cores and runq < RUNQ_SHARE_MIN):
+        trial = rank.thread_trial
+        # Cores other processes kept busy are not the program's: the trial measured them before it ran
+        # and left them out of its thread count.
+        shared = trial is not None and trial.fit * rank.local_ranks < cores
+        foreign = trial.foreign_cores if trial is not None and shared else 0.0
+        free = max(1, min(cores, int(cores - foreign + 0.5))) if shared else cores
+        if demand <= free or (intra <= free and runq < RUNQ_SHARE_MIN):
             return
         evidence = [
             Fact("cpu.oversubscription.threads", threads=intra, cores=cores, workers=len(rank.workers)),
             Fact("cpu.oversubscription.runq", share=runq),
         ]
+        if foreign:
+            evidence.insert(1, Fact("cpu.oversubscription.foreign", foreign_cores=foreign, cores=cores))
         if rank.cpu is not None:
             evidence.append(
                 Fact(
@@ -68,7 +76,6 @@ class CpuOversubscription(Rule):
         share = max(runq, 0.0)
         speedup = 1.0 / max(0.05, 1.0 - share)
         confidence = Confidence.HIGH if runq >= RUNQ_SHARE_MIN else Confidence.MEDIUM
-        trial = rank.thread_trial
         if trial is not None:
             # Measured, not modelled: pinchpoint ran a few steps at one thread per core.
             speedup = max(1.0, trial.speedup)
@@ -85,7 +92,7 @@ class CpuOversubscription(Rule):
                     speedup=trial.speedup,
                 )
             )
-        target = max(1, min(intra, (cores - worker_threads) // rank.local_ranks))
+        target = max(1, min(intra, (free - worker_threads) // rank.local_ranks))
         yield Finding(
             id=self.id,
             title=Fact("rule.title", name=self.title),
@@ -94,7 +101,9 @@ class CpuOversubscription(Rule):
             basis=Basis.TRIAL if trial is not None else Basis.REMOVED,
             confidence=confidence,
             evidence=tuple(evidence),
-            fix=Fact("cpu.oversubscription.fix", threads=target),
+            fix=Fact("cpu.oversubscription.fix_shared", threads=target, foreign_cores=foreign)
+            if foreign
+            else Fact("cpu.oversubscription.fix", threads=target),
             snippet=Fact("cpu.oversubscription.snippet", threads=target),
             ranks=(rank.rank,),
         )

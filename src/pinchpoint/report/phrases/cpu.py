@@ -11,6 +11,10 @@ PHRASES: dict[str, Callable[..., str]] = {
         f"The training process runs {threads} intra-op threads on {cores} usable core(s)"
         + (f", beside {workers} worker process(es)" if workers else "")
     ),
+    "cpu.oversubscription.foreign": lambda foreign_cores, cores: (
+        f"Other processes kept {foreign_cores:.1f} of the {cores} core(s) busy before the trial: "
+        "the program's threads compete with them"
+    ),
     "cpu.oversubscription.runq": lambda share: f"Its main thread waited for a CPU {pct(share)} of the step",
     "cpu.oversubscription.switches": lambda switches_per_s, threads: (
         f"{switches_per_s:.0f} involuntary context switches per second across the program's {threads} threads"
@@ -26,6 +30,11 @@ PHRASES: dict[str, Callable[..., str]] = {
     "cpu.oversubscription.fix": lambda threads: (
         f"Use at most one busy thread per core: torch.set_num_threads({threads}) "
         f"(or OMP_NUM_THREADS={threads}); keep DataLoader workers at 1 thread each."
+    ),
+    "cpu.oversubscription.fix_shared": lambda threads, foreign_cores: (
+        f"Another process keeps {foreign_cores:.1f} core(s) busy: while it does, run with the cores left, "
+        f"torch.set_num_threads({threads}) (or OMP_NUM_THREADS={threads}), or stop or pin it away from "
+        "this program's cores."
     ),
     "cpu.oversubscription.snippet": lambda threads: f"torch.set_num_threads({threads})",
     "cpu.underuse.threads": lambda share, threads, cores: (
