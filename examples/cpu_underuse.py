@@ -17,6 +17,9 @@ from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
 PLANTED = ["cpu.underuse"]
+E2E_STEPS = 30
+"""Steps the end-to-end tests run: without native bf16 a step is fp32 on one thread, ~0.9 s on a 2-core
+AVX2 EPYC (the op window at steps 10-13 and ~15 steady steps remain)."""
 
 # Mixed precision where the CPU multiplies bf16 natively (AVX512-BF16, AMX), as careful programs do:
 # elsewhere autocast emulates bf16, and its matmuls run ~40x slower than fp32 (seen on an AVX2 EPYC).

@@ -3,6 +3,8 @@ found inside the same phases, and input rules say nothing when the program never
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pinchpoint.analysis.run_analysis import RankAnalysis
@@ -73,3 +75,53 @@ def test_input_rules_are_silent_when_nothing_waits_for_data() -> None:
         assert not nothing_to_judge(rule, _rank(0.2))  # waits, but unrecorded loaders: say so
     others = [r for r in recorded if r.id not in (Category.INPUT_FETCH, Category.INPUT_PREPROCESS)]
     assert not any(nothing_to_judge(r, _rank(0.0)) for r in others)
+
+
+def _steady(phase_ms: dict[str, float], host_other_ms: float) -> RankAnalysis:
+    from conftest import make_rank_analysis
+
+    return make_rank_analysis(phase_ms, host_other_ms)
+
+
+def test_a_share_is_capped_at_the_phases_it_lives_in_and_its_estimate_with_it() -> None:
+    """The op window (on a loaded machine) put fp32 matmuls at 60% of its step; the steady steps spend
+    11% in forward+backward+optimizer. The finding is counted at 11%, and its estimate can no longer
+    save more than that; a trial's measured speedup is left as measured."""
+    from pinchpoint.diagnosis.shares import bound_shares
+
+    rank = _steady({"data_wait": 15, "forward": 5, "backward": 5, "optimizer": 1}, 74)  # a 100 ms step
+    by_id = {
+        Category.COMPUTE_MATH: finding(Category.COMPUTE_MATH, 0.60, 2.0),
+        Category.INPUT_FETCH: finding(Category.INPUT_FETCH, 0.15, 1.17),
+        Category.CPU_OVERSUBSCRIPTION: replace(
+            finding(Category.CPU_OVERSUBSCRIPTION, 0.6, 2.5), basis=Basis.TRIAL
+        ),
+    }
+    bound_shares(by_id, [rank])
+    math_ = by_id[Category.COMPUTE_MATH]
+    assert math_.share == pytest.approx(0.11)
+    assert math_.estimated_speedup == pytest.approx(1 / 0.89)
+    bounded = math_.evidence[-1]
+    assert isinstance(bounded, Fact) and bounded.key == "merge.share_bounded"
+    assert bounded["claimed"] == 0.60 and bounded["phases"] == ("forward", "backward", "optimizer")
+    assert by_id[Category.INPUT_FETCH].share == 0.15 and by_id[Category.INPUT_FETCH].estimated_speedup == 1.17
+    assert by_id[Category.CPU_OVERSUBSCRIPTION].estimated_speedup == 2.5  # measured: stands
+
+
+def test_causes_that_share_phases_are_capped_together_the_compute_summary_first() -> None:
+    """Per-op overhead (70%) and Python outside every phase (40%) cannot both hold in a step whose
+    compute and other host time are 80%: the compute summary goes first, then per-op overhead, whose
+    share was read from the op window; Python's, read from the steps, stands."""
+    from pinchpoint.diagnosis.shares import bound_shares
+
+    rank = _steady({"data_wait": 20, "forward": 20, "backward": 20}, 40)
+    by_id = {
+        Category.COMPUTE_MATH: finding(Category.COMPUTE_MATH, 0.05, 1.0),
+        Category.HOST_DISPATCH: finding(Category.HOST_DISPATCH, 0.70, 2.5),
+        Category.HOST_PYTHON: finding(Category.HOST_PYTHON, 0.40, 1.6),
+    }
+    bound_shares(by_id, [rank])
+    assert by_id[Category.COMPUTE_MATH].share == 0.0
+    assert by_id[Category.HOST_DISPATCH].share == pytest.approx(0.40)
+    assert by_id[Category.HOST_PYTHON].share == 0.40
+    assert by_id[Category.HOST_DISPATCH].estimated_speedup == pytest.approx(1 / 0.6)

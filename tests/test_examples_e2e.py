@@ -71,14 +71,17 @@ suite must fit CI's 25 minutes on a 2-core machine)."""
 
 
 def _steps(example: Path) -> list[str]:
-    """`--steps E2E_STEPS` when the example's default is more: read from the example, or from the
-    example whose `parse_args` it imports (allocator_churn runs healthy.py's 300 steps otherwise)."""
+    """`--steps E2E_STEPS` (or the example's own `E2E_STEPS`, for one whose steps take a second) when
+    the example's default is more: read from the example, or from the example whose `parse_args` it
+    imports (allocator_churn runs healthy.py's 300 steps otherwise)."""
     text = example.read_text()
     borrowed = re.search(r"^from (\w+) import [^\n]*\bparse_args\b", text, re.M)
     if borrowed is not None:
         text += (example.parent / f"{borrowed.group(1)}.py").read_text()
+    own = re.search(r"^E2E_STEPS = (\d+)", example.read_text(), re.M)
+    steps = int(own.group(1)) if own is not None else E2E_STEPS
     m = re.search(r'"--steps", type=int, default=(\d+)', text)
-    return ["--steps", str(E2E_STEPS)] if m is not None and int(m.group(1)) > E2E_STEPS else []
+    return ["--steps", str(steps)] if m is not None and int(m.group(1)) > steps else []
 
 
 def _profile(example: Path, tmp_path: Path) -> dict[str, Any]:
@@ -111,6 +114,23 @@ def _profile(example: Path, tmp_path: Path) -> dict[str, Any]:
     return report
 
 
+SHARED_MACHINE = "Other processes kept"
+"""How cpu.oversubscription's evidence starts when the thread trial ran at the cores another process
+left free (`cpu.oversubscription.foreign`)."""
+
+
+def _the_programs_own(findings: list[dict[str, Any]], planted: list[str]) -> list[dict[str, Any]]:
+    """The findings about the program itself. On a machine where another process keeps a core busy
+    (the suite run beside a busy process, a CI neighbour), the thread trial measures what fewer threads
+    gain and that finding may well lead: it is right, and about the machine's load, not the plant."""
+    if "cpu.oversubscription" in planted:
+        return findings
+    return [
+        f for f in findings
+        if not (f["id"] == "cpu.oversubscription" and any(e.startswith(SHARED_MACHINE) for e in f["evidence"]))
+    ]  # fmt: skip
+
+
 def _summary(report: dict[str, Any]) -> str:
     return "; ".join(
         f"{f['id']} share={f['share']:.2f} ×{f['estimated_speedup']:.2f}" for f in report["findings"]
@@ -124,7 +144,7 @@ def _summary(report: dict[str, Any]) -> str:
 def test_diagnosis_matches_the_planted_truth(example: Path, tmp_path: Path) -> None:
     planted = planted_in(example)
     report = _profile(example, tmp_path)
-    findings = report["findings"]
+    findings = _the_programs_own(report["findings"], planted)
     ids = [f["id"] for f in findings]
     if not planted:
         loud = [f for f in findings if f["id"] not in COMPUTE_IDS and f["share"] > HEALTHY_MAX_SHARE]

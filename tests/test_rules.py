@@ -7,7 +7,7 @@ whatever its value. Steps are 100 ms long, so a share of 0.05 is 5 ms.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -132,6 +132,42 @@ def run_rule(rule_id: str, env: Environment, rank: RankAnalysis) -> list[Finding
 
 def evidence_text(f: Finding) -> str:
     return " ".join(say_all(f.evidence))
+
+
+_COMPUTE = ("forward", "backward", "optimizer")
+LIVES_IN = {
+    "input.fetch": ("data_wait",),
+    "input.preprocess": ("data_wait",),
+    "host.python": ("host_other",),
+    "compute.math": _COMPUTE,
+    "compute.memory": (*_COMPUTE, "host_other"),
+    "host.dispatch": (*_COMPUTE, "host_other"),
+    "io.checkpoint": ("checkpoint_io",),
+}
+"""The phases of a step each kind of time is spent in (the rest span the whole step)."""
+
+
+def assert_shares_add_up(findings: Sequence[Finding], rank: RankAnalysis) -> None:
+    """A finding's share never exceeds the phases it lives in; the causes that live in phases (a data
+    wait counted once) never sum past the step; the step's breakdown sums to one."""
+    steps = rank.steps
+    assert steps is not None
+    phases = {p: steps.share(p) for p in (*steps.phase_ns, "host_other")}
+    assert sum(phases.values()) == pytest.approx(1.0, abs=1e-6) or not steps.phase_ns, phases
+    total = 0.0
+    waits = []
+    for f in findings:
+        where = LIVES_IN.get(f.id.value)
+        if where is None:
+            continue
+        bound = sum(phases.get(p, 0.0) for p in where)
+        assert f.share <= bound + 1e-6, (f.id.value, f.share, where, bound)
+        if f.id.value.startswith("input."):
+            waits.append(f.share)
+        else:
+            total += f.share
+    total += max(waits, default=0.0)
+    assert total <= 1.0 + 1e-6, [(f.id.value, f.share) for f in findings]
 
 
 def assert_well_formed(f: Finding, rank: int = 0) -> None:
@@ -1541,6 +1577,7 @@ _ms = st.integers(0, 60)
     probe=st.none() | st.tuples(st.integers(1, 10**7), st.integers(1, 10**7)),
     units=st.sampled_from([(), ("amx_bf16",), ("avx512_bf16",), ("amx_int8",)]),
     autocast=st.sampled_from([None, "bfloat16"]),
+    window_scale=st.sampled_from([1.0, 0.3, 0.6, 1.5, 3.0]),
 )
 def test_findings_stay_in_range(
     phases: tuple[int, ...],
@@ -1553,7 +1590,10 @@ def test_findings_stay_in_range(
     probe: Any,
     units: tuple[str, ...],
     autocast: str | None,
+    window_scale: float,
 ) -> None:
+    """...and their shares add up, also when the op window's steps ran slower or faster than the steady
+    ones (`window_scale`: a loaded machine, a window that caught a slow phase)."""
     dw, fw, bw, op, ck, sync, other = phases
     names = {
         "data_wait": dw,
@@ -1575,8 +1615,8 @@ def test_findings_stay_in_range(
     if ops is not None:
         fp32, n_ops, median, dispatch = ops
         op_stats = make_ops(
-            window_step_ms=max(1, sum(phases)),
-            fp32_matmul_ms=fp32,
+            window_step_ms=max(1, sum(phases)) * window_scale,
+            fp32_matmul_ms=fp32 * window_scale,
             top_level_ops_per_step=n_ops,
             median_op_ns=median,
             dispatch_ns_per_op=dispatch,
@@ -1598,6 +1638,7 @@ def test_findings_stay_in_range(
         assert_well_formed(f)
     keys = [(-round(f.estimated_speedup, 3)) for f in diagnosis.findings]
     assert keys == sorted(keys)
+    assert_shares_add_up(diagnosis.findings, rank)
 
 
 def test_op_window_step_length_comes_from_the_profiled_steps() -> None:

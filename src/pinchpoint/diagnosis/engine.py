@@ -34,6 +34,7 @@ from pinchpoint.diagnosis.notes import (
 )
 from pinchpoint.diagnosis.registry import DEVICE_OWNS, RULES
 from pinchpoint.diagnosis.rules.base import Job, Rule, Scope, Subject
+from pinchpoint.diagnosis.shares import bound_shares
 from pinchpoint.diagnosis.whatif import with_next_limits
 
 
@@ -74,6 +75,8 @@ def diagnose_job(job: Job, rules: Sequence[Rule] = RULES) -> Diagnosis:
             notes = trace_notes(job.devices)
     if job.runs:
         net_compute_summary(by_id)
+        if job.devices is None:  # (a device timeline's shares are of its own window's steps)
+            bound_shares(by_id, job.runs)
     findings = tuple(sorted(by_id.values(), key=sort_key))
     if job.runs:
         findings = _in_context(job, findings)

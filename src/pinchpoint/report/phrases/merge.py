@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pinchpoint.report.phrases.units import ms, pct
+from pinchpoint.report.phrases.whatif import PHASE_LABELS
 
 NET_OF_COMPUTE = {
     "host.dispatch": "per-op overhead",
@@ -21,7 +22,16 @@ def _compute_net(parts: tuple[tuple[str, float], ...], share: float) -> str:
     return f"Of those phases, {' and '.join(notes)}: the math itself is {pct(share)} of the step"
 
 
+def _bounded(claimed: float, share: float, phases: tuple[str, ...]) -> str:
+    where = ", ".join(PHASE_LABELS.get(p, p) for p in phases)
+    return (
+        f"Measured at {pct(claimed)} of a step, more than {where} take of the steady steps together: "
+        f"counted as {pct(share)} (the estimate with it)"
+    )
+
+
 PHRASES: dict[str, Callable[..., str]] = {
+    "merge.share_bounded": _bounded,
     "merge.compute_net": _compute_net,
     "merge.why_late": lambda ranks, category, title: (
         f"Why rank {_ranks(ranks)} is late ({category}): {title}"
