@@ -8,12 +8,16 @@ Durations are given in milliseconds for readability and stored as integer nanose
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+
+import pytest
 
 # Runs made by the tests stay out of the developer's history database (tests of the history turn it
 # back on, with their own PINCHPOINT_HOME).
 os.environ["PINCHPOINT_NO_HISTORY"] = "1"
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pinchpoint.analysis.cpu import CpuUsage
@@ -44,6 +48,26 @@ from pinchpoint.trace.run import (
 
 MS = 1_000_000
 MIB = 1 << 20
+
+BUSY_ENV = "PINCHPOINT_TEST_BUSY"
+"""Set to a number of processes (`scripts/test-loaded` sets 1): the whole session runs beside that many
+processes spinning on a core each, as on a laptop or a shared node (started here, always stopped)."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def busy_neighbours() -> Iterator[int]:
+    try:
+        count = max(0, int(os.environ.get(BUSY_ENV, "0") or 0))
+    except ValueError:
+        count = 0
+    spin = "while True: pass"
+    procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(count)]
+    try:
+        yield count
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
 
 
 def ns(ms: float) -> int:

@@ -33,7 +33,7 @@ OTHER = {"input.fetch": "host.python", "host.python": "input.fetch"}
 
 
 def _run(home: Path, out: Path, *extra: str) -> dict[str, Any]:
-    proc = _pp(home, "run", "-q", "--opwindow", "off", "-o", str(out), str(EXAMPLE), "--steps", "40", *extra)
+    proc = _pp(home, "run", "-q", "--opwindow", "off", "-o", str(out), str(EXAMPLE), "--steps", "30", *extra)
     assert proc.returncode == 0, proc.stderr
     assert "recorded as #" in proc.stderr
     return dict(json.loads((out / "report.json").read_text()))

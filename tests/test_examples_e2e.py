@@ -132,9 +132,13 @@ def _the_programs_own(findings: list[dict[str, Any]], planted: list[str]) -> lis
 
 
 def _summary(report: dict[str, Any]) -> str:
-    return "; ".join(
+    """Each finding's share and estimate, and the evidence of the first two (what a failure in CI
+    leaves to read), and the notes (a shared machine says so)."""
+    heads = "; ".join(
         f"{f['id']} share={f['share']:.2f} ×{f['estimated_speedup']:.2f}" for f in report["findings"]
     )
+    lines = [f"  {f['id']}: {e}" for f in report["findings"][:2] for e in f["evidence"]]
+    return "\n".join([heads, *lines, *(f"  note: {n}" for n in report.get("notes") or [])])
 
 
 @pytest.mark.e2e
