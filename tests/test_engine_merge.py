@@ -125,3 +125,22 @@ def test_causes_that_share_phases_are_capped_together_the_compute_summary_first(
     assert by_id[Category.HOST_DISPATCH].share == pytest.approx(0.40)
     assert by_id[Category.HOST_PYTHON].share == 0.40
     assert by_id[Category.HOST_DISPATCH].estimated_speedup == pytest.approx(1 / 0.6)
+
+
+def test_findings_measured_beside_busy_neighbours_lose_confidence_but_a_trial_does_not() -> None:
+    from conftest import make_cpu, make_rank_analysis
+
+    from pinchpoint.diagnosis.merge import on_a_shared_machine
+
+    found = (
+        finding(Category.INPUT_FETCH, 0.3, 1.4),
+        replace(finding(Category.CPU_OVERSUBSCRIPTION, 0.5, 2.0), basis=Basis.TRIAL),
+    )
+    busy = make_rank_analysis({"forward": 50}, cpu=make_cpu(process_cores=1.0, machine_busy_cores=2.0))
+    shared = on_a_shared_machine(found, (busy,))
+    assert shared[0].confidence is Confidence.LOW
+    why = shared[0].evidence[-1]
+    assert isinstance(why, Fact) and why.key == "merge.contended" and why["foreign_cores"] == 1.0
+    assert shared[1] == found[1]
+    alone = make_rank_analysis({"forward": 50}, cpu=make_cpu(process_cores=1.0, machine_busy_cores=1.3))
+    assert on_a_shared_machine(found, (alone,)) == found

@@ -24,6 +24,11 @@ class CpuUsage:
     invol_switches_per_s: float
     """Involuntary context switches per second across the tree: threads preempted by others."""
 
+    @property
+    def foreign_cores(self) -> float:
+        """Cores' worth of CPU other processes (not the program's tree) kept busy."""
+        return max(0.0, self.machine_busy_cores - self.process_cores)
+
 
 def cores_busy(samples: tuple[SystemSample, ...]) -> dict[tuple[int, str], list[tuple[int, float]]]:
     """Per process ((pid, name)): the cores it kept busy between each sampler reading and the one

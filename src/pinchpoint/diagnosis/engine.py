@@ -19,6 +19,7 @@ from pinchpoint.diagnosis.merge import (
     fold_explained,
     merge,
     net_compute_summary,
+    on_a_shared_machine,
     outside_the_window,
     sort_key,
     with_loader_verdict,
@@ -79,7 +80,7 @@ def diagnose_job(job: Job, rules: Sequence[Rule] = RULES) -> Diagnosis:
             bound_shares(by_id, job.runs)
     findings = tuple(sorted(by_id.values(), key=sort_key))
     if job.runs:
-        findings = _in_context(job, findings)
+        findings = on_a_shared_machine(_in_context(job, findings), job.runs)
         notes.extend(context_notes(job.runs))
     return Diagnosis(findings=findings, notes=unique(notes))
 

@@ -6,13 +6,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis
-from pinchpoint.diagnosis.finding import Category, Fact, Finding
+from pinchpoint.analysis.run_analysis import RankAnalysis
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding
 from pinchpoint.diagnosis.rules.base import speedup_removing
 from pinchpoint.diagnosis.rules.gpu_base import MIN_SHARE
 
 HOST_BOUND = frozenset({Category.HOST_PYTHON, Category.HOST_DISPATCH})
 INPUT = frozenset({Category.INPUT_FETCH, Category.INPUT_PREPROCESS})
 NET_OF_COMPUTE = (Category.HOST_DISPATCH, Category.COMPUTE_MEMORY)
+CONTENDED_CORES = 0.5
+"""Cores' worth of CPU other processes used during the steps before the findings measured there lose
+confidence (the thread trial counts them from the same amount)."""
+LOWER = {Confidence.HIGH: Confidence.MEDIUM, Confidence.MEDIUM: Confidence.LOW, Confidence.LOW: Confidence.LOW}
 """Findings inside forward, backward and optimizer that the compute-bound summary does not count as math."""
 
 
@@ -122,4 +127,20 @@ def with_loader_verdict(f: Finding, host: dict[Category, Finding]) -> Finding:
         evidence=f.evidence + verdict.evidence[1:],
         fix=verdict.fix,
         snippet=verdict.snippet,
+    )
+
+
+def on_a_shared_machine(findings: tuple[Finding, ...], ranks: tuple[RankAnalysis, ...]) -> tuple[Finding, ...]:
+    """Steps measured while other processes kept cores busy: every share and estimate drawn from them
+    may include time those processes took, so each finding loses a level of confidence and says why;
+    one that a trial measured on the program's own steps, beside the same neighbours, keeps its own."""
+    cpu = next((r.cpu for r in ranks if r.cpu is not None), None)
+    if cpu is None or cpu.foreign_cores < CONTENDED_CORES:
+        return findings
+    why = Fact("merge.contended", foreign_cores=cpu.foreign_cores, cores=cpu.usable_cores)
+    return tuple(
+        f
+        if f.basis is Basis.TRIAL
+        else replace(f, confidence=LOWER[f.confidence], evidence=(*f.evidence, why))
+        for f in findings
     )

@@ -32,6 +32,10 @@ def _bounded(claimed: float, share: float, phases: tuple[str, ...]) -> str:
 
 PHRASES: dict[str, Callable[..., str]] = {
     "merge.share_bounded": _bounded,
+    "merge.contended": lambda foreign_cores, cores: (
+        f"Measured while other processes kept {foreign_cores:.1f} of {cores} cores busy: part of this "
+        "time may be theirs (confidence lowered)"
+    ),
     "merge.compute_net": _compute_net,
     "merge.why_late": lambda ranks, category, title: (
         f"Why rank {_ranks(ranks)} is late ({category}): {title}"
