@@ -129,7 +129,6 @@ def test_causes_that_share_phases_are_capped_together_the_compute_summary_first(
 
 def test_findings_measured_beside_busy_neighbours_lose_confidence_but_a_trial_does_not() -> None:
     from conftest import make_cpu, make_rank_analysis
-
     from pinchpoint.diagnosis.merge import on_a_shared_machine
 
     found = (

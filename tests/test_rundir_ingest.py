@@ -541,6 +541,29 @@ def test_bad_step_rows_are_dropped(tmp_path: Path, row: dict[str, Any], kept: bo
     assert len(steps) == (1 if kept else 0)
 
 
+@pytest.mark.parametrize(
+    ("agent_ns", "start", "cpu"),
+    [
+        (40, 1040, 960),  # pinchpoint's bookkeeping: the step starts after it, its CPU comes off
+        (None, 1000, 1000),  # a run directory written before the field
+        (-5, 1000, 1000),
+        (10**9, 1100, 900),  # never past the step's first phase
+        ("x", 1000, 1000),
+    ],
+)
+def test_the_agents_bookkeeping_is_left_out_of_the_step(
+    tmp_path: Path, agent_ns: Any, start: int, cpu: int
+) -> None:
+    write_json(tmp_path / "meta.json", meta_obj())
+    row = {"step": 0, "kind": "train", "start_ns": 1000, "end_ns": 3000, "cpu_ns": 1000,
+           "intervals": [["forward", 1100, 2000], ["backward", 2000, 2900]]}  # fmt: skip
+    if agent_ns is not None:
+        row["agent_ns"] = agent_ns
+    write_jsonl(tmp_path / "ranks/rank0/steps.jsonl", [row])
+    (step,) = read_run_dir(tmp_path).ranks[0].steps
+    assert (step.start_ns, step.end_ns, step.cpu_ns) == (start, 3000, cpu)
+
+
 def test_bad_intervals_are_dropped(tmp_path: Path) -> None:
     write_json(tmp_path / "meta.json", meta_obj())
     write_jsonl(

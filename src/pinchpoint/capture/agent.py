@@ -269,6 +269,8 @@ class Agent:
         if not self._loop_sought and not partial and self.role == "main":
             self._find_loop(sys._getframe(1))
         self._start_next_step(end, now)
+        start = self.step.start_ns
+        self.step.agent_ns = max(0, _now() - start) if start is not None else 0
 
     def _step_record(self, kind: str, end: int, partial: bool, now: Counters) -> dict[str, Any]:
         """The step in progress as its steps.jsonl line (docs/run-directory.md), ending at `end`."""
@@ -295,6 +297,7 @@ class Agent:
             "minor_faults": now.faults - c0.faults,
             "sys_ns": now.sys_ns - c0.sys_ns,
             "main_sys_ns": main_sys,
+            "agent_ns": step.agent_ns,
         }
 
     def _find_loop(self, frame: FrameType) -> None:

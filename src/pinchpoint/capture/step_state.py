@@ -54,6 +54,9 @@ class StepState:
     not the program's, and it is written as profiled."""
     trial: bool = False
     """It runs at the thread trial's thread count (`thread_trial`)."""
+    agent_ns: int = 0
+    """pinchpoint's own bookkeeping at its start (writing the previous step, reading counters): not the
+    program's time; analysis starts the step after it."""
 
 
 class DeviceMarks:

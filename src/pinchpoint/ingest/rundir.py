@@ -280,16 +280,21 @@ def _step(o: dict[str, Any]) -> Step | None:
         kind = StepKind(o.get("kind"))
     except (ValueError, TypeError):
         kind = StepKind.EXPLICIT
+    # pinchpoint's own bookkeeping at the step's start (writing the last step, reading counters) is not
+    # the program's: the step starts after it (and its CPU, spent on the main thread, comes off too).
+    first = min((iv.start_ns for iv in intervals), default=end)
+    agent = min(max(0, as_int(o.get("agent_ns"), 0) or 0), max(0, first - start))
+    cpu = as_int(o.get("cpu_ns"))
     return Step(
         index=as_int(o.get("step"), 0) or 0,
         kind=kind,
-        start_ns=start,
+        start_ns=start + agent,
         end_ns=end,
         intervals=tuple(intervals),
         profiled=bool(o.get("profiled")),
         trial=bool(o.get("trial")),
         partial=bool(o.get("partial")),
-        cpu_ns=as_int(o.get("cpu_ns")),
+        cpu_ns=max(0, cpu - agent) if cpu is not None else None,
         runq_ns=as_int(o.get("runq_ns")),
         rss_bytes=as_int(o.get("rss_bytes")),
         minor_faults=as_int(o.get("minor_faults")),
