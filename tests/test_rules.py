@@ -1419,6 +1419,27 @@ def test_memory_leak_from_real_rss_series() -> None:
     assert run_rule("memory.leak", make_env(), quiet) == []
 
 
+def test_rss_that_rose_in_a_few_jumps_or_across_pinchpoints_own_steps_is_no_leak() -> None:
+    """Seen beside a busy process: RSS 374 MiB, +21 MiB across the thread trial (a new thread count's
+    buffers), flat, then two +8 MiB jumps (the allocator's high-water mark), flat to the end: r² 0.88
+    and 0.97 MiB a step, but no step-by-step growth. A tensor kept every step grows every step."""
+    rss = [374 * MIB] * 14 + [395 * MIB] * 14 + [403 * MIB] + [411 * MIB] * 21
+    stairs = list(make_steps(50, {"forward": 10}, rss=rss))
+    for i in range(10, 19):  # the op window and the thread trial
+        stairs[i] = replace(stairs[i], profiled=i < 14, trial=i >= 14)
+    trend = memory_trend(steady_steps(stairs))
+    assert trend is not None and trend.gap_bytes == 21 * MIB and trend.concentration == 1.0
+    assert run_rule("memory.leak", make_env(), make_rank_analysis(steps=tuple(stairs), memory=trend)) == []
+    kept = list(make_steps(50, {"forward": 10}, rss=[374 * MIB + i * 2 * MIB for i in range(50)]))
+    for i in range(10, 19):
+        kept[i] = replace(kept[i], profiled=i < 14, trial=i >= 14)
+    trend = memory_trend(steady_steps(kept))
+    assert trend is not None and trend.concentration < 0.15
+    assert trend.slope_bytes_per_step == pytest.approx(2 * MIB) and trend.r2 == pytest.approx(1.0)
+    (f,) = run_rule("memory.leak", make_env(), make_rank_analysis(steps=tuple(kept), memory=trend))
+    assert f.id is Category.MEMORY_LEAK
+
+
 def test_page_faults_counted_before_the_op_window_when_enough_steps() -> None:
     steps = make_steps(30, {"forward": 10})
     # the program faults little until the profiler's window (steps 10-12), heavily after it

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,10 +18,16 @@ class MemoryTrend:
     slope_bytes_per_step: float
     r2: float
     """Goodness of fit of the line: near 1 for steady growth, near 0 for noise."""
+    gap_bytes: int = 0
+    """Growth across steps left out of the statistics (the op window, the thread trial: pinchpoint's, a
+    new thread count's buffers), taken out of the trend."""
+    concentration: float = 0.0
+    """Share of the growth in the three largest step-to-step increases: near 1 when RSS rose in a few
+    jumps (an allocator's high-water marks, a cache filled once), small when it grows every step."""
 
     @property
     def growth_bytes(self) -> int:
-        return self.last_rss_bytes - self.first_rss_bytes
+        return self.last_rss_bytes - self.first_rss_bytes - self.gap_bytes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,16 +155,30 @@ def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, fl
 
 
 def memory_trend(steps: Sequence[Step]) -> MemoryTrend | None:
+    """RSS per steady step as a line. What RSS gained across steps left out (a gap in the indices: the op
+    window, the thread trial) is taken out of the series first: those steps are pinchpoint's."""
     points = [(s.index, s.rss_bytes) for s in steps if s.rss_bytes is not None]
     if len(points) < 5:
         return None
-    slope, _, r2 = fit_line([float(x) for x, _ in points], [float(y) for _, y in points])
+    pairs = list(zip(points, points[1:]))
+    rises = [max(0, r1 - r0) for (i0, r0), (i1, r1) in pairs if i1 - i0 == 1]
+    usual = int(statistics.median(rises)) if rises else 0
+    # Across a gap RSS counts as having risen as much as a usual step; the steps count as one.
+    series, gap = [(0, points[0][1])], 0
+    for n, ((i0, r0), (i1, r1)) in enumerate(pairs, 1):
+        if i1 - i0 > 1:
+            gap += r1 - r0 - usual
+        series.append((n, r1 - gap))
+    slope, _, r2 = fit_line([float(x) for x, _ in series], [float(y) for _, y in series])
+    grown = sum(rises)
     return MemoryTrend(
         steps=len(points),
         first_rss_bytes=points[0][1],
         last_rss_bytes=points[-1][1],
         slope_bytes_per_step=slope,
         r2=r2,
+        gap_bytes=gap,
+        concentration=sum(sorted(rises)[-3:]) / grown if grown > 0 else 0.0,
     )
 
 

@@ -16,6 +16,11 @@ LEAK_MIN_GROWTH = 32 * MIB
 """And at least 32 MiB grown over the measured steps (allocator caches settle below this)."""
 LEAK_MIN_R2 = 0.8
 """The growth is steady: a line explains ≥ 80% of the variance of RSS per step."""
+LEAK_MAX_CONCENTRATION = 0.5
+"""And spread over the steps: the three largest step-to-step rises hold at most half of it (RSS that
+rose in a few jumps is an allocator's high-water mark or a cache filled once, not a leak)."""
+LEAK_SPREAD_STEPS = 10
+"""Steps needed before the spread is judged (fewer: three rises may be all there is)."""
 
 
 class MemoryLeak(Rule):
@@ -39,6 +44,7 @@ class MemoryLeak(Rule):
             trend.slope_bytes_per_step < LEAK_MIN_SLOPE
             or trend.growth_bytes < LEAK_MIN_GROWTH
             or trend.r2 < LEAK_MIN_R2
+            or (trend.steps >= LEAK_SPREAD_STEPS and trend.concentration > LEAK_MAX_CONCENTRATION)
         ):
             return
         evidence = [
