@@ -160,7 +160,7 @@ def memory_trend(steps: Sequence[Step]) -> MemoryTrend | None:
     points = [(s.index, s.rss_bytes) for s in steps if s.rss_bytes is not None]
     if len(points) < 5:
         return None
-    pairs = list(zip(points, points[1:]))
+    pairs = list(itertools.pairwise(points))
     rises = [max(0, r1 - r0) for (i0, r0), (i1, r1) in pairs if i1 - i0 == 1]
     usual = int(statistics.median(rises)) if rises else 0
     # Across a gap RSS counts as having risen as much as a usual step; the steps count as one.
