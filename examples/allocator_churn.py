@@ -23,6 +23,7 @@ import ctypes
 from healthy import M_MMAP_THRESHOLD, keep_freed_memory, parse_args, train
 
 PLANTED = ["memory.pressure"]
+LOADED = "shrinks: its faults cost the same per step while a contended step stretches"
 
 
 def churn_big_blocks():

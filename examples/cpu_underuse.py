@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
 PLANTED = ["cpu.underuse"]
+LOADED = "absent: a busy process takes the core the fix would give the intra-op pool"
 E2E_STEPS = 30
 """Steps the end-to-end tests run: without native bf16 a step is fp32 on one thread, ~0.9 s on a 2-core
 AVX2 EPYC (the op window at steps 10-13 and ~15 steady steps remain)."""

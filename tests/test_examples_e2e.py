@@ -21,6 +21,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from programs import CONTENDED_CORES, foreign_cores, programs_own
 from programs import planted as planted_in
 from truth import machine_truth as _truth
 
@@ -114,23 +115,6 @@ def _profile(example: Path, tmp_path: Path) -> dict[str, Any]:
     return report
 
 
-SHARED_MACHINE = "Other processes kept"
-"""How cpu.oversubscription's evidence starts when the thread trial ran at the cores another process
-left free (`cpu.oversubscription.foreign`)."""
-
-
-def _the_programs_own(findings: list[dict[str, Any]], planted: list[str]) -> list[dict[str, Any]]:
-    """The findings about the program itself. On a machine where another process keeps a core busy
-    (the suite run beside a busy process, a CI neighbour), the thread trial measures what fewer threads
-    gain and that finding may well lead: it is right, and about the machine's load, not the plant."""
-    if "cpu.oversubscription" in planted:
-        return findings
-    return [
-        f for f in findings
-        if not (f["id"] == "cpu.oversubscription" and any(e.startswith(SHARED_MACHINE) for e in f["evidence"]))
-    ]  # fmt: skip
-
-
 def _summary(report: dict[str, Any]) -> str:
     """Each finding's share and estimate, and the evidence of the first two (what a failure in CI
     leaves to read), and the notes (a shared machine says so)."""
@@ -148,8 +132,11 @@ def _summary(report: dict[str, Any]) -> str:
 def test_diagnosis_matches_the_planted_truth(example: Path, tmp_path: Path) -> None:
     planted = planted_in(example)
     report = _profile(example, tmp_path)
-    findings = _the_programs_own(report["findings"], planted)
+    findings = programs_own(report, planted)
     ids = [f["id"] for f in findings]
+    if planted and foreign_cores(report) >= CONTENDED_CORES:
+        _holds_beside_busy_neighbours(example, planted, ids, report)
+        return
     if not planted:
         loud = [f for f in findings if f["id"] not in COMPUTE_IDS and f["share"] > HEALTHY_MAX_SHARE]
         assert not loud, _summary(report)
@@ -174,6 +161,23 @@ def test_diagnosis_matches_the_planted_truth(example: Path, tmp_path: Path) -> N
                 f"{removed}: reported share {by_id[removed]['share']:.2f}, its fix measured {measured:.2f}; "
                 + _summary(report)
             )
+
+
+def _holds_beside_busy_neighbours(example: Path, planted: list[str], ids: list[str], report: dict[str, Any]) -> None:
+    """Measured beside a busy process, the steps are contended: the compute phases stretch (two intra-op
+    threads wait at barriers for a descheduled one) and every other share shrinks with them; the report
+    says so and lowers its confidence. The truth was measured on an idle machine, so the shares are not
+    held to it; the planted causes must still be found, each at most one place lower than its count of
+    causes allows (a window-read compute finding, stretched by the contention, can overtake one). An
+    example whose plant cannot exist beside a busy process says why (`LOADED = "absent: ..."`): a busy
+    neighbour takes the idle core cpu_underuse.py's fix would use, so no finding may offer it."""
+    loaded = re.search(r'^LOADED = "(\w+)', example.read_text(), re.M)
+    if loaded is not None and loaded.group(1) == "absent":
+        assert not set(planted) & set(ids), _summary(report)
+        return
+    if loaded is not None and loaded.group(1) == "shrinks" and not set(planted) & set(ids):
+        return  # a fixed cost per step, below the reporting threshold once the step stretches
+    assert set(planted) <= set(ids[: len(planted) + 1]), _summary(report)
 
 
 def test_truth_file_covers_every_example() -> None:

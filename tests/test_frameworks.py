@@ -16,7 +16,7 @@ from pinchpoint.diagnosis.frameworks import in_framework_terms
 from pinchpoint.ingest.rundir import read_run_dir
 from pinchpoint.report.phrases import say
 from pinchpoint.trace.run import Framework, FrameworkName, StepKind
-from programs import phases_match_the_programs_own_timing, report_of, run_program
+from programs import phases_match_the_programs_own_timing, programs_own, report_of, run_program
 from truth import acceptable_tops
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,7 +137,7 @@ def _top(report: dict[str, Any], example: str) -> dict[str, Any]:
     """The top finding, which must name a cause whose fix measured the most on this machine kind
     (examples/TRUTH.md: the planted one, or allocator churn where glibc's thresholds measured as much)."""
     tops = acceptable_tops(example, "input.fetch", REAL_SHARE)
-    findings = report["findings"]
+    findings = programs_own(report)
     assert findings and findings[0]["id"] in tops, (
         tops,
         [(f["id"], f["share"], f["estimated_speedup"]) for f in findings],

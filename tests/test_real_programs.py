@@ -21,6 +21,7 @@ from programs import (
     PHASE_TOLERANCE,
     phases_match_the_programs_own_timing,
     planted,
+    programs_own,
     report_of,
     run_program,
 )
@@ -43,7 +44,7 @@ def _top_is_the_measured_cause(report: dict[str, Any], example: str) -> None:
     (cause,) = planted(EXAMPLES / f"{example}.py")
     tops = acceptable_tops(example, cause, MEASURED_SHARE_MIN)
     assert tops, machine_truth()[example]  # some cause is real on this machine kind
-    findings = report["findings"]
+    findings = programs_own(report)
     assert findings and findings[0]["id"] in tops, (
         tops,
         [(f["id"], f["share"], f["estimated_speedup"]) for f in findings],
@@ -88,7 +89,7 @@ def test_manual_sgd_word_lstm_top_finding(word_lstm: tuple[dict[str, float], Pat
     # here reported none, a little (below the tokenizer) or a quarter of the step. The top finding must
     # be one of the two measured causes, and the tokenizer must be named in every run.
     report = report_of(word_lstm[1])
-    ids = [f["id"] for f in report["findings"]]
+    ids = [f["id"] for f in programs_own(report)]
     assert ids and ids[0] in {"memory.pressure", "host.python"}, ids
     assert "host.python" in ids, ids
 

@@ -14,7 +14,10 @@ Cores other processes keep busy count too: a program that fits the machine alone
 on two cores) but shares it with a busy process spins OpenMP barriers against a thread that is not
 running (a small model went from 5 ms to 28 ms a step here). From the first step to the end of the op
 window the runner measures what other processes took of this process's cores (`/proc/stat` against this
-process and its children); at `FOREIGN_CORES_MIN` cores or more, the trial runs at the cores left free.
+process and its children); at `FOREIGN_CORES_MIN` cores or more, a program whose threads fit the cores
+alone is tried at the cores left free. (One that oversubscribes the cores by itself is tried at one
+thread per core: beside a busy process, 16 threads measured faster than one here — the scheduler shares
+the cores among threads, so fewer threads also means a smaller share.)
 """
 
 from __future__ import annotations
@@ -114,7 +117,9 @@ class ThreadTrialRunner:
                 return False
             try:
                 self.foreign = self.load.cores()
-                threads, fit = int(torch.get_num_threads()), free_fit(fitting_threads(), self.foreign)
+                threads, fit = int(torch.get_num_threads()), fitting_threads()
+                if threads <= fit:  # it fits the machine alone; does it beside the other processes?
+                    fit = free_fit(fit, self.foreign)
             except Exception:
                 self.state = "done"
                 return False
