@@ -15,6 +15,8 @@ from typing import Any
 import jsonschema
 import pytest
 
+from pinchpoint.ingest.rundir import read_run_dir
+
 DATA = Path(__file__).parent / "data" / "rundirs" / "h200"
 OURS = {"step", "phase", "finding", "loader"}
 
@@ -155,13 +157,13 @@ def test_tensorboard_reads_back_the_scalars_and_the_report(cpu_run: Path, tmp_pa
     _pp("export", str(cpu_run), "--format", "tensorboard", "-o", str(logdir))
     ea = accumulator.EventAccumulator(str(logdir), size_guidance={"scalars": 0, "tensors": 0})
     ea.Reload()
-    steps = [json.loads(x) for x in (cpu_run / "ranks/rank0/steps.jsonl").read_text().splitlines()]
-    timed = [s for s in steps if not s["partial"] and not s["profiled"] and not s.get("trial")]
+    # (The steps as read back: each starts after pinchpoint's own bookkeeping, `agent_ns`.)
+    steps = read_run_dir(cpu_run).ranks[0].steps
+    timed = [s for s in steps if not s.partial and not s.profiled and not s.trial]
     step_times = ea.Scalars("pinchpoint/step_time_ms")
-    assert [e.step for e in step_times] == [s["step"] for s in timed]
+    assert [e.step for e in step_times] == [s.index for s in timed]
     assert all(
-        abs(e.value - (s["end_ns"] - s["start_ns"]) / 1e6) < 1e-3 * max(1.0, e.value)
-        for e, s in zip(step_times, timed, strict=True)
+        abs(e.value - s.dur_ns / 1e6) < 1e-3 * max(1.0, e.value) for e, s in zip(step_times, timed, strict=True)
     )
     tags = ea.Tags()["scalars"]
     assert "pinchpoint/phase/data_wait" in tags and "pinchpoint/phase/forward" in tags

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pinchpoint.analysis.views import RunViews
+from pinchpoint.report.phrases.common import gain
 
 # ---- protobuf, the handful of field types the Event messages here need ------------------------------
 
@@ -130,7 +131,7 @@ def report_markdown(report: Mapping[str, Any]) -> str:
     for i, f in enumerate(report.get("findings") or [], 1):
         lines.append(
             f"{i}. **{f['title']}** (`{f['id']}`): {100 * float(f['share']):.0f}% of the step, "
-            f"fix → est. ×{float(f['estimated_speedup']):.2f}"
+            f"{gain(float(f['estimated_speedup']), f.get('estimate_basis'))}"
         )
         lines += [f"    - {e}" for e in f.get("evidence") or []]
         lines.append(f"    - *Fix:* {f.get('fix')}")
