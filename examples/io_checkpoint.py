@@ -21,6 +21,8 @@ from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
 PLANTED = ["io.checkpoint"]
+E2E_STEPS = 32
+"""Steps the end-to-end tests run (a full checkpoint every step: 0.8 s a step here)."""
 
 # Mixed precision where the CPU multiplies bf16 natively (AVX512-BF16, AMX), as careful programs do:
 # elsewhere autocast emulates bf16, and its matmuls run ~40x slower than fp32 (seen on an AVX2 EPYC).

@@ -126,6 +126,16 @@ def test_flamegraph_is_valid_svg_with_every_process_and_tooltips() -> None:
     assert any("augment (/w/data.py:31) (60 samples" in t for t in titles)
 
 
+def test_frame_names_xml_cannot_hold_still_make_a_valid_svg() -> None:
+    """A native frame or an undecodable file name can bring control characters or lone surrogates;
+    the flame graph replaces them (ElementTree refused one such SVG in a test run here)."""
+    text = f'process {MAIN}:"p";<module> (/w/t.py:1);f\x1b[0m\x00 (/w/\udce9.py:2);g&<h> (/w/t.py:3) 5\n'
+    stacks, _ = parse_folded(text, rate_hz=100)
+    root = ET.fromstring(flamegraph_svg(stacks, title="t\x07"))
+    titles = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}title")]
+    assert any(t.startswith("g&<h> (/w/t.py:3)") for t in titles), titles
+
+
 def test_speedscope_profiles_per_process_reference_the_frame_table() -> None:
     stacks, _ = parse_folded(FOLDED, rate_hz=100)
     doc = json.loads(json.dumps(speedscope_json(stacks, name="x", process_names={MAIN: "training process"})))

@@ -9,9 +9,10 @@ sampled profile per process, weights in seconds when the sampling rate is known.
 from __future__ import annotations
 
 import hashlib
+import html
 import json
+import re
 from collections.abc import Mapping
-from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,15 @@ def _colour(frame: Frame) -> str:
     if "site-packages/" in path or "dist-packages/" in path or "/lib/python" in path or path.startswith("<"):
         return f"rgb({190 + jitter // 2},{190 + jitter // 2},{70})"
     return f"rgb({225 + jitter // 3},{90 + jitter * 2},{40})"
+
+
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+"""Characters XML 1.0 does not allow (C0 controls, lone surrogates from undecodable file names)."""
+
+
+def escape(text: str) -> str:
+    """`text` as SVG character data: escaped, and what XML cannot hold at all replaced by U+FFFD."""
+    return html.escape(_NOT_XML.sub("\ufffd", text))
 
 
 def flamegraph_svg(stacks: Stacks, *, title: str, process_names: Mapping[int, str] | None = None) -> str:
