@@ -65,7 +65,7 @@ def context_notes(ranks: tuple[RankAnalysis, ...]) -> list[Note]:
     for rank in ranks[:1]:
         cpu = rank.cpu
         if cpu is not None:
-            foreign = cpu.machine_busy_cores - cpu.process_cores
+            foreign = cpu.foreign_cores
             if foreign >= FOREIGN_LOAD_NOTE:
                 notes.append(
                     Note(
