@@ -887,6 +887,8 @@ def test_random_bytes_give_a_report_or_a_pinchpoint_error(file: str, data: bytes
 @_FUZZ
 @example(rows=[{"start_ns": 0, "end_ns": 10, "intervals": 5}])
 @example(rows=[{"start_ns": 0, "end_ns": float("inf")}])
+# Steps of 0 ns but one: the chart's scale (90th percentile) is 0 and one bar is drawn.
+@example(rows=[{"start_ns": 0, "end_ns": 1, "intervals": []}] + [{"start_ns": 0, "end_ns": 0}] * 10)
 @given(rows=_step_lines)
 def test_random_steps_give_a_report_or_a_pinchpoint_error(rows: list[Any]) -> None:
     _report_or_pinchpoint_error(FILES[0], _jsonl_text(rows).encode())

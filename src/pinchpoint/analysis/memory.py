@@ -7,7 +7,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pinchpoint.trace.run import Probes, Step
+from pinchpoint.analysis.steps import steady_steps
+from pinchpoint.trace.run import Probes, RankData, Step
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,6 +85,56 @@ class PageFaults:
         if cost is None or self.median_step_ns <= 0:
             return None
         return min(1.0, cost / self.median_step_ns)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllocTrialResult:
+    """Steps pinchpoint ran with glibc's thresholds raised, against the steady step."""
+
+    steps: int
+    trial_median_ns: int
+    steady_median_ns: int
+    mmap_threshold: int
+    trim_threshold: int
+    faults_before: int
+    trial_faults: int
+    """Median minor faults of the trial's measured steps."""
+    before: bool = False
+    """`steady_median_ns` is of the steady steps before the trial (else of all of them)."""
+    faults_after: int | None = None
+    """Median minor faults of the steady steps after the trial (glibc's thresholds set back)."""
+
+    @property
+    def speedup(self) -> float:
+        return self.steady_median_ns / max(1, self.trial_median_ns)
+
+
+def alloc_trial(rank: RankData, steady_median_ns: int | None) -> AllocTrialResult | None:
+    """The allocator trial's measured steps (whole ones) against the steady median; None without one."""
+    trial = rank.alloc_trial
+    if trial is None or not steady_median_ns:
+        return None
+    wanted = set(trial.steps)
+    measured = [s for s in rank.steps if s.index in wanted and not s.partial and s.dur_ns > 0]
+    if not measured:
+        return None
+    durs = sorted(s.dur_ns for s in measured)
+    faults = sorted(s.minor_faults or 0 for s in measured)
+    steady = [s for s in steady_steps(rank.steps) if s.dur_ns > 0]
+    before = sorted(s.dur_ns for s in steady if s.index < min(trial.steps))
+    after = [s.minor_faults for s in steady if s.index > max(trial.steps) and s.minor_faults is not None]
+    return AllocTrialResult(
+        steps=len(durs), trial_median_ns=durs[len(durs) // 2],
+        steady_median_ns=before[len(before) // 2] if len(before) >= BEFORE_MIN_STEPS else steady_median_ns,
+        before=len(before) >= BEFORE_MIN_STEPS,
+        mmap_threshold=trial.mmap_threshold, trim_threshold=trial.trim_threshold,
+        faults_before=trial.faults_before, trial_faults=faults[len(faults) // 2],
+        faults_after=_median(after) if len(after) >= BEFORE_MIN_STEPS else None,
+    )  # fmt: skip
+
+
+BEFORE_MIN_STEPS = 5
+"""Steady steps before the trial that price it (the program's own thresholds); fewer: all steady steps."""
 
 
 PRE_WINDOW_MIN_STEPS = 5

@@ -8,9 +8,11 @@ from pinchpoint.analysis.comm import CommActivity, comm_activity
 from pinchpoint.analysis.cpu import CpuUsage, ThreadTrialResult, cpu_usage, thread_trial
 from pinchpoint.analysis.loader import LoaderActivity, loader_activity
 from pinchpoint.analysis.memory import (
+    AllocTrialResult,
     CudaMemory,
     MemoryTrend,
     PageFaults,
+    alloc_trial,
     cuda_memory,
     memory_trend,
     page_faults,
@@ -46,6 +48,8 @@ class RankAnalysis:
     """Collectives and DDP's gradient all-reduce wait per step (distributed programs)."""
     thread_trial: ThreadTrialResult | None = None
     """Steps pinchpoint ran with one intra-op thread per core, against the steady step."""
+    alloc_trial: AllocTrialResult | None = None
+    """Steps pinchpoint ran with glibc's mmap and trim thresholds raised, against the steady step."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,6 +94,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         stacks=stacks,
         comm=comm_activity(rank),
         thread_trial=thread_trial(rank, stats.host_median_ns if stats is not None else None),
+        alloc_trial=alloc_trial(rank, stats.host_median_ns if stats is not None else None),
         traffic=memory_traffic(rank.opwindow) if rank.opwindow is not None else None,
         cuda_memory=cuda_memory(
             rank.steps,

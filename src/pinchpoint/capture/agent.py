@@ -29,7 +29,7 @@ from pinchpoint.capture.annotate import ANNOTATE_ENV, make_annotator
 from pinchpoint.capture.loop_site import loop_site
 from pinchpoint.capture.procfs import ProcFile, forget_thread_files, statm_rss
 from pinchpoint.capture.step_state import Counters, DeviceMarks, StepState, read_counters
-from pinchpoint.capture.thread_trial import ThreadTrialRunner
+from pinchpoint.capture.trials import Trials
 from pinchpoint.capture.writer import JsonlWriter, agent_log, write_json_atomic
 
 RUN_DIR_ENV = "PINCHPOINT_RUN_DIR"
@@ -102,7 +102,7 @@ class Agent:
         self.ddp_on_cpu = False
         """A CPU model is wrapped in DDP: backward's blocked time is its gradient all-reduce wait."""
         self.window = opwindow.OpWindow(self.rank_dir, window)
-        self.trial = ThreadTrialRunner(self.rank_dir)
+        self.trials = Trials(self.rank_dir)
         self.closed = False
         self.annot: Any = None
         """An `annotate.Annotator` with `--annotate nvtx|itt`: phases as native-profiler ranges."""
@@ -175,7 +175,7 @@ class Agent:
                 old_info.unlink()
         if not self.window.active:
             self.window = opwindow.OpWindow(self.rank_dir, self.window.spec)
-            self.trial = ThreadTrialRunner(self.rank_dir)
+            self.trials = Trials(self.rank_dir)
         self.write_process_info()
 
     def become_launcher(self) -> None:
@@ -216,7 +216,7 @@ class Agent:
         # stop the op window first, whatever happens next.
         with contextlib.suppress(Exception):
             self.window.stop(self.torch)
-        self.trial.restore(self.torch)
+        self.trials.restore(self.torch)
         if self.pending and self.role == "main":
             with contextlib.suppress(Exception):
                 loop_shapes.declare_manual(self)  # a short loop that never called an optimizer
@@ -256,7 +256,11 @@ class Agent:
     ) -> None:
         end = _now() if end_ns is None else end_ns
         now = counters if counters is not None else self.counters()
-        self.steps.add(self._step_record(kind, end, partial, now))
+        record = self._step_record(kind, end, partial, now)
+        self.steps.add(record)
+        self.trials.observe(
+            self.step.index, record["minor_faults"], own_settings=not (record["profiled"] or record["trial"])
+        )
         self.step.tainted = False
         self.steps.flush()
         if self.annot is not None:
@@ -321,7 +325,7 @@ class Agent:
             end = _now()
             now = self.counters()
         if self.role == "main" and self.window.done and self.window.spec is not None:
-            step.trial = self.trial.on_step_end(self.torch, step.index, ready=not step.tainted)
+            step.trial = self.trials.on_step_end(self.torch, step.index, ready=not step.tainted)
         step.start_ns = end
         step.counters = now
 
@@ -490,4 +494,3 @@ def start(run_dir: Path, rank: int | None = None, window: str | None = None) -> 
 
         sys.meta_path.insert(0, TorchImportHook(AGENT))
     return AGENT
-

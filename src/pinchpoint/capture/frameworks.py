@@ -44,7 +44,11 @@ def describe(trainer: Any) -> dict[str, Any] | None:
         for cls in type(trainer).__mro__:
             module = cls.__module__ or ""
             if module.startswith(LIGHTNING_MODULES) and cls.__name__ == "Trainer":
-                return {"name": "lightning", "version": _version(module), "settings": lightning_settings(trainer)}
+                return {
+                    "name": "lightning",
+                    "version": _version(module),
+                    "settings": lightning_settings(trainer),
+                }
             if module.startswith(TRANSFORMERS_MODULES) and cls.__name__ == "Trainer":
                 return transformers_record(trainer.args)
     return None

@@ -50,4 +50,3 @@ class TorchImportHook(importlib.abc.MetaPathFinder):
 
         setattr(loader, "exec_module", exec_module)  # noqa: B010
         return spec
-

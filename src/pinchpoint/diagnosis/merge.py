@@ -17,7 +17,11 @@ NET_OF_COMPUTE = (Category.HOST_DISPATCH, Category.COMPUTE_MEMORY)
 CONTENDED_CORES = 0.5
 """Cores' worth of CPU other processes used during the steps before the findings measured there lose
 confidence (the thread trial counts them from the same amount)."""
-LOWER = {Confidence.HIGH: Confidence.MEDIUM, Confidence.MEDIUM: Confidence.LOW, Confidence.LOW: Confidence.LOW}
+LOWER = {
+    Confidence.HIGH: Confidence.MEDIUM,
+    Confidence.MEDIUM: Confidence.LOW,
+    Confidence.LOW: Confidence.LOW,
+}
 """Findings inside forward, backward and optimizer that the compute-bound summary does not count as math."""
 
 
@@ -130,7 +134,9 @@ def with_loader_verdict(f: Finding, host: dict[Category, Finding]) -> Finding:
     )
 
 
-def on_a_shared_machine(findings: tuple[Finding, ...], ranks: tuple[RankAnalysis, ...]) -> tuple[Finding, ...]:
+def on_a_shared_machine(
+    findings: tuple[Finding, ...], ranks: tuple[RankAnalysis, ...]
+) -> tuple[Finding, ...]:
     """Steps measured while other processes kept cores busy: every share and estimate drawn from them
     may include time those processes took, so each finding loses a level of confidence and says why;
     one that a trial measured on the program's own steps, beside the same neighbours, keeps its own."""

@@ -63,9 +63,7 @@ def bound_shares(by_id: dict[Category, Finding], ranks: Sequence[RankAnalysis]) 
 
 def _phase_share(ranks: Sequence[RankAnalysis], of: Sequence[int], phases: Sequence[str]) -> float | None:
     """The largest share `phases` take of a steady step on the ranks `of` (None without steps)."""
-    shares = [
-        sum(r.steps.share(p) for p in phases) for r in ranks if r.rank in of and r.steps is not None
-    ]
+    shares = [sum(r.steps.share(p) for p in phases) for r in ranks if r.rank in of and r.steps is not None]
     return max(shares) if shares else None
 
 

@@ -20,6 +20,7 @@ from pinchpoint.ingest import opwindow as opwindow_reader
 from pinchpoint.ingest.fields import as_dict, as_float, as_int, as_list, as_str, jsonl, load_json
 from pinchpoint.ingest.probes import read_probes
 from pinchpoint.ingest.stacks import read_folded
+from pinchpoint.ingest.trials import ALLOC_TRIAL_FILE, TRIAL_FILE, alloc_trial, thread_trial
 from pinchpoint.trace.run import (
     CpuInfo,
     CudaDevice,
@@ -44,7 +45,6 @@ from pinchpoint.trace.run import (
     StepKind,
     SystemSample,
     ThreadSettings,
-    ThreadTrial,
     TorchBuild,
 )
 from pinchpoint.trace.stacks import Stacks
@@ -239,26 +239,13 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
         opwindow=window,
         probes=read_probes(probes_obj) if isinstance(probes_obj, dict) else Probes(),
         ddp=_ddp(jsonl(d / "distributed.jsonl", warnings)),
-        thread_trial=_thread_trial(
+        thread_trial=thread_trial(
             load_json(d / TRIAL_FILE, warnings) if (d / TRIAL_FILE).is_file() else None
         ),
+        alloc_trial=alloc_trial(
+            load_json(d / ALLOC_TRIAL_FILE, warnings) if (d / ALLOC_TRIAL_FILE).is_file() else None
+        ),
     )
-
-
-TRIAL_FILE = "thread_trial.json"
-
-
-def _thread_trial(o: Any) -> ThreadTrial | None:
-    """thread_trial.json: {"threads", "fit", "steps", "foreign_cores"}; None when absent or not that."""
-    if not isinstance(o, dict):
-        return None
-    threads, fit = as_int(o.get("threads")), as_int(o.get("fit"))
-    steps = tuple(i for i in (as_int(x) for x in as_list(o.get("steps"))) if i is not None)
-    if not threads or not fit or threads <= fit or not steps:
-        return None
-    foreign = o.get("foreign_cores")
-    foreign_cores = float(foreign) if isinstance(foreign, (int, float)) and 0 <= foreign < 1e4 else 0.0
-    return ThreadTrial(threads=threads, fit=fit, steps=steps, foreign_cores=foreign_cores)
 
 
 def _step(o: dict[str, Any]) -> Step | None:

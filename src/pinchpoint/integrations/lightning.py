@@ -26,7 +26,9 @@ class LightningCallback(Callback):
         self.session.begin(frameworks.describe(trainer))
         self.last_global_step = int(trainer.global_step)
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         # With gradient accumulation a batch is a micro-batch: the step ends when the optimizer stepped.
         if int(trainer.global_step) != self.last_global_step:
             self.last_global_step = int(trainer.global_step)

@@ -30,4 +30,3 @@ class TransformersCallback(TrainerCallback):
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.session.end()
-

@@ -54,7 +54,7 @@ def steps_chart(views: RunViews, width: int = 1000, height: int = 260) -> str:
     # Scale to the typical steady step (its 90th percentile, with room): warm-up steps and rare outliers
     # can be fifty times longer and would flatten the rest; taller bars are cut at the top, marked with
     # a dark cap, and their tooltip has the real value.
-    top = views.scale_ns * 1.5 / 1e6
+    top = max(views.scale_ns, 1.0) * 1.5 / 1e6  # (0 when most steps took 0 ns)
     plot_w, plot_h = width - LEFT - RIGHT, height - BOTTOM - TOP
     bar_w = plot_w / len(steps)
     parts = [open_svg(width, height)]
@@ -70,7 +70,7 @@ def steps_chart(views: RunViews, width: int = 1000, height: int = 260) -> str:
         tip = f"step {s.index}: {s.dur_ns / 1e6:.2f} ms" + (
             " (op window)"
             if s.profiled
-            else " (thread trial: one intra-op thread per core)"
+            else " (trial: pinchpoint ran it with a fix applied)"
             if s.trial
             else ""
         )
@@ -110,7 +110,8 @@ def _wait_bands(views: RunViews, t0_ns: float) -> list[Band]:
     """Every rank's waits (data, checkpoint, sync, communication) in seconds from `t0_ns`; ranks that
     wait at once shade darker."""
     return [
-        Band((w.start_ns - t0_ns) / 1e9, (w.end_ns - t0_ns) / 1e9, COLORS[w.phase], w.phase) for w in views.waits
+        Band((w.start_ns - t0_ns) / 1e9, (w.end_ns - t0_ns) / 1e9, COLORS[w.phase], w.phase)
+        for w in views.waits
     ]
 
 

@@ -142,7 +142,9 @@ def speedscope_json(
                 frame: dict[str, object] = {"name": f.function}
                 if f.file:
                     frame["file"] = f.file
-                if f.line is not None:  # (speedscope's schema: a number or absent; py-spy has frames without one)
+                if (
+                    f.line is not None
+                ):  # (speedscope's schema: a number or absent; py-spy has frames without one)
                     frame["line"] = f.line
                 frames.append(frame)
             ids.append(i)

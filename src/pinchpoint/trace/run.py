@@ -94,7 +94,8 @@ class Step:
     intervals: tuple[Interval, ...] = ()
     profiled: bool = False
     trial: bool = False
-    """Run at another thread count by pinchpoint's thread trial (`capture/thread_trial.py`)."""
+    """Run by one of pinchpoint's trials: another thread count (`capture/thread_trial.py`) or glibc's
+    thresholds raised (`capture/alloc_trial.py`)."""
     partial: bool = False
     """The step in progress when the program ended (crash, kill, or the tail after the last step)."""
     cpu_ns: int | None = None
@@ -359,6 +360,20 @@ class ThreadTrial:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AllocTrial:
+    """Steps pinchpoint ran with glibc's mmap and trim thresholds raised (`capture/alloc_trial.py`)."""
+
+    steps: tuple[int, ...]
+    """Indices of the measured trial steps."""
+    mmap_threshold: int
+    trim_threshold: int
+    faults_before: int = 0
+    """Median minor faults per step of the steps before the trial, at the program's settings."""
+    restored_from: str = ""
+    """How the thresholds set back afterwards were found: "environment" or "probed"."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RankData:
     rank: int
     steps: tuple[Step, ...] = ()
@@ -369,6 +384,7 @@ class RankData:
     probes: Probes = field(default_factory=Probes)
     ddp: tuple[DdpConfig, ...] = ()
     thread_trial: ThreadTrial | None = None
+    alloc_trial: AllocTrial | None = None
 
     @property
     def main(self) -> ProcessInfo | None:

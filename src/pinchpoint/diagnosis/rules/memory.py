@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
-from pinchpoint.analysis.memory import graph_growth
+from pinchpoint.analysis.memory import AllocTrialResult, PageFaults, graph_growth
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding
 from pinchpoint.diagnosis.rules.base import Rule, Subject, speedup_removing
 
@@ -104,6 +104,9 @@ CHURN_MIN_SHARE = 0.05
 step's measured kernel time)."""
 CHURN_MIN_FAULTS = 256
 """And at least 1 MiB of fresh 4 KiB pages per step: a steady heap faults almost never."""
+RESTORED_FAULTS_MIN = 0.5
+"""Steps after the allocator trial that fault less than half as much as the ones before: glibc's
+thresholds were set back only approximately (it stops moving them once a program sets them)."""
 GLIBC_FIX = "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824"
 
 
@@ -127,49 +130,83 @@ class AllocatorChurn(Rule):
         pf = rank.faults
         if pf is None or pf.fault_ns is None or pf.churn_per_step < CHURN_MIN_FAULTS:
             return
-        share = pf.step_share
-        if share is None or share < CHURN_MIN_SHARE:
-            return
-        kernel = (
-            ()
-            if pf.kernel_ns is None
-            else (
-                Fact(
-                    "memory.churn.kernel_time",
-                    main_thread=pf.main_sys_ns is not None,
-                    kernel_ns=pf.kernel_ns,
-                    cost_ns=pf.cost_ns or 0,
-                    share=share,
-                ),
-            )
-        )
+        trial = rank.alloc_trial
+        if trial is not None:
+            # Measured, not modelled: pinchpoint ran a few steps with the thresholds the fix sets.
+            share = 1.0 - 1.0 / max(1.0, trial.speedup)
+            if share < CHURN_MIN_SHARE:
+                return  # the faults are real, but keeping the memory does not buy a faster step here
+            speedup, basis = trial.speedup, Basis.TRIAL
+            confidence = Confidence.HIGH if share >= 2 * CHURN_MIN_SHARE else Confidence.MEDIUM
+        else:
+            model_share = pf.step_share
+            if model_share is None or model_share < CHURN_MIN_SHARE:
+                return
+            share, speedup, basis = model_share, speedup_removing(model_share), Basis.REMOVED
+            confidence = Confidence.MEDIUM
         yield Finding(
             id=self.id,
             title=Fact("rule.title", name=self.title),
             share=share,
-            estimated_speedup=speedup_removing(share),
-            basis=Basis.REMOVED,
-            confidence=Confidence.MEDIUM,
-            evidence=(
-                Fact(
-                    "memory.churn.faults",
-                    faults=pf.median_per_step,
-                    steps=pf.steps,
-                    before_window=pf.before_window,
-                    growth_pages=pf.growth_pages_per_step,
-                    fresh_bytes=pf.churn_per_step * 4096,
-                ),
-                Fact(
-                    "memory.churn.fault_cost",
-                    fault_ns=pf.fault_ns,
-                    bounded=pf.kernel_ns is not None,
-                    model_ns=pf.model_ns or 0,
-                    step_ns=pf.median_step_ns,
-                    share=share,
-                ),
-                *kernel,
-            ),
+            estimated_speedup=speedup,
+            basis=basis,
+            confidence=confidence,
+            evidence=(_faults_fact(pf), *_cost_facts(pf, trial)),
             fix=Fact("memory.churn.fix"),
             snippet=Fact("memory.churn.snippet", env=GLIBC_FIX),
             ranks=(rank.rank,),
         )
+
+
+def _faults_fact(pf: PageFaults) -> Fact:
+    return Fact(
+        "memory.churn.faults",
+        faults=pf.median_per_step,
+        steps=pf.steps,
+        before_window=pf.before_window,
+        growth_pages=pf.growth_pages_per_step,
+        fresh_bytes=pf.churn_per_step * 4096,
+    )
+
+
+def _cost_facts(pf: PageFaults, trial: AllocTrialResult | None) -> tuple[Fact, ...]:
+    """What the faults cost: the trial's steps when there was one, else the fault model."""
+    if trial is not None:
+        measured = Fact(
+            "memory.churn.trial",
+            steps=trial.steps,
+            mmap_bytes=trial.mmap_threshold,
+            trim_bytes=trial.trim_threshold,
+            trial_ns=trial.trial_median_ns,
+            steady_ns=trial.steady_median_ns,
+            before=trial.before,
+            faults_before=trial.faults_before,
+            trial_faults=trial.trial_faults,
+            speedup=trial.speedup,
+        )
+        after = trial.faults_after
+        if after is None or after >= RESTORED_FAULTS_MIN * trial.faults_before:
+            return (measured,)
+        return (
+            measured,
+            Fact("memory.churn.restored", faults_before=trial.faults_before, faults_after=after),
+        )
+    share = pf.step_share or 0.0
+    model = Fact(
+        "memory.churn.fault_cost",
+        fault_ns=pf.fault_ns,
+        bounded=pf.kernel_ns is not None,
+        model_ns=pf.model_ns or 0,
+        step_ns=pf.median_step_ns,
+        share=share,
+    )
+    if pf.kernel_ns is None:
+        return (model,)
+    kernel = Fact(
+        "memory.churn.kernel_time",
+        main_thread=pf.main_sys_ns is not None,
+        kernel_ns=pf.kernel_ns,
+        cost_ns=pf.cost_ns or 0,
+        share=share,
+    )
+    return (model, kernel)

@@ -1,0 +1,227 @@
+"""A measured fix for allocator churn: a few steps with glibc's mmap and trim thresholds raised.
+
+Faults × a probed cost per fault priced churn ×2.5–3.6 too high on one machine and missed it on
+another (the probe's fresh pages fault dearer than memory the kernel just took back; steps before the
+op window faulted less than the ones after). So when the program's steps keep faulting pages in
+(`MIN_FAULTS` a step, median of the steps so far), pinchpoint runs the next steps the way the fix
+would: `mallopt(M_MMAP_THRESHOLD, 32 MiB)` and `mallopt(M_TRIM_THRESHOLD, 1 GiB)` — what
+`MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824` does from the environment — one
+warm-up step (the heap grows to hold the step's blocks), then `STEPS` measured, and sets the
+thresholds back. Those steps are marked `trial` in steps.jsonl and `alloc_trial.json` says which were
+measured.
+
+Setting them back is approximate, and the file says how: glibc moves its thresholds itself until a
+program sets one, and no call turns that back on. The values set back are the environment's when the
+program was started with them, else the mmap threshold found by asking malloc for growing blocks and
+seeing which size it maps (`malloc_usable_size`: a mapped block has a page's slack), with glibc's own
+trim = 2 × mmap rule — asked on a new thread, whose arena holds few free blocks (the main arena's
+between two steps serve big sizes from the heap and make the threshold look higher). Once set, glibc
+keeps them fixed, where before it could still raise them: the steps after the trial may fault less
+than the ones before; the analysis compares them and says so.
+
+Only glibc's malloc (no jemalloc/tcmalloc/mimalloc mapped) and only one rank per machine: ranks wait
+for each other, so one rank's faster steps price nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from pinchpoint.capture.writer import write_json_atomic
+
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+TRIAL_MMAP = 32 << 20
+"""The largest mmap threshold mallopt accepts on 64-bit glibc (HEAP_MAX_SIZE / 2)."""
+TRIAL_TRIM = 1 << 30
+GLIBC_DEFAULT = 128 << 10
+"""glibc's initial mmap and trim thresholds."""
+MIN_FAULTS = 256
+"""Minor faults per step (1 MiB of fresh pages) before churn is worth a trial (the rule's threshold)."""
+MIN_SEEN = 4
+"""Steps seen at the program's own settings before deciding."""
+WARM = 1
+STEPS = 3
+FILE = "alloc_trial.json"
+OTHER_ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc", "hoard", "tbbmalloc")
+
+
+class Glibc:
+    """glibc's mallopt and malloc_usable_size through ctypes; `load()` is None on another allocator."""
+
+    def __init__(self, libc: Any) -> None:
+        self.libc = libc
+        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+        libc.malloc.restype = ctypes.c_void_p
+        libc.malloc.argtypes = [ctypes.c_size_t]
+        libc.free.argtypes = [ctypes.c_void_p]
+        libc.malloc_usable_size.restype = ctypes.c_size_t
+        libc.malloc_usable_size.argtypes = [ctypes.c_void_p]
+
+    @classmethod
+    def load(cls) -> Glibc | None:
+        if other_allocator():
+            return None
+        try:
+            libc = ctypes.CDLL(None)
+            libc.gnu_get_libc_version  # noqa: B018  (glibc, not musl)
+            return cls(libc)
+        except (OSError, AttributeError):
+            return None
+
+    def set(self, mmap: int, trim: int) -> bool:
+        return bool(self.libc.mallopt(M_MMAP_THRESHOLD, mmap)) and bool(
+            self.libc.mallopt(M_TRIM_THRESHOLD, trim)
+        )
+
+    def mapped_from_thread(self) -> int:
+        """`mapped_from` on a new thread: its arena (new, or a finished thread's) holds few free blocks
+        that could serve the sizes from the heap, unlike the main arena between two steps."""
+        found: list[int] = []
+        t = threading.Thread(target=lambda: found.append(self.mapped_from()), name="pinchpoint-malloc-probe")
+        t.start()
+        t.join(timeout=1.0)
+        return found[0] if found else TRIAL_MMAP
+
+    def mapped_from(self) -> int:
+        """The smallest block size (page multiples, 2^(1/8) apart) that malloc serves with its own mmap:
+        its usable size has a page's slack (a heap block has 8 bytes). An upper bound of the threshold:
+        a free heap block can serve a size above it."""
+        size = GLIBC_DEFAULT
+        while size <= TRIAL_MMAP:
+            p = self.libc.malloc(size)
+            if not p:
+                break
+            slack = int(self.libc.malloc_usable_size(p)) - size
+            self.libc.free(p)
+            if slack > 2048:
+                return size
+            size = (int(size * 2 ** (1 / 8)) + 4095) // 4096 * 4096
+        return TRIAL_MMAP
+
+
+def other_allocator() -> bool:
+    """Another malloc is preloaded or mapped (its mallopt is a no-op or absent)."""
+    if any(a in os.environ.get("LD_PRELOAD", "") for a in OTHER_ALLOCATORS):
+        return True
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            maps = f.read()
+    except OSError:
+        return False
+    return any(f"lib{a}" in maps for a in OTHER_ALLOCATORS)
+
+
+def env_thresholds() -> tuple[int | None, int | None]:
+    """(mmap, trim) thresholds the environment set (MALLOC_*_ or GLIBC_TUNABLES), None where unset."""
+    values: dict[str, int | None] = {"mmap": None, "trim": None}
+    for key, name in (("mmap", "MALLOC_MMAP_THRESHOLD_"), ("trim", "MALLOC_TRIM_THRESHOLD_")):
+        values[key] = _int(os.environ.get(name))
+    for item in os.environ.get("GLIBC_TUNABLES", "").split(":"):
+        name, _, value = item.partition("=")
+        key = {"glibc.malloc.mmap_threshold": "mmap", "glibc.malloc.trim_threshold": "trim"}.get(name)
+        if key is not None and _int(value) is not None:
+            values[key] = _int(value)
+    return values["mmap"], values["trim"]
+
+
+def _int(s: str | None) -> int | None:
+    try:
+        return int(s, 0) if s else None
+    except ValueError:
+        return None
+
+
+def restore_values(glibc: Glibc) -> dict[str, Any]:
+    """The thresholds to set back after the trial, and where each came from."""
+    env_mmap, env_trim = env_thresholds()
+    mmap = min(env_mmap, TRIAL_MMAP) if env_mmap is not None else glibc.mapped_from_thread()
+    trim = env_trim if env_trim is not None else (2 * mmap if mmap > GLIBC_DEFAULT else GLIBC_DEFAULT)
+    return {
+        "mmap_threshold": mmap,
+        "trim_threshold": trim,
+        "from": "environment" if env_mmap is not None else "probed",
+    }
+
+
+class AllocTrialRunner:
+    def __init__(self, rank_dir: Path) -> None:
+        self.rank_dir = rank_dir
+        self.state = "idle"  # idle -> running -> done
+        self.seen: list[int] = []
+        """Minor faults of the steps run at the program's own settings (after the first)."""
+        self.first = 0
+        self.glibc: Glibc | None = None
+        self.restore_to: dict[str, Any] = {}
+
+    def observe(self, index: int, faults: int, own_settings: bool) -> None:
+        """A finished step's faults; only steps untouched by the window and trials count."""
+        if self.state == "idle" and own_settings and index > 0:
+            self.seen.append(faults)
+
+    def on_step_end(self, next_step: int, ready: bool) -> bool:
+        """At the boundary before step `next_step`; `ready`: the window and the thread trial are over.
+        Returns whether `next_step` is a trial step (including the one after setting back)."""
+        if self.state == "done":
+            return False
+        if self.state == "idle":
+            if not ready or len(self.seen) < MIN_SEEN:
+                return False
+            self.state = "done"
+            if _median(self.seen) < MIN_FAULTS or _local_world() > 1:
+                return False
+            glibc = Glibc.load()
+            if glibc is None:
+                return False
+            try:
+                restore_to = restore_values(glibc)
+                if not glibc.set(TRIAL_MMAP, TRIAL_TRIM):
+                    glibc.set(restore_to["mmap_threshold"], restore_to["trim_threshold"])
+                    return False
+            except Exception:
+                return False
+            self.glibc, self.restore_to = glibc, restore_to
+            self.first, self.state = next_step, "running"
+            return True
+        if next_step < self.first + WARM + STEPS:
+            return True
+        self.restore()
+        with contextlib.suppress(OSError):
+            write_json_atomic(
+                self.rank_dir / FILE,
+                {
+                    "mmap_threshold": TRIAL_MMAP,
+                    "trim_threshold": TRIAL_TRIM,
+                    "steps": list(range(self.first + WARM, self.first + WARM + STEPS)),
+                    "faults_before": _median(self.seen),
+                    "restored": self.restore_to,
+                },
+            )
+        return True  # the first step back trims the heap: not steady either
+
+    def restore(self) -> None:
+        """The program's thresholds back (also when the program ends mid-trial)."""
+        if self.state != "running" or self.glibc is None:
+            return
+        self.state = "done"
+        with contextlib.suppress(Exception):
+            self.glibc.set(self.restore_to["mmap_threshold"], self.restore_to["trim_threshold"])
+
+
+def _median(xs: list[int]) -> int:
+    s = sorted(xs)
+    return s[len(s) // 2] if s else 0
+
+
+def _local_world() -> int:
+    try:
+        return max(
+            int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1), int(os.environ.get("WORLD_SIZE", "1") or 1)
+        )
+    except ValueError:
+        return 1

@@ -1,0 +1,43 @@
+"""The agent's trial files: thread_trial.json and alloc_trial.json (docs/run-directory.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pinchpoint.ingest.fields import as_int, as_list
+from pinchpoint.trace.run import AllocTrial, ThreadTrial
+
+TRIAL_FILE = "thread_trial.json"
+ALLOC_TRIAL_FILE = "alloc_trial.json"
+
+
+def alloc_trial(o: Any) -> AllocTrial | None:
+    """alloc_trial.json: {"mmap_threshold", "trim_threshold", "steps", "faults_before", "restored"}."""
+    if not isinstance(o, dict):
+        return None
+    steps = tuple(i for i in (as_int(x) for x in as_list(o.get("steps"))) if i is not None)
+    mmap, trim = as_int(o.get("mmap_threshold")), as_int(o.get("trim_threshold"))
+    if not steps or mmap is None or trim is None:
+        return None
+    restored = o.get("restored")
+    how = restored.get("from") if isinstance(restored, dict) else None
+    return AllocTrial(
+        steps=steps,
+        mmap_threshold=mmap,
+        trim_threshold=trim,
+        faults_before=max(0, as_int(o.get("faults_before")) or 0),
+        restored_from=how if isinstance(how, str) else "",
+    )
+
+
+def thread_trial(o: Any) -> ThreadTrial | None:
+    """thread_trial.json: {"threads", "fit", "steps", "foreign_cores"}; None when absent or not that."""
+    if not isinstance(o, dict):
+        return None
+    threads, fit = as_int(o.get("threads")), as_int(o.get("fit"))
+    steps = tuple(i for i in (as_int(x) for x in as_list(o.get("steps"))) if i is not None)
+    if not threads or not fit or threads <= fit or not steps:
+        return None
+    foreign = o.get("foreign_cores")
+    foreign_cores = float(foreign) if isinstance(foreign, (int, float)) and 0 <= foreign < 1e4 else 0.0
+    return ThreadTrial(threads=threads, fit=fit, steps=steps, foreign_cores=foreign_cores)

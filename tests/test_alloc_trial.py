@@ -1,0 +1,174 @@
+"""The allocator trial: steps that keep page-faulting are run a few steps with glibc's thresholds raised,
+and the memory.pressure finding is priced from them (`capture/alloc_trial.py`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conftest import make_env, make_rank_analysis, make_run_analysis, make_steps
+from pinchpoint.analysis.memory import AllocTrialResult, PageFaults, alloc_trial
+from pinchpoint.analysis.steps import steady_steps, step_stats
+from pinchpoint.capture.alloc_trial import MIN_FAULTS, MIN_SEEN, AllocTrialRunner, env_thresholds
+from pinchpoint.diagnosis.engine import diagnose
+from pinchpoint.diagnosis.finding import Basis, Finding, facts
+from pinchpoint.ingest.trials import alloc_trial as read_alloc_trial
+from pinchpoint.trace.run import AllocTrial, RankData
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# mallopt changes the process for good (glibc stops adjusting its thresholds): the runner's own test
+# runs in a child process, not in pytest's.
+RUNNER = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    from pinchpoint.capture.alloc_trial import STEPS, TRIAL_MMAP, WARM, AllocTrialRunner, Glibc
+
+    out = Path(sys.argv[1])
+    glibc = Glibc.load()
+    glibc.libc.mallopt(-3, 4 << 20)  # the program pins its mmap threshold at 4 MiB (allocator_churn.py)
+    before = glibc.mapped_from_thread()
+    runner = AllocTrialRunner(out)
+    for i in range(6):
+        runner.observe(i, 5000, own_settings=True)
+    seen = {"before": before, "ready_false": runner.on_step_end(6, ready=False)}
+    seen["starts"] = runner.on_step_end(7, ready=True)
+    seen["during"] = glibc.mapped_from_thread()
+    seen["trial"] = [runner.on_step_end(i, ready=True) for i in range(8, 7 + WARM + STEPS)]
+    seen["set_back"] = runner.on_step_end(7 + WARM + STEPS, ready=True)
+    seen["after_back"] = runner.on_step_end(8 + WARM + STEPS, ready=True)
+    seen["after"] = glibc.mapped_from_thread()
+    seen["trial_mmap"] = TRIAL_MMAP
+    print(json.dumps(seen))
+    """
+)
+
+
+def test_the_trial_raises_the_thresholds_for_its_steps_then_sets_the_programs_back(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER, str(tmp_path)], capture_output=True, text=True, timeout=120, check=True
+    )
+    seen = json.loads(done.stdout)
+    assert 4 << 20 <= seen["before"] < 5 << 20  # the probe finds the program's 4 MiB
+    assert seen["ready_false"] is False and seen["starts"] is True
+    assert seen["during"] >= seen["trial_mmap"]  # nothing below 32 MiB is mapped during the trial
+    assert all(seen["trial"]) and seen["set_back"] is True and seen["after_back"] is False
+    assert seen["after"] == seen["before"]
+    record = json.loads((tmp_path / "alloc_trial.json").read_text())
+    assert record["steps"] == [8, 9, 10] and record["faults_before"] == 5000
+    assert record["restored"]["from"] == "probed"
+    assert record["restored"]["mmap_threshold"] == seen["before"]
+    assert record["restored"]["trim_threshold"] == 2 * seen["before"]
+
+
+def test_no_trial_without_churn_on_several_ranks_or_under_another_allocator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def runner(faults: int) -> AllocTrialRunner:
+        r = AllocTrialRunner(tmp_path)
+        for i in range(MIN_SEEN + 1):
+            r.observe(i, faults, own_settings=True)
+        return r
+
+    assert runner(MIN_FAULTS - 1).on_step_end(9, ready=True) is False  # a steady heap: nothing to try
+    few = AllocTrialRunner(tmp_path)
+    few.observe(1, 10_000, own_settings=True)
+    few.observe(2, 10_000, own_settings=False)  # a window step does not count
+    assert few.on_step_end(3, ready=True) is False and few.state == "idle"  # not enough steps seen yet
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert runner(10_000).on_step_end(9, ready=True) is False
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
+    assert runner(10_000).on_step_end(9, ready=True) is False
+    assert not (tmp_path / "alloc_trial.json").exists()
+
+
+def test_thresholds_from_the_environment_are_the_ones_set_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    assert env_thresholds() == (None, None)
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "4194304")
+    assert env_thresholds() == (4194304, None)
+    monkeypatch.setenv(
+        "GLIBC_TUNABLES", "glibc.malloc.trim_threshold=0x1000:glibc.malloc.mmap_threshold=65536"
+    )
+    assert env_thresholds() == (65536, 4096)
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=lots")
+    assert env_thresholds() == (4194304, None)
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [None, [], {"steps": [1]}, {"steps": [], "mmap_threshold": 1, "trim_threshold": 1},
+     {"steps": ["x"], "mmap_threshold": 1, "trim_threshold": 1}, {"steps": [1], "mmap_threshold": "1", "trim_threshold": 1}],
+)  # fmt: skip
+def test_a_broken_trial_file_is_no_trial(obj: object) -> None:
+    assert read_alloc_trial(obj) is None
+
+
+def _churning(trial_ms: float, *, after_faults: int = 6_000) -> RankData:
+    """30 steps of 100 ms faulting 6,000 pages, the trial's steps (14-18) at `trial_ms` with none."""
+    steps = list(make_steps(30, {"forward": 40, "backward": 50}, 10))
+    steps = [replace(s, minor_faults=6_000) for s in steps]
+    for i in range(14, 19):
+        steps[i] = replace(
+            steps[i], trial=True, end_ns=steps[i].start_ns + int(trial_ms * 1e6), minor_faults=0
+        )
+    for i in range(19, 30):
+        steps[i] = replace(steps[i], minor_faults=after_faults)
+    record = AllocTrial(
+        steps=(15, 16, 17), mmap_threshold=32 << 20, trim_threshold=1 << 30, faults_before=6_000
+    )
+    return RankData(rank=0, steps=tuple(steps), alloc_trial=record)
+
+
+def _finding(rank: RankData, model_share: float) -> list[Finding]:
+    stats = step_stats(rank)
+    assert stats is not None
+    result = alloc_trial(rank, stats.host_median_ns)
+    assert result is not None
+    pf = PageFaults(steps=20, median_per_step=6_000, median_step_ns=100_000_000,
+                    fault_ns=int(model_share * 100e6 / 6_000))  # fmt: skip
+    analysis = replace(make_rank_analysis({"forward": 40, "backward": 50}, 10, faults=pf), alloc_trial=result)
+    found = diagnose(make_run_analysis(make_env(cores=2), [analysis])).findings
+    return [f for f in found if f.id == "memory.pressure"]
+
+
+def test_the_trial_prices_the_finding_against_the_steps_before_it() -> None:
+    rank = _churning(80.0)
+    assert all(not s.trial for s in steady_steps(rank.steps))
+    stats = step_stats(rank)
+    assert stats is not None
+    result = alloc_trial(rank, stats.host_median_ns)
+    assert isinstance(result, AllocTrialResult)
+    assert result.before and result.steps == 3 and result.trial_faults == 0
+    assert result.speedup == pytest.approx(100 / 80)
+    # The fault model said 60% of the step; the trial measured 20%: the trial is the estimate.
+    (f,) = _finding(rank, model_share=0.6)
+    assert f.basis is Basis.TRIAL and f.estimated_speedup == pytest.approx(1.25)
+    assert f.share == pytest.approx(0.2)
+    trial = facts(f)["memory.churn.trial"]
+    assert (trial["trial_ns"], trial["steady_ns"], trial["faults_before"]) == (80_000_000, 100_000_000, 6_000)
+    assert "memory.churn.fault_cost" not in facts(f) and "memory.churn.restored" not in facts(f)
+
+
+def test_a_trial_that_gains_nothing_leaves_no_finding_whatever_the_model_says() -> None:
+    assert _finding(_churning(98.0), model_share=0.6) == []
+
+
+def test_a_trial_also_finds_churn_the_fault_model_priced_too_low() -> None:
+    (f,) = _finding(_churning(70.0), model_share=0.01)
+    assert f.basis is Basis.TRIAL and f.share == pytest.approx(0.3)
+
+
+def test_steps_that_fault_less_after_the_trial_are_said_to() -> None:
+    (f,) = _finding(_churning(80.0, after_faults=1_000), model_share=0.2)
+    assert dict(facts(f)["memory.churn.restored"].values) == {"faults_before": 6_000, "faults_after": 1_000}
