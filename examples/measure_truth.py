@@ -36,8 +36,9 @@ GLIBC_KEEPS = ("glibc env (memory.pressure)",
                ["env:MALLOC_MMAP_THRESHOLD_=33554432", "env:MALLOC_TRIM_THRESHOLD_=1073741824"])
 EXAMPLES = {
     "input_fetch": ("input.fetch", [("--fix", ["--fix"])]),
-    "input_preprocess": ("input.preprocess", [("--fix", ["--fix"])]),
-    "input_tiny_batches": ("input.preprocess", [("--fix", ["--fix"]), ("--workers 1", ["--workers", "1"])]),
+    "input_preprocess": ("input.preprocess", [("--fix", ["--fix"]), ("--workers 2", ["--workers", "2"])]),
+    "input_tiny_batches": ("input.preprocess", [("--fix", ["--fix"]), ("--workers 1", ["--workers", "1"]),
+                                                ("--workers 2", ["--workers", "2"])]),
     "host_python": ("host.python", [("--fix", ["--fix"])]),
     "host_dispatch": ("host.dispatch", [("--fix", ["--fix"])]),
     "serving_batch1": ("host.dispatch", [("--fix", ["--fix"])]),

@@ -14,8 +14,9 @@ import pytest
 
 from conftest import make_env, make_rank_analysis, make_run_analysis, make_steps
 from pinchpoint.analysis.memory import AllocTrialResult, PageFaults, alloc_trial
+from pinchpoint.analysis.rank_test import faster_p
 from pinchpoint.analysis.steps import steady_steps, step_stats
-from pinchpoint.capture.alloc_trial import MIN_FAULTS, MIN_SEEN, AllocTrialRunner, env_thresholds
+from pinchpoint.capture.alloc_trial import MIN_FAULTS, MIN_SEEN, STEPS, AllocTrialRunner, env_thresholds
 from pinchpoint.diagnosis.engine import diagnose
 from pinchpoint.diagnosis.finding import Basis, Finding, facts
 from pinchpoint.ingest.trials import alloc_trial as read_alloc_trial
@@ -62,7 +63,7 @@ def test_the_trial_raises_the_thresholds_for_its_steps_then_sets_the_programs_ba
     assert all(seen["trial"]) and seen["set_back"] is True and seen["after_back"] is False
     assert seen["after"] == seen["before"]
     record = json.loads((tmp_path / "alloc_trial.json").read_text())
-    assert record["steps"] == [8, 9, 10] and record["faults_before"] == 5000
+    assert record["steps"] == list(range(8, 8 + STEPS)) and record["faults_before"] == 5000
     assert record["restored"]["from"] == "probed"
     assert record["restored"]["mmap_threshold"] == seen["before"]
     assert record["restored"]["trim_threshold"] == 2 * seen["before"]
@@ -142,14 +143,14 @@ def _finding(rank: RankData, model_share: float) -> list[Finding]:
     return [f for f in found if f.id == "memory.pressure"]
 
 
-def test_the_trial_prices_the_finding_against_the_steps_before_it() -> None:
+def test_the_trial_prices_the_finding_against_the_steady_steps() -> None:
     rank = _churning(80.0)
     assert all(not s.trial for s in steady_steps(rank.steps))
     stats = step_stats(rank)
     assert stats is not None
     result = alloc_trial(rank, stats.host_median_ns)
     assert isinstance(result, AllocTrialResult)
-    assert result.before and result.steps == 3 and result.trial_faults == 0
+    assert result.steps == 3 and result.trial_faults == 0
     assert result.speedup == pytest.approx(100 / 80)
     # The fault model said 60% of the step; the trial measured 20%: the trial is the estimate.
     (f,) = _finding(rank, model_share=0.6)
@@ -167,6 +168,31 @@ def test_a_trial_that_gains_nothing_leaves_no_finding_whatever_the_model_says() 
 def test_a_trial_also_finds_churn_the_fault_model_priced_too_low() -> None:
     (f,) = _finding(_churning(70.0), model_share=0.01)
     assert f.basis is Basis.TRIAL and f.share == pytest.approx(0.3)
+
+
+def test_trial_steps_within_the_spread_of_the_steps_before_are_no_gain() -> None:
+    # Steps before it alternate 80 and 120 ms (median 100); the trial's three at 80, 80, 120 ms: a
+    # median gain of ×1.25 or more that the steps' own spread explains.
+    rank = _churning(80.0)
+    steps = [replace(s, end_ns=s.start_ns + (80 if s.index % 2 else 120) * 1_000_000) if s.index < 14 else s
+             for s in rank.steps]  # fmt: skip
+    steps[17] = replace(steps[17], end_ns=steps[17].start_ns + 120_000_000)
+    rank = replace(rank, steps=tuple(steps))
+    stats = step_stats(rank)
+    assert stats is not None
+    result = alloc_trial(rank, stats.host_median_ns)
+    assert result is not None and result.speedup >= 1.25 and result.p_faster > 0.05
+    assert _finding(rank, model_share=0.6) == []
+
+
+def test_the_rank_test_is_exact_on_small_samples() -> None:
+    assert faster_p([1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11]) == pytest.approx(
+        1 / 165
+    )  # the one best order of C(11, 3)
+    assert faster_p([12, 13, 14], [4, 5, 6, 7, 8, 9, 10, 11]) == 1.0
+    assert faster_p([5, 5], [5, 5]) == pytest.approx(faster_p([5, 5], [5, 5]))  # ties: defined, not NaN
+    assert 0.3 < faster_p([5, 7, 9], [4, 6, 8, 10]) < 0.7
+    assert faster_p([], [1]) == 1.0 and faster_p([1], []) == 1.0
 
 
 def test_steps_that_fault_less_after_the_trial_are_said_to() -> None:

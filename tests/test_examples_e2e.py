@@ -182,7 +182,9 @@ def test_diagnosis_matches_the_planted_truth(example: Path, profiled: Any) -> No
             )
 
 
-def _holds_beside_busy_neighbours(example: Path, planted: list[str], ids: list[str], report: dict[str, Any]) -> None:
+def _holds_beside_busy_neighbours(
+    example: Path, planted: list[str], ids: list[str], report: dict[str, Any]
+) -> None:
     """Measured beside a busy process, the steps are contended: the compute phases stretch (two intra-op
     threads wait at barriers for a descheduled one) and every other share shrinks with them; the report
     says so and lowers its confidence. The truth was measured on an idle machine, so the shares are not

@@ -163,7 +163,8 @@ def test_tensorboard_reads_back_the_scalars_and_the_report(cpu_run: Path, tmp_pa
     step_times = ea.Scalars("pinchpoint/step_time_ms")
     assert [e.step for e in step_times] == [s.index for s in timed]
     assert all(
-        abs(e.value - s.dur_ns / 1e6) < 1e-3 * max(1.0, e.value) for e, s in zip(step_times, timed, strict=True)
+        abs(e.value - s.dur_ns / 1e6) < 1e-3 * max(1.0, e.value)
+        for e, s in zip(step_times, timed, strict=True)
     )
     tags = ea.Tags()["scalars"]
     assert "pinchpoint/phase/data_wait" in tags and "pinchpoint/phase/forward" in tags
@@ -190,7 +191,10 @@ def test_the_text_export_is_what_the_console_printed(cpu_run: Path, tmp_path: Pa
     _pp("export", str(cpu_run), "--format", "text", "-o", str(out))
     shown = subprocess.run(
         [sys.executable, "-m", "pinchpoint", "report", str(cpu_run), "--no-color"],
-        capture_output=True, text=True, timeout=240, check=True,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=True,
     ).stdout
     text = out.read_text()
     assert "\x1b[" not in text, "a file gets no colour codes"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pinchpoint.analysis.rank_test import BRACKET_MIN, bracket, faster_p
+from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.trace.run import LoaderConfig, RankData
 
 
@@ -68,4 +70,51 @@ def loader_activity(rank: RankData, start_ns: int, end_ns: int) -> LoaderActivit
         runq_ns=sum(f.runq_ns or 0 for f in fetches),
         in_main_process=main_pid in pids if main_pid is not None else len(pids) == 1,
         processes=len(pids),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerTrialResult:
+    """Steps whose batches pinchpoint loaded with `workers` DataLoader workers, against the steady step."""
+
+    workers: int
+    steps: int
+    trial_median_ns: int
+    steady_median_ns: int
+    p_faster: float
+    """One-sided rank test: the chance of trial steps this short if the workers changed nothing."""
+    complete: bool
+
+    @property
+    def speedup(self) -> float:
+        return self.steady_median_ns / max(1, self.trial_median_ns)
+
+    @property
+    def pays(self) -> bool:
+        """Faster beyond the steps' own spread and by at least `WORKERS_MIN_GAIN`."""
+        return self.complete and self.p_faster <= TRIAL_P_MAX and self.speedup >= 1 + WORKERS_MIN_GAIN
+
+
+TRIAL_P_MAX = 0.05
+WORKERS_MIN_GAIN = 0.05
+
+
+def worker_trial(rank: RankData, steady_median_ns: int | None) -> WorkerTrialResult | None:
+    """The workers trial's measured steps (whole ones) against the steady median; None without one."""
+    trial = rank.worker_trial
+    if trial is None or not steady_median_ns:
+        return None
+    wanted = set(trial.steps)
+    durs = sorted(s.dur_ns for s in rank.steps if s.index in wanted and not s.partial and s.dur_ns > 0)
+    if not durs:
+        return None
+    steady = [s for s in steady_steps(rank.steps) if s.dur_ns > 0]
+    near = sorted(bracket(steady, trial.steps))
+    return WorkerTrialResult(
+        workers=trial.workers,
+        steps=len(durs),
+        trial_median_ns=durs[len(durs) // 2],
+        steady_median_ns=near[len(near) // 2] if len(near) >= BRACKET_MIN else steady_median_ns,
+        p_faster=faster_p(durs, near if len(near) >= BRACKET_MIN else [s.dur_ns for s in steady]),
+        complete=trial.complete,
     )

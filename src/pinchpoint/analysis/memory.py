@@ -7,6 +7,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pinchpoint.analysis.rank_test import BRACKET_MIN, bracket, faster_p
 from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.trace.run import Probes, RankData, Step
 
@@ -99,10 +100,10 @@ class AllocTrialResult:
     faults_before: int
     trial_faults: int
     """Median minor faults of the trial's measured steps."""
-    before: bool = False
-    """`steady_median_ns` is of the steady steps before the trial (else of all of them)."""
     faults_after: int | None = None
     """Median minor faults of the steady steps after the trial (glibc's thresholds set back)."""
+    p_faster: float = 1.0
+    """One-sided rank test: the chance of trial steps this short if the fix changed nothing."""
 
     @property
     def speedup(self) -> float:
@@ -121,20 +122,20 @@ def alloc_trial(rank: RankData, steady_median_ns: int | None) -> AllocTrialResul
     durs = sorted(s.dur_ns for s in measured)
     faults = sorted(s.minor_faults or 0 for s in measured)
     steady = [s for s in steady_steps(rank.steps) if s.dur_ns > 0]
-    before = sorted(s.dur_ns for s in steady if s.index < min(trial.steps))
     after = [s.minor_faults for s in steady if s.index > max(trial.steps) and s.minor_faults is not None]
+    near = sorted(bracket(steady, trial.steps))
     return AllocTrialResult(
         steps=len(durs), trial_median_ns=durs[len(durs) // 2],
-        steady_median_ns=before[len(before) // 2] if len(before) >= BEFORE_MIN_STEPS else steady_median_ns,
-        before=len(before) >= BEFORE_MIN_STEPS,
+        steady_median_ns=near[len(near) // 2] if len(near) >= BRACKET_MIN else steady_median_ns,
+        p_faster=faster_p(durs, near if len(near) >= BRACKET_MIN else [s.dur_ns for s in steady]),
         mmap_threshold=trial.mmap_threshold, trim_threshold=trial.trim_threshold,
         faults_before=trial.faults_before, trial_faults=faults[len(faults) // 2],
-        faults_after=_median(after) if len(after) >= BEFORE_MIN_STEPS else None,
+        faults_after=_median(after) if len(after) >= AFTER_MIN_STEPS else None,
     )  # fmt: skip
 
 
-BEFORE_MIN_STEPS = 5
-"""Steady steps before the trial that price it (the program's own thresholds); fewer: all steady steps."""
+AFTER_MIN_STEPS = 5
+"""Steady steps after the trial needed to compare their faults with the ones before."""
 
 
 PRE_WINDOW_MIN_STEPS = 5

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 
 from pinchpoint.analysis.comm import CommActivity, comm_activity
 from pinchpoint.analysis.cpu import CpuUsage, ThreadTrialResult, cpu_usage, thread_trial
-from pinchpoint.analysis.loader import LoaderActivity, loader_activity
+from pinchpoint.analysis.loader import LoaderActivity, WorkerTrialResult, loader_activity, worker_trial
 from pinchpoint.analysis.memory import (
     AllocTrialResult,
     CudaMemory,
@@ -50,6 +50,8 @@ class RankAnalysis:
     """Steps pinchpoint ran with one intra-op thread per core, against the steady step."""
     alloc_trial: AllocTrialResult | None = None
     """Steps pinchpoint ran with glibc's mmap and trim thresholds raised, against the steady step."""
+    worker_trial: WorkerTrialResult | None = None
+    """Steps whose batches pinchpoint loaded with DataLoader workers, against the steady step."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +97,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         comm=comm_activity(rank),
         thread_trial=thread_trial(rank, stats.host_median_ns if stats is not None else None),
         alloc_trial=alloc_trial(rank, stats.host_median_ns if stats is not None else None),
+        worker_trial=worker_trial(rank, stats.host_median_ns if stats is not None else None),
         traffic=memory_traffic(rank.opwindow) if rank.opwindow is not None else None,
         cuda_memory=cuda_memory(
             rank.steps,

@@ -258,9 +258,7 @@ class Agent:
         now = counters if counters is not None else self.counters()
         record = self._step_record(kind, end, partial, now)
         self.steps.add(record)
-        self.trials.observe(
-            self.step.index, record["minor_faults"], own_settings=not (record["profiled"] or record["trial"])
-        )
+        self.trials.observe(record)
         self.step.tainted = False
         self.steps.flush()
         if self.annot is not None:

@@ -16,8 +16,10 @@ program was started with them, else the mmap threshold found by asking malloc fo
 seeing which size it maps (`malloc_usable_size`: a mapped block has a page's slack), with glibc's own
 trim = 2 × mmap rule — asked on a new thread, whose arena holds few free blocks (the main arena's
 between two steps serve big sizes from the heap and make the threshold look higher). Once set, glibc
-keeps them fixed, where before it could still raise them: the steps after the trial may fault less
-than the ones before; the analysis compares them and says so.
+keeps them fixed, where before it could still raise them. Then `malloc_trim(0)` hands back what the
+trial kept (up to the 1 GiB trim threshold, and the holes it left), so the heap starts over as the
+program's own settings grow it, not with the trial's reserve. The steps after the trial may still
+fault less than the ones before; the analysis compares them and says so.
 
 Only glibc's malloc (no jemalloc/tcmalloc/mimalloc mapped) and only one rank per machine: ranks wait
 for each other, so one rank's faster steps price nothing.
@@ -46,7 +48,8 @@ MIN_FAULTS = 256
 MIN_SEEN = 4
 """Steps seen at the program's own settings before deciding."""
 WARM = 1
-STEPS = 3
+STEPS = 5
+"""Measured steps: steps vary by ±10% on a shared machine, and three of them made noise look like ×1.3."""
 FILE = "alloc_trial.json"
 OTHER_ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc", "hoard", "tbbmalloc")
 
@@ -123,10 +126,10 @@ def env_thresholds() -> tuple[int | None, int | None]:
     for key, name in (("mmap", "MALLOC_MMAP_THRESHOLD_"), ("trim", "MALLOC_TRIM_THRESHOLD_")):
         values[key] = _int(os.environ.get(name))
     for item in os.environ.get("GLIBC_TUNABLES", "").split(":"):
-        name, _, value = item.partition("=")
-        key = {"glibc.malloc.mmap_threshold": "mmap", "glibc.malloc.trim_threshold": "trim"}.get(name)
-        if key is not None and _int(value) is not None:
-            values[key] = _int(value)
+        tunable, _, value = item.partition("=")
+        which = {"glibc.malloc.mmap_threshold": "mmap", "glibc.malloc.trim_threshold": "trim"}.get(tunable)
+        if which is not None and _int(value) is not None:
+            values[which] = _int(value)
     return values["mmap"], values["trim"]
 
 
@@ -211,6 +214,7 @@ class AllocTrialRunner:
         self.state = "done"
         with contextlib.suppress(Exception):
             self.glibc.set(self.restore_to["mmap_threshold"], self.restore_to["trim_threshold"])
+            self.glibc.libc.malloc_trim(0)  # hand back what the trial kept: the heap starts over
 
 
 def _median(xs: list[int]) -> int:

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from pinchpoint.capture import loader_probe
 from pinchpoint.capture.procfs import thread_schedstat
+from pinchpoint.capture.trials import Trials
 
 _now = time.monotonic_ns
 _thread_cpu = time.thread_time_ns
@@ -38,6 +39,10 @@ class HookedAgent(Protocol):
     @property
     def in_module(self) -> bool:
         """Inside a top-level module call: nested calls pass straight through."""
+
+    @property
+    def trials(self) -> Trials:
+        """pinchpoint's trials: the workers trial serves batches of the program's iterator."""
 
     def begin(self, phase: str) -> None: ...
     def end(self) -> None: ...
@@ -98,7 +103,7 @@ def _wrap_loader(agent: HookedAgent) -> None:
         agent.data_wait_begins()  # (before the clock: an annotation's task opens before its interval)
         t0 = _now()
         try:
-            batch = orig_next(self)
+            batch = agent.trials.next_batch(self, orig_next)
             if getattr(self, "_num_workers", 0) > 0:
                 # Batches come from worker processes: the loader probe prices that transfer too.
                 agent.note_batch(batch)
@@ -206,6 +211,8 @@ def _fetch_wrapper(agent: HookedAgent, torch: Any, fn: Callable[..., Any]) -> Ca
             c1 = _thread_cpu()
             s1 = thread_schedstat()
             runq = s1[1] - s0[1] if (s0 is not None and s1 is not None) else None
+            if agent.role == "main":
+                agent.trials.note_fetch(t1 - t0, c1 - c0)
             agent.record_fetch(
                 {
                     "start_ns": t0,

@@ -20,7 +20,14 @@ from pinchpoint.ingest import opwindow as opwindow_reader
 from pinchpoint.ingest.fields import as_dict, as_float, as_int, as_list, as_str, jsonl, load_json
 from pinchpoint.ingest.probes import read_probes
 from pinchpoint.ingest.stacks import read_folded
-from pinchpoint.ingest.trials import ALLOC_TRIAL_FILE, TRIAL_FILE, alloc_trial, thread_trial
+from pinchpoint.ingest.trials import (
+    ALLOC_TRIAL_FILE,
+    TRIAL_FILE,
+    WORKER_TRIAL_FILE,
+    alloc_trial,
+    thread_trial,
+    worker_trial,
+)
 from pinchpoint.trace.run import (
     CpuInfo,
     CudaDevice,
@@ -244,6 +251,9 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
         ),
         alloc_trial=alloc_trial(
             load_json(d / ALLOC_TRIAL_FILE, warnings) if (d / ALLOC_TRIAL_FILE).is_file() else None
+        ),
+        worker_trial=worker_trial(
+            load_json(d / WORKER_TRIAL_FILE, warnings) if (d / WORKER_TRIAL_FILE).is_file() else None
         ),
     )
 

@@ -1,11 +1,11 @@
-"""The agent's trial files: thread_trial.json and alloc_trial.json (docs/run-directory.md)."""
+"""The agent's trial files: thread_trial.json, alloc_trial.json, worker_trial.json (docs/run-directory.md)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pinchpoint.ingest.fields import as_int, as_list
-from pinchpoint.trace.run import AllocTrial, ThreadTrial
+from pinchpoint.trace.run import AllocTrial, ThreadTrial, WorkerTrial
 
 TRIAL_FILE = "thread_trial.json"
 ALLOC_TRIAL_FILE = "alloc_trial.json"
@@ -41,3 +41,17 @@ def thread_trial(o: Any) -> ThreadTrial | None:
     foreign = o.get("foreign_cores")
     foreign_cores = float(foreign) if isinstance(foreign, (int, float)) and 0 <= foreign < 1e4 else 0.0
     return ThreadTrial(threads=threads, fit=fit, steps=steps, foreign_cores=foreign_cores)
+
+
+WORKER_TRIAL_FILE = "worker_trial.json"
+
+
+def worker_trial(o: Any) -> WorkerTrial | None:
+    """worker_trial.json: {"workers", "steps", "batches", "complete"}; None when absent or not that."""
+    if not isinstance(o, dict):
+        return None
+    workers = as_int(o.get("workers"))
+    steps = tuple(i for i in (as_int(x) for x in as_list(o.get("steps"))) if i is not None)
+    if not workers or workers < 1 or not steps:
+        return None
+    return WorkerTrial(workers=workers, steps=steps, complete=o.get("complete") is not False)

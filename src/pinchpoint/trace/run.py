@@ -374,6 +374,17 @@ class AllocTrial:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerTrial:
+    """Steps whose batches pinchpoint loaded with `workers` DataLoader workers (`capture/worker_trial.py`)."""
+
+    workers: int
+    steps: tuple[int, ...]
+    """Indices of the measured trial steps."""
+    complete: bool = True
+    """The program's sampler had all the batches the trial asked for (else the epoch ended in it)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RankData:
     rank: int
     steps: tuple[Step, ...] = ()
@@ -385,6 +396,7 @@ class RankData:
     ddp: tuple[DdpConfig, ...] = ()
     thread_trial: ThreadTrial | None = None
     alloc_trial: AllocTrial | None = None
+    worker_trial: WorkerTrial | None = None
 
     @property
     def main(self) -> ProcessInfo | None:

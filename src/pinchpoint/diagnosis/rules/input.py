@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from pinchpoint.analysis.loader import LoaderActivity
+from pinchpoint.analysis.loader import LoaderActivity, WorkerTrialResult
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.costs import LoaderLoad, WorkerPlan, more_workers
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
@@ -175,12 +175,22 @@ class InputFetch(Rule):
         settings = _settings(loader)
         if settings:
             evidence.append(settings)
+        basis = Basis.MODEL if loader is not None else Basis.REMOVED
+        trial = rank.worker_trial
+        if trial is not None:
+            evidence.append(_trial_evidence(trial))
+            if trial.pays:  # measured with the program's own batches: it stands over the model
+                workers, speedup, basis = trial.workers, trial.speedup, Basis.TRIAL
+                confidence = Confidence.HIGH
+            elif trial.complete:  # the workers did not pay here, whatever the model says
+                workers, speedup, basis = trial.workers, max(1.0, trial.speedup), Basis.TRIAL
+                confidence = Confidence.LOW
         yield Finding(
             id=self.id,
             title=Fact("rule.title", name=self.title),
             share=share,
             estimated_speedup=speedup,
-            basis=Basis.MODEL if loader is not None else Basis.REMOVED,
+            basis=basis,
             confidence=confidence,
             evidence=tuple(evidence),
             fix=Fact("input.fetch.fix", workers=workers, cores=env.cpu.usable_cores),
@@ -262,6 +272,9 @@ class InputPreprocess(Rule):
             _settings(loader),
         )
         evidence.extend(e for e in extra if e)
+        trial = rank.worker_trial
+        if trial is not None:
+            evidence.append(_trial_evidence(trial))
         remedy = _preprocess_remedy(rank, loader, load, plan, bps, share)
         yield Finding(
             id=self.id,
@@ -277,6 +290,20 @@ class InputPreprocess(Rule):
             fix_kind=remedy.kind,
             fix_params=(("num_workers", remedy.workers),),
         )
+
+
+def _trial_evidence(trial: WorkerTrialResult) -> Fact:
+    return Fact(
+        "input.workers.trial",
+        workers=trial.workers,
+        steps=trial.steps,
+        trial_ns=trial.trial_median_ns,
+        steady_ns=trial.steady_median_ns,
+        speedup=trial.speedup,
+        p=trial.p_faster,
+        pays=trial.pays,
+        complete=trial.complete,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,7 +325,18 @@ def _preprocess_remedy(
     cores, current, receive, wait_ns = load.cores, load.workers, load.receive_ns, load.wait_ns
     speedup_workers = load.step_ns / plan.step_ns
     speedup_cheaper = speedup_removing(share)
-    if speedup_workers >= 1.15 and plan.workers > current:
+    trial = rank.worker_trial
+    if trial is not None and trial.pays:
+        # Measured with the program's own batches and cores: never advise against a fix that paid.
+        return _Remedy(
+            fix=Fact("input.preprocess.fix_workers", workers=trial.workers, threads=None, cores=cores),
+            speedup=trial.speedup,
+            basis=Basis.TRIAL,
+            snippet=Fact("input.preprocess.snippet_workers", workers=trial.workers, threads=None),
+            kind=FixKind.WORKERS,
+            workers=trial.workers,
+        )
+    if speedup_workers >= 1.15 and plan.workers > current and trial is None:
         return _Remedy(
             fix=Fact("input.preprocess.fix_workers", workers=plan.workers, threads=plan.threads, cores=cores),
             speedup=speedup_workers,

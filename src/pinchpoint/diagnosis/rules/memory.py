@@ -104,6 +104,9 @@ CHURN_MIN_SHARE = 0.05
 step's measured kernel time)."""
 CHURN_MIN_FAULTS = 256
 """And at least 1 MiB of fresh 4 KiB pages per step: a steady heap faults almost never."""
+TRIAL_P_MAX = 0.05
+"""The trial's steps must be shorter than the ones before beyond what the steps' own spread allows
+(one-sided rank test, `analysis/rank_test.py`)."""
 RESTORED_FAULTS_MIN = 0.5
 """Steps after the allocator trial that fault less than half as much as the ones before: glibc's
 thresholds were set back only approximately (it stops moving them once a program sets them)."""
@@ -127,20 +130,19 @@ class AllocatorChurn(Rule):
 
     def check(self, s: Subject) -> Iterable[Finding]:
         rank = s.recorded
-        pf = rank.faults
-        if pf is None or pf.fault_ns is None or pf.churn_per_step < CHURN_MIN_FAULTS:
+        pf, trial = rank.faults, rank.alloc_trial
+        if pf is None:
             return
-        trial = rank.alloc_trial
         if trial is not None:
             # Measured, not modelled: pinchpoint ran a few steps with the thresholds the fix sets.
             share = 1.0 - 1.0 / max(1.0, trial.speedup)
-            if share < CHURN_MIN_SHARE:
+            if share < CHURN_MIN_SHARE or trial.p_faster > TRIAL_P_MAX:
                 return  # the faults are real, but keeping the memory does not buy a faster step here
             speedup, basis = trial.speedup, Basis.TRIAL
             confidence = Confidence.HIGH if share >= 2 * CHURN_MIN_SHARE else Confidence.MEDIUM
         else:
             model_share = pf.step_share
-            if model_share is None or model_share < CHURN_MIN_SHARE:
+            if pf.churn_per_step < CHURN_MIN_FAULTS or model_share is None or model_share < CHURN_MIN_SHARE:
                 return
             share, speedup, basis = model_share, speedup_removing(model_share), Basis.REMOVED
             confidence = Confidence.MEDIUM
@@ -179,10 +181,10 @@ def _cost_facts(pf: PageFaults, trial: AllocTrialResult | None) -> tuple[Fact, .
             trim_bytes=trial.trim_threshold,
             trial_ns=trial.trial_median_ns,
             steady_ns=trial.steady_median_ns,
-            before=trial.before,
             faults_before=trial.faults_before,
             trial_faults=trial.trial_faults,
             speedup=trial.speedup,
+            p=trial.p_faster,
         )
         after = trial.faults_after
         if after is None or after >= RESTORED_FAULTS_MIN * trial.faults_before:

@@ -70,6 +70,32 @@ def _options(workers_x: float, workers: int, threads: int | None, cores: int, ch
     return f"More workers: predicted ×{workers_x:.2f} ({how}); cheaper or cached preprocessing: up to ×{cheaper_x:.2f}"
 
 
+def _workers_trial(
+    workers: int,
+    steps: int,
+    trial_ns: int,
+    steady_ns: int,
+    speedup: float,
+    p: float,
+    pays: bool,
+    complete: bool,
+) -> str:
+    verdict = (
+        "they pay"
+        if pays
+        else "the epoch ended during the trial: not a full measurement"
+        if not complete
+        else "no gain beyond the steps' own spread"
+        if speedup >= 1
+        else "slower"
+    )
+    return (
+        f"Measured: {steps} steps whose batches pinchpoint loaded with num_workers={workers} (the program's "
+        f"own batches, in order) took {ms(trial_ns)} (median) against {ms(steady_ns)} (the steady steps around it): ×{speedup:.2f}, "
+        f"{verdict} (rank test p = {p:.3f})"
+    )
+
+
 def _fix_workers(workers: int, threads: int | None, cores: int) -> str:
     pool = f" with torch.set_num_threads({threads}) to leave it a core" if threads else ""
     return (
@@ -121,6 +147,7 @@ PHRASES: dict[str, Callable[..., str]] = {
         f"measured), the wait would be ≈ {ms(wait_ns)} a step: predicted ×{speedup:.2f}"
     ),
     "input.preprocess.fix_workers": _fix_workers,
+    "input.workers.trial": _workers_trial,
     "input.preprocess.snippet_workers": lambda workers, threads: (
         (f"torch.set_num_threads({threads})\n" if threads else "")
         + f"DataLoader(dataset, num_workers={workers}, persistent_workers=True)"

@@ -64,11 +64,12 @@ PHRASES: dict[str, Callable[..., str]] = {
         f"fresh page): {'at most ' if bounded else '≈ '}{ms(model_ns)} of a "
         f"{ms(step_ns)} step" + ("" if bounded else f" ({pct(share)})")
     ),
-    "memory.churn.trial": lambda steps, mmap_bytes, trim_bytes, trial_ns, steady_ns, before, faults_before, trial_faults, speedup: (
+    "memory.churn.trial": lambda steps, mmap_bytes, trim_bytes, trial_ns, steady_ns, faults_before, trial_faults, speedup, p: (
         f"Measured: {steps} steps run by pinchpoint with glibc's mmap threshold at {mmap_bytes >> 20} MiB "
         f"and trim threshold at {trim_bytes >> 20} MiB (mallopt, set back after) took {ms(trial_ns)} "
         f"(median, {trial_faults:,} faults a step) against {ms(steady_ns)} "
-        f"({'the steps before it' if before else 'the steady steps'}, {faults_before:,} faults): ×{speedup:.2f}"
+        f"(the steady steps around it; {faults_before:,} faults a step before it): ×{speedup:.2f} "
+        f"(rank test p = {p:.3f})"
     ),
     "memory.churn.restored": lambda faults_before, faults_after: (
         f"After the trial the steps faulted {faults_after:,} times (median) against {faults_before:,} before: "
