@@ -51,7 +51,7 @@ class CpuOversubscription(Rule):
         trial = rank.thread_trial
         # Cores other processes kept busy are not the program's: the trial measured them before it ran
         # and left them out of its thread count.
-        shared = trial is not None and trial.fit * rank.local_ranks < cores
+        shared = trial is not None and trial.foreign_cores > 0 and trial.fit * rank.local_ranks < cores
         foreign = trial.foreign_cores if trial is not None and shared else 0.0
         free = max(1, min(cores, int(cores - foreign + 0.5))) if shared else cores
         if demand <= free or (intra <= free and runq < RUNQ_SHARE_MIN):

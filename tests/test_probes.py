@@ -1,0 +1,40 @@
+"""The op window's micro-benchmarks (`capture/opwindow.py`): what they time, and what they cost."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pinchpoint.capture.opwindow import SCALE_ROWS, SLOW_X, _probe_matmul, _slow_dtype_ns
+
+torch = pytest.importorskip("torch")
+
+
+def _sleeping(per_row_ns: int, calls: list[int]):  # type: ignore[no-untyped-def]
+    def call(rows: int) -> None:
+        calls.append(rows)
+        time.sleep(rows * per_row_ns / 1e9)
+
+    return call
+
+
+def test_a_precision_already_slower_on_a_slice_is_not_timed_in_full() -> None:
+    calls: list[int] = []
+    # 64 rows at 2 ms a row: 128 ms in full, against a 10 ms fp32 call (12.8x slower).
+    out = _slow_dtype_ns(10_000_000, 64, _sleeping(2_000_000, calls))
+    assert calls == [64 // SCALE_ROWS]  # one call on 1/8 of the rows
+    assert out["rows_timed"] == 8 and out["ns"] >= SLOW_X * 10_000_000
+
+
+def test_a_precision_that_could_pay_is_timed_on_the_whole_call() -> None:
+    calls: list[int] = []
+    out = _slow_dtype_ns(100_000_000, 64, _sleeping(200_000, calls))  # 12.8 ms against 100 ms
+    assert "rows_timed" not in out and calls[0] == 8 and all(c == 64 for c in calls[1:]) and len(calls) > 1
+    assert 10_000_000 < out["ns"] < 60_000_000
+
+
+def test_the_matmul_probe_times_both_precisions_of_the_programs_shape() -> None:
+    fp32, bf16 = _probe_matmul(torch, (256, 128, 64))
+    assert (fp32["dtype"], bf16["dtype"]) == ("float32", "bfloat16")
+    assert fp32["shape"] == bf16["shape"] == [256, 128, 64] and fp32["ns"] > 0 and bf16["ns"] > 0
