@@ -72,6 +72,16 @@ def test_accumulation_without_no_sync_is_named_with_the_no_sync_fix() -> None:
     assert f.ranks == (0, 1)
 
 
+def test_accumulation_whose_some_all_reduces_overlapped_is_still_told_no_sync() -> None:
+    # 4 micro-batches all-reducing, two of them hidden behind their backward: two waits seen.
+    steps = _steps(12, 4, 5.0, 10.0, [0.0, 12.0, 0.0, 12.0])
+    f = comm_exposed([_rank(0, steps), _rank(1, steps)])
+    assert f is not None
+    stated = facts(f)
+    assert stated["comm.exposed.no_sync_fix"]["micro_batches"] == 4
+    assert dict(stated["comm.exposed.synced_backwards"].values) == {"backwards": 4, "synced": 2}
+
+
 def test_transfer_is_the_least_rank_and_waiting_for_a_late_rank_is_not_counted() -> None:
     fast = _steps(12, 1, 20.0, 40.0, [30.0])  # rank 0 waits 30 ms: 10 ms transfer + 20 ms for rank 1
     slow = _steps(12, 1, 40.0, 40.0, [10.0])

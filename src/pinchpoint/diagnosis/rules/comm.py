@@ -101,7 +101,9 @@ def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
             )
     cost = transfer + contention
     accumulating = ddp is not None and comm.backward_calls >= ACCUMULATION_MIN
-    if accumulating and comm.synced_backwards >= comm.backward_calls - 0.5:
+    # More than one blocked all-reduce a step: not all under no_sync (one that overlapped its backward
+    # entirely is not seen, so "every backward waited" would miss accumulations that all-reduce each).
+    if accumulating and comm.synced_backwards >= ACCUMULATION_MIN:
         remedy = _no_sync(comm, cost, step)
     elif on_cpu:
         remedy = _less_often(cost, step)
