@@ -108,6 +108,40 @@ def test_batches_taken_for_a_trial_that_cannot_start_go_back_to_the_program(
     assert got == expected and not (tmp_path / "worker_trial.json").exists()
 
 
+class Fragile(Numbers):
+    """Cannot be loaded in a worker process (a handle that does not survive fork)."""
+
+    def __init__(self) -> None:
+        import os
+
+        self.pid = os.getpid()
+
+    def __getitem__(self, i: int) -> Any:
+        import os
+
+        if os.getpid() != self.pid:
+            raise OSError("handle opened in another process")
+        return super().__getitem__(i)
+
+
+def test_a_trial_whose_workers_fail_hands_the_batches_back_and_the_program_runs_on(tmp_path: Path) -> None:
+    def loader() -> DataLoader[Any]:
+        return DataLoader(Fragile(), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(3))
+
+    expected = [x.tolist() for x, _ in loader()]
+    it = iter(loader())
+    runner = WorkerTrialRunner(tmp_path)
+    got = [runner.next_batch(it, ORIG_NEXT)[0].tolist()]
+    _waiting(runner)
+    assert runner.on_step_end(torch, 7, ready=True) is True
+    for step in range(8, 9 + WARM + STEPS):
+        got.append(runner.next_batch(it, ORIG_NEXT)[0].tolist())
+        runner.on_step_end(torch, step, ready=True)
+    got.extend(x.tolist() for x in iter(lambda: _next_or_none(runner, it), None))
+    assert got == expected and runner.failed
+    assert not (tmp_path / "worker_trial.json").exists()  # nothing measured
+
+
 def test_no_trial_for_workers_already_there_short_waits_or_iterable_datasets(tmp_path: Path) -> None:
     with_workers = iter(DataLoader(Numbers(), batch_size=4, num_workers=1))
     runner = WorkerTrialRunner(tmp_path)

@@ -67,6 +67,9 @@ class WorkerTrialRunner:
         self.batches = 0
         self.complete = False
         self.first = 0
+        self.indices: list[Any] = []
+        self.served = 0
+        self.failed = False
 
     # ---- what the hooks report ---------------------------------------------------------------
 
@@ -87,9 +90,17 @@ class WorkerTrialRunner:
             self.it = it if getattr(it, "_num_workers", 1) == 0 else None
         elif self.trial_it is not None and it is self.it:
             try:
-                return orig_next(self.trial_it)
+                batch = orig_next(self.trial_it)
+                self.served += 1
+                return batch
             except StopIteration:
                 self._shutdown()
+            except Exception:
+                # A worker died or the dataset cannot be loaded in one (a file handle that does not
+                # survive fork): the batches it had not served go back to the program's own loading.
+                self._shutdown()
+                it._sampler_iter = itertools.chain(self.indices[self.served :], it._sampler_iter)
+                self.failed = True
         return orig_next(it)
 
     # ---- the trial ---------------------------------------------------------------------------
@@ -113,6 +124,8 @@ class WorkerTrialRunner:
             return True
         self._shutdown()
         self.state = "done"
+        if self.failed:
+            return True
         with contextlib.suppress(OSError):
             write_json_atomic(
                 self.rank_dir / FILE,
@@ -149,7 +162,7 @@ class WorkerTrialRunner:
         except Exception:
             it._sampler_iter = itertools.chain(indices, it._sampler_iter)  # the program's batches, back
             raise
-        self.batches, self.complete = len(indices), len(indices) == wanted
+        self.indices, self.batches, self.complete = indices, len(indices), len(indices) == wanted
         return True
 
     def _workers_iter(self, torch: Any, it: Any, dataset: Any, indices: list[Any]) -> Any:
