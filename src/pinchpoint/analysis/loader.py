@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pinchpoint.analysis.rank_test import BRACKET_MIN, bracket, faster_p
+from pinchpoint.analysis.rank_test import BRACKET_MIN, TRIAL_P_MAX, bracket, faster_p
 from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.trace.run import LoaderConfig, RankData
 
@@ -95,7 +95,6 @@ class WorkerTrialResult:
         return self.complete and self.p_faster <= TRIAL_P_MAX and self.speedup >= 1 + WORKERS_MIN_GAIN
 
 
-TRIAL_P_MAX = 0.05
 WORKERS_MIN_GAIN = 0.05
 
 

@@ -13,6 +13,9 @@ from functools import cache
 
 from pinchpoint.trace.run import Step
 
+TRIAL_P_MAX = 0.01
+"""A trial's steps count as faster below this: 0.05 let a five-step dip of this VM (steps drift by
+×1.6 over seconds here) pass as two workers paying ×1.31 where a whole run with them measured ×0.92."""
 MAX_BEFORE = 40
 """The latest steps before the trial that are compared (the counting grows with both samples)."""
 

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pinchpoint.analysis.memory import AllocTrialResult, PageFaults, graph_growth
+from pinchpoint.analysis.rank_test import TRIAL_P_MAX
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding
 from pinchpoint.diagnosis.rules.base import Rule, Subject, speedup_removing
 
@@ -104,9 +105,6 @@ CHURN_MIN_SHARE = 0.05
 step's measured kernel time)."""
 CHURN_MIN_FAULTS = 256
 """And at least 1 MiB of fresh 4 KiB pages per step: a steady heap faults almost never."""
-TRIAL_P_MAX = 0.05
-"""The trial's steps must be shorter than the ones before beyond what the steps' own spread allows
-(one-sided rank test, `analysis/rank_test.py`)."""
 RESTORED_FAULTS_MIN = 0.5
 """Steps after the allocator trial that fault less than half as much as the ones before: glibc's
 thresholds were set back only approximately (it stops moving them once a program sets them)."""
