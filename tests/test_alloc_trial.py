@@ -16,7 +16,7 @@ from conftest import make_env, make_rank_analysis, make_run_analysis, make_steps
 from pinchpoint.analysis.memory import AllocTrialResult, PageFaults, alloc_trial
 from pinchpoint.analysis.rank_test import TRIAL_P_MAX, faster_p
 from pinchpoint.analysis.steps import steady_steps, step_stats
-from pinchpoint.capture.alloc_trial import MIN_FAULTS, MIN_SEEN, STEPS, AllocTrialRunner, env_thresholds
+from pinchpoint.capture.alloc_trial import MIN_FAULTS, MIN_SEEN, AllocTrialRunner, env_thresholds
 from pinchpoint.diagnosis.engine import diagnose
 from pinchpoint.diagnosis.finding import Basis, Finding, facts
 from pinchpoint.ingest.trials import alloc_trial as read_alloc_trial
@@ -30,7 +30,7 @@ RUNNER = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from pinchpoint.capture.alloc_trial import STEPS, TRIAL_MMAP, WARM, AllocTrialRunner, Glibc
+    from pinchpoint.capture.alloc_trial import SCHEDULE, TRIAL_MMAP, AllocTrialRunner, Glibc
 
     out = Path(sys.argv[1])
     glibc = Glibc.load()
@@ -39,14 +39,13 @@ RUNNER = textwrap.dedent(
     runner = AllocTrialRunner(out)
     for i in range(6):
         runner.observe(i, 5000, own_settings=True)
-    seen = {"before": before, "ready_false": runner.on_step_end(6, ready=False)}
-    seen["starts"] = runner.on_step_end(7, ready=True)
-    seen["during"] = glibc.mapped_from_thread()
-    seen["trial"] = [runner.on_step_end(i, ready=True) for i in range(8, 7 + WARM + STEPS)]
-    seen["set_back"] = runner.on_step_end(7 + WARM + STEPS, ready=True)
-    seen["after_back"] = runner.on_step_end(8 + WARM + STEPS, ready=True)
+    seen = {"before": before, "ready_false": runner.on_step_end(6, ready=False), "trial": [], "mapped": []}
+    for step in range(7, 7 + len(SCHEDULE) + 1):
+        seen["trial"].append(runner.on_step_end(step, ready=True))
+        seen["mapped"].append(glibc.mapped_from_thread())
     seen["after"] = glibc.mapped_from_thread()
     seen["trial_mmap"] = TRIAL_MMAP
+    seen["schedule"] = list(SCHEDULE)
     print(json.dumps(seen))
     """
 )
@@ -57,14 +56,17 @@ def test_the_trial_raises_the_thresholds_for_its_steps_then_sets_the_programs_ba
         [sys.executable, "-c", RUNNER, str(tmp_path)], capture_output=True, text=True, timeout=120, check=True
     )
     seen = json.loads(done.stdout)
-    assert 4 << 20 <= seen["before"] < 5 << 20  # the probe finds the program's 4 MiB
-    assert seen["ready_false"] is False and seen["starts"] is True
-    assert seen["during"] >= seen["trial_mmap"]  # nothing below 32 MiB is mapped during the trial
-    assert all(seen["trial"]) and seen["set_back"] is True and seen["after_back"] is False
-    assert seen["after"] == seen["before"]
+    assert seen["before"] == 4 << 20  # the probe finds the program's 4 MiB, to the page
+    assert seen["ready_false"] is False
+    schedule = seen["schedule"]
+    assert seen["trial"] == [True] * len(schedule) + [False]
+    for what, mapped in zip([*schedule, "done"], seen["mapped"], strict=True):
+        # raised: nothing below 32 MiB is mapped; set back: the program's 4 MiB again
+        assert mapped == (seen["trial_mmap"] if what in ("warm", "on") else seen["before"]), (what, mapped)
     record = json.loads((tmp_path / "alloc_trial.json").read_text())
-    assert record["steps"] == list(range(8, 8 + STEPS)) and record["faults_before"] == 5000
-    assert record["restored"]["from"] == "probed"
+    assert record["steps"] == [7 + i for i, what in enumerate(schedule) if what == "on"]
+    assert record["reference_steps"] == [7 + i for i, what in enumerate(schedule) if what == "ref"]
+    assert record["faults_before"] == 5000 and record["restored"]["from"] == "probed"
     assert record["restored"]["mmap_threshold"] == seen["before"]
     assert record["restored"]["trim_threshold"] == 2 * seen["before"]
 

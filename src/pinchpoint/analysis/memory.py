@@ -123,7 +123,9 @@ def alloc_trial(rank: RankData, steady_median_ns: int | None) -> AllocTrialResul
     faults = sorted(s.minor_faults or 0 for s in measured)
     steady = [s for s in steady_steps(rank.steps) if s.dur_ns > 0]
     after = [s.minor_faults for s in steady if s.index > max(trial.steps) and s.minor_faults is not None]
-    near = sorted(bracket(steady, trial.steps))
+    own = set(trial.reference_steps)  # between the trial's blocks, at the program's thresholds
+    between = [s.dur_ns for s in rank.steps if s.index in own and not s.partial and s.dur_ns > 0]
+    near = sorted(between + bracket(steady, (*trial.steps, *trial.reference_steps)))
     return AllocTrialResult(
         steps=len(durs), trial_median_ns=durs[len(durs) // 2],
         steady_median_ns=near[len(near) // 2] if len(near) >= BRACKET_MIN else steady_median_ns,

@@ -6,9 +6,10 @@ op window faulted less than the ones after). So when the program's steps keep fa
 (`MIN_FAULTS` a step, median of the steps so far), pinchpoint runs the next steps the way the fix
 would: `mallopt(M_MMAP_THRESHOLD, 32 MiB)` and `mallopt(M_TRIM_THRESHOLD, 1 GiB)` — what
 `MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824` does from the environment — one
-warm-up step (the heap grows to hold the step's blocks), then `STEPS` measured, and sets the
-thresholds back. Those steps are marked `trial` in steps.jsonl and `alloc_trial.json` says which were
-measured.
+warm-up step (the heap grows to hold the step's blocks), then three measured, sets the thresholds
+back for a step (the heap is faulted in again) and three reference steps, and does it once more
+(`SCHEDULE`). Those steps are marked `trial` in steps.jsonl and `alloc_trial.json` says which were
+measured and which were the reference.
 
 Setting them back is approximate, and the file says how: glibc moves its thresholds itself until a
 program sets one, and no call turns that back on. The values set back are the environment's when the
@@ -47,9 +48,13 @@ MIN_FAULTS = 256
 """Minor faults per step (1 MiB of fresh pages) before churn is worth a trial (the rule's threshold)."""
 MIN_SEEN = 4
 """Steps seen at the program's own settings before deciding."""
-WARM = 1
-STEPS = 5
-"""Measured steps: steps vary by ±10% on a shared machine, and three of them made noise look like ×1.3."""
+SCHEDULE = ("warm", "on", "on", "on", "back", "ref", "ref", "ref", "warm", "on", "on", "on", "back")
+"""The trial's steps: thresholds raised (a warm-up step while the heap grows, then measured), set back
+(a step while the heap is faulted in again, then reference steps at the program's settings), raised
+again, set back. This VM's steps drift by ×1.6 over seconds: one block of five measured steps took a
+drift for a gain (×1.24 where the glibc-tuned run measured ×1.09); two blocks with the program's own
+settings between them must both be faster."""
+STEPS = SCHEDULE.count("on")
 FILE = "alloc_trial.json"
 OTHER_ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc", "hoard", "tbbmalloc")
 
@@ -92,20 +97,48 @@ class Glibc:
         return found[0] if found else TRIAL_MMAP
 
     def mapped_from(self) -> int:
-        """The smallest block size (page multiples, 2^(1/8) apart) that malloc serves with its own mmap:
-        its usable size has a page's slack (a heap block has 8 bytes). An upper bound of the threshold:
-        a free heap block can serve a size above it."""
-        size = GLIBC_DEFAULT
-        while size <= TRIAL_MMAP:
+        """The smallest block size (to a page) that malloc serves with its own mmap: a mapped block's
+        usable size has a page's slack, a heap block's 8 bytes. Every block asked for is held until the
+        end: a freed one would go back to the heap's free space and serve the next, larger size from
+        there (the threshold applies only when the heap must grow), and a freed mapped one would move
+        glibc's adjustable threshold. Sizes climb 2^(1/16) apart, then halve the gap to a page."""
+        held: list[int] = []
+
+        def mapped(size: int) -> bool | None:
             p = self.libc.malloc(size)
             if not p:
-                break
-            slack = int(self.libc.malloc_usable_size(p)) - size
-            self.libc.free(p)
-            if slack > 2048:
-                return size
-            size = (int(size * 2 ** (1 / 8)) + 4095) // 4096 * 4096
-        return TRIAL_MMAP
+                return None
+            held.append(p)
+            return int(self.libc.malloc_usable_size(p)) - size > 2048
+
+        try:
+            low, size = 0, GLIBC_DEFAULT
+            while size <= TRIAL_MMAP:
+                found = mapped(size)
+                if found is None:
+                    return TRIAL_MMAP
+                if found:
+                    break
+                low, size = size, _pages(size * 2 ** (1 / 16))
+            else:
+                return TRIAL_MMAP
+            high = size
+            while high - low > 4096 and low:
+                mid = _pages((low + high) / 2)
+                if mid in (low, high):
+                    break
+                found = mapped(mid)
+                if found is None:
+                    break
+                low, high = (low, mid) if found else (mid, high)
+            return high
+        finally:
+            for p in reversed(held):
+                self.libc.free(p)
+
+
+def _pages(n: float) -> int:
+    return (int(n) + 4095) // 4096 * 4096
 
 
 def other_allocator() -> bool:
@@ -160,6 +193,7 @@ class AllocTrialRunner:
         """Minor faults of the steps run at the program's own settings (after the first)."""
         self.first = 0
         self.glibc: Glibc | None = None
+        self.raised = False
         self.restore_to: dict[str, Any] = {}
 
     def observe(self, index: int, faults: int, own_settings: bool) -> None:
@@ -188,33 +222,51 @@ class AllocTrialRunner:
                     return False
             except Exception:
                 return False
-            self.glibc, self.restore_to = glibc, restore_to
+            self.glibc, self.restore_to, self.raised = glibc, restore_to, True
             self.first, self.state = next_step, "running"
             return True
-        if next_step < self.first + WARM + STEPS:
+        offset = next_step - self.first
+        if offset < len(SCHEDULE):
+            wanted = SCHEDULE[offset] in ("warm", "on")
+            if wanted != self.raised:
+                self._raise() if wanted else self._set_back()
             return True
         self.restore()
+        on = [self.first + i for i, what in enumerate(SCHEDULE) if what == "on"]
+        off = [self.first + i for i, what in enumerate(SCHEDULE) if what == "ref"]
         with contextlib.suppress(OSError):
             write_json_atomic(
                 self.rank_dir / FILE,
                 {
                     "mmap_threshold": TRIAL_MMAP,
                     "trim_threshold": TRIAL_TRIM,
-                    "steps": list(range(self.first + WARM, self.first + WARM + STEPS)),
+                    "steps": on,
+                    "reference_steps": off,
                     "faults_before": _median(self.seen),
                     "restored": self.restore_to,
                 },
             )
-        return True  # the first step back trims the heap: not steady either
+        return False
+
+    def _raise(self) -> None:
+        if self.glibc is not None:
+            with contextlib.suppress(Exception):
+                self.raised = self.glibc.set(TRIAL_MMAP, TRIAL_TRIM)
+
+    def _set_back(self) -> None:
+        self.raised = False
+        if self.glibc is not None:
+            with contextlib.suppress(Exception):
+                self.glibc.set(self.restore_to["mmap_threshold"], self.restore_to["trim_threshold"])
+                self.glibc.libc.malloc_trim(0)  # hand back what the trial kept: the heap starts over
 
     def restore(self) -> None:
         """The program's thresholds back (also when the program ends mid-trial)."""
         if self.state != "running" or self.glibc is None:
             return
         self.state = "done"
-        with contextlib.suppress(Exception):
-            self.glibc.set(self.restore_to["mmap_threshold"], self.restore_to["trim_threshold"])
-            self.glibc.libc.malloc_trim(0)  # hand back what the trial kept: the heap starts over
+        if self.raised:
+            self._set_back()
 
 
 def _median(xs: list[int]) -> int:

@@ -21,8 +21,10 @@ def alloc_trial(o: Any) -> AllocTrial | None:
         return None
     restored = o.get("restored")
     how = restored.get("from") if isinstance(restored, dict) else None
+    reference = tuple(i for i in (as_int(x) for x in as_list(o.get("reference_steps"))) if i is not None)
     return AllocTrial(
         steps=steps,
+        reference_steps=reference,
         mmap_threshold=mmap,
         trim_threshold=trim,
         faults_before=max(0, as_int(o.get("faults_before")) or 0),

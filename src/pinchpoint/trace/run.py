@@ -367,6 +367,9 @@ class AllocTrial:
     """Indices of the measured trial steps."""
     mmap_threshold: int
     trim_threshold: int
+    reference_steps: tuple[int, ...] = ()
+    """Steps between the trial's blocks at the program's own thresholds (the reference with the steady
+    steps around the trial)."""
     faults_before: int = 0
     """Median minor faults per step of the steps before the trial, at the program's settings."""
     restored_from: str = ""

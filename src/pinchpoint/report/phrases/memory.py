@@ -68,7 +68,7 @@ PHRASES: dict[str, Callable[..., str]] = {
         f"Measured: {steps} steps run by pinchpoint with glibc's mmap threshold at {mmap_bytes >> 20} MiB "
         f"and trim threshold at {trim_bytes >> 20} MiB (mallopt, set back after) took {ms(trial_ns)} "
         f"(median, {trial_faults:,} faults a step) against {ms(steady_ns)} "
-        f"(the steady steps around it; {faults_before:,} faults a step before it): ×{speedup:.2f} "
+        f"(the steps between its blocks and around it; {faults_before:,} faults a step before it): ×{speedup:.2f} "
         f"(rank test p = {p:.3f})"
     ),
     "memory.churn.restored": lambda faults_before, faults_after: (
