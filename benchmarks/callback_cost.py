@@ -80,8 +80,11 @@ def main() -> int:
             costs.append(float(re.search(r"callback_ns=([0-9.]+)", out).group(1)) / 1e6)  # type: ignore[union-attr]
             steps.append(float(re.search(r"median_step_ms=([0-9.]+)", out).group(1)))  # type: ignore[union-attr]
         c, s = statistics.median(costs), statistics.median(steps)
-        print(f"{ex:16} callback {c * 1000:7.1f} µs per step  step {s:7.2f} ms  cost {c / s:.4%} "
-              f"(runs: {', '.join(f'{x * 1000:.0f} µs' for x in costs)})", flush=True)
+        print(
+            f"{ex:16} callback {c * 1000:7.1f} µs per step  step {s:7.2f} ms  cost {c / s:.4%} "
+            f"(runs: {', '.join(f'{x * 1000:.0f} µs' for x in costs)})",
+            flush=True,
+        )
     return 0
 
 

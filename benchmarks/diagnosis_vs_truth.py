@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -30,6 +32,15 @@ def _cause(label: str, planted: list[str]) -> str:
     if label.endswith(")") and "(" in label:
         return label[label.rindex("(") + 1 : -1]
     return FIX_REMOVES.get(label, planted[0] if planted else "(none)")
+
+
+def _workers_tried(finding: dict[str, Any]) -> tuple[int, float] | None:
+    """(workers, speedup) of the workers trial's evidence line, if the finding has one."""
+    for line in finding.get("evidence") or []:
+        m = re.search(r"num_workers=(\d+) \(the program's own batches.*?×([0-9.]+)", str(line))
+        if m:
+            return int(m.group(1)), float(m.group(2))
+    return None
 
 
 def main() -> int:
@@ -85,6 +96,9 @@ def main() -> int:
                 if f
                 else ("—", "—", "—", "")
             )
+            tried = _workers_tried(f) if f and label.startswith("--workers") else None
+            if tried is not None:  # what the workers trial measured, whatever the finding advises
+                cells = (cells[0], cells[1], f"{tried[1]:.2f}", f"trial w={tried[0]}")
             print(
                 f"{name:20} {label[:28]:28} {cause:21} {cells[0]:>4} {cells[1]:>6} {share:>6.2f} "
                 f"{cells[2]:>7} {cells[3]:8} {speedup:>8.2f}"
