@@ -306,6 +306,18 @@ def _trial_evidence(trial: WorkerTrialResult) -> Fact:
     )
 
 
+def _trial_workers(trial: WorkerTrialResult, cores: int) -> _Remedy:
+    """Measured with the program's own batches and cores: never advise against a fix that paid."""
+    return _Remedy(
+        fix=Fact("input.preprocess.fix_workers", workers=trial.workers, threads=None, cores=cores),
+        speedup=trial.speedup,
+        basis=Basis.TRIAL,
+        snippet=Fact("input.preprocess.snippet_workers", workers=trial.workers, threads=None),
+        kind=FixKind.WORKERS,
+        workers=trial.workers,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _Remedy:
     fix: Fact
@@ -327,15 +339,7 @@ def _preprocess_remedy(
     speedup_cheaper = speedup_removing(share)
     trial = rank.worker_trial
     if trial is not None and trial.pays:
-        # Measured with the program's own batches and cores: never advise against a fix that paid.
-        return _Remedy(
-            fix=Fact("input.preprocess.fix_workers", workers=trial.workers, threads=None, cores=cores),
-            speedup=trial.speedup,
-            basis=Basis.TRIAL,
-            snippet=Fact("input.preprocess.snippet_workers", workers=trial.workers, threads=None),
-            kind=FixKind.WORKERS,
-            workers=trial.workers,
-        )
+        return _trial_workers(trial, cores)
     if speedup_workers >= 1.15 and plan.workers > current and trial is None:
         return _Remedy(
             fix=Fact("input.preprocess.fix_workers", workers=plan.workers, threads=plan.threads, cores=cores),
