@@ -104,6 +104,8 @@ class AllocTrialResult:
     """Median minor faults of the steady steps after the trial (glibc's thresholds set back)."""
     p_faster: float = 1.0
     """One-sided rank test: the chance of trial steps this short if the fix changed nothing."""
+    p_slower: float = 1.0
+    """The other side: the chance of trial steps this long if the fix changed nothing."""
 
     @property
     def speedup(self) -> float:
@@ -130,6 +132,7 @@ def alloc_trial(rank: RankData, steady_median_ns: int | None) -> AllocTrialResul
         steps=len(durs), trial_median_ns=durs[len(durs) // 2],
         steady_median_ns=near[len(near) // 2] if len(near) >= BRACKET_MIN else steady_median_ns,
         p_faster=faster_p(durs, near if len(near) >= BRACKET_MIN else [s.dur_ns for s in steady]),
+        p_slower=faster_p(near if len(near) >= BRACKET_MIN else [s.dur_ns for s in steady], durs),
         mmap_threshold=trial.mmap_threshold, trim_threshold=trial.trim_threshold,
         faults_before=trial.faults_before, trial_faults=faults[len(faults) // 2],
         faults_after=_median(after) if len(after) >= AFTER_MIN_STEPS else None,

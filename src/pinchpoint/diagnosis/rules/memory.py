@@ -131,19 +131,20 @@ class AllocatorChurn(Rule):
         pf, trial = rank.faults, rank.alloc_trial
         if pf is None:
             return
-        if trial is not None:
-            # Measured, not modelled: pinchpoint ran a few steps with the thresholds the fix sets.
+        verdict = _trial_verdict(trial)
+        if verdict == "no gain":
+            return  # the faults are real, but keeping the memory does not buy a faster step here
+        if trial is not None and verdict == "gain":
+            # Measured, not modelled: pinchpoint ran steps with the thresholds the fix sets.
             share = 1.0 - 1.0 / max(1.0, trial.speedup)
-            if share < CHURN_MIN_SHARE or trial.p_faster > TRIAL_P_MAX:
-                return  # the faults are real, but keeping the memory does not buy a faster step here
             speedup, basis = trial.speedup, Basis.TRIAL
             confidence = Confidence.HIGH if share >= 2 * CHURN_MIN_SHARE else Confidence.MEDIUM
-        else:
+        else:  # no trial, or one the steps' drift left undecided: the fault model, said so
             model_share = pf.step_share
             if pf.churn_per_step < CHURN_MIN_FAULTS or model_share is None or model_share < CHURN_MIN_SHARE:
                 return
             share, speedup, basis = model_share, speedup_removing(model_share), Basis.REMOVED
-            confidence = Confidence.MEDIUM
+            confidence = Confidence.LOW if trial is not None else Confidence.MEDIUM
         yield Finding(
             id=self.id,
             title=Fact("rule.title", name=self.title),
@@ -156,6 +157,22 @@ class AllocatorChurn(Rule):
             snippet=Fact("memory.churn.snippet", env=GLIBC_FIX),
             ranks=(rank.rank,),
         )
+
+
+TRIAL_SLOWER_P = 0.05
+"""The trial's steps are longer than the reference beyond chance: the fix does not pay here."""
+
+
+def _trial_verdict(trial: AllocTrialResult | None) -> str:
+    """ "gain" (faster beyond the steps' spread, by `CHURN_MIN_SHARE` or more), "no gain" (faster by
+    less, or slower beyond chance), "undecided" (the steps drifted as much as the trial moved them;
+    the fault model prices it, at low confidence), or "none" without a trial."""
+    if trial is None:
+        return "none"
+    share = 1.0 - 1.0 / max(1.0, trial.speedup)
+    if trial.p_faster <= TRIAL_P_MAX:
+        return "gain" if share >= CHURN_MIN_SHARE else "no gain"
+    return "no gain" if trial.p_slower <= TRIAL_SLOWER_P else "undecided"
 
 
 def _faults_fact(pf: PageFaults) -> Fact:
@@ -185,12 +202,12 @@ def _cost_facts(pf: PageFaults, trial: AllocTrialResult | None) -> tuple[Fact, .
             p=trial.p_faster,
         )
         after = trial.faults_after
-        if after is None or after >= RESTORED_FAULTS_MIN * trial.faults_before:
-            return (measured,)
-        return (
-            measured,
-            Fact("memory.churn.restored", faults_before=trial.faults_before, faults_after=after),
-        )
+        facts: tuple[Fact, ...] = (measured,)
+        if after is not None and after < RESTORED_FAULTS_MIN * trial.faults_before:
+            facts += (Fact("memory.churn.restored", faults_before=trial.faults_before, faults_after=after),)
+        if _trial_verdict(trial) != "undecided":
+            return facts
+        return (*facts, Fact("memory.churn.undecided"), *_cost_facts(pf, None))
     share = pf.step_share or 0.0
     model = Fact(
         "memory.churn.fault_cost",

@@ -71,6 +71,10 @@ PHRASES: dict[str, Callable[..., str]] = {
         f"(the steps between its blocks and around it; {faults_before:,} faults a step before it): ×{speedup:.2f} "
         f"(rank test p = {p:.3f})"
     ),
+    "memory.churn.undecided": lambda: (
+        "The trial could not tell: the steps drifted as much as the thresholds moved them "
+        "(the estimate below is the fault model's, at low confidence)"
+    ),
     "memory.churn.restored": lambda faults_before, faults_after: (
         f"After the trial the steps faulted {faults_after:,} times (median) against {faults_before:,} before: "
         "glibc stops adjusting its thresholds once they are set, so the ones set back are fixed "
