@@ -210,7 +210,7 @@ class AllocTrialRunner:
             if not ready or len(self.seen) < MIN_SEEN:
                 return False
             self.state = "done"
-            if _median(self.seen) < MIN_FAULTS or _local_world() > 1:
+            if _median(self.seen) < MIN_FAULTS or ranks() > 1:
                 return False
             glibc = Glibc.load()
             if glibc is None:
@@ -274,7 +274,9 @@ def _median(xs: list[int]) -> int:
     return s[len(s) // 2] if s else 0
 
 
-def _local_world() -> int:
+def ranks() -> int:
+    """The run's ranks (torchrun's WORLD_SIZE, LOCAL_WORLD_SIZE): a trial on one rank of several prices
+    nothing (the ranks wait for each other)."""
     try:
         return max(
             int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1), int(os.environ.get("WORLD_SIZE", "1") or 1)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from pinchpoint.capture import loader_probe
+from pinchpoint.capture.alloc_trial import ranks
 from pinchpoint.capture.writer import write_json_atomic
 
 WAIT_MIN = 0.10
@@ -148,7 +149,7 @@ class WorkerTrialRunner:
 
     def _start(self, torch: Any) -> bool:
         it = self.it
-        if it is None or _ranks() > 1:
+        if it is None or ranks() > 1:
             return False
         steps = sorted(s for s, _, _ in self.seen)
         waits = sorted(w for _, w, _ in self.seen)
@@ -222,12 +223,3 @@ class WorkerTrialRunner:
         if self.it is not None and self.trial_it is not None:
             self._give_back(self.it)
         self._shutdown()
-
-
-def _ranks() -> int:
-    try:
-        return max(
-            int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1), int(os.environ.get("WORLD_SIZE", "1") or 1)
-        )
-    except ValueError:
-        return 1
