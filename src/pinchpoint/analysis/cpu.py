@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from pinchpoint.analysis.rank_test import measured
 from pinchpoint.trace.run import RankData, Run, SystemSample
 
 
@@ -112,8 +113,7 @@ def thread_trial(rank: RankData, steady_median_ns: int | None) -> ThreadTrialRes
     trial = rank.thread_trial
     if trial is None or not steady_median_ns:
         return None
-    wanted = set(trial.steps)
-    durs = sorted(s.dur_ns for s in rank.steps if s.index in wanted and not s.partial and s.dur_ns > 0)
+    durs = sorted(s.dur_ns for s in measured(rank.steps, trial.steps))
     if not durs:
         return None
     return ThreadTrialResult(

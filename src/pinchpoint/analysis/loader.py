@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pinchpoint.analysis.rank_test import BRACKET_MIN, TRIAL_P_MAX, bracket, faster_p
+from pinchpoint.analysis.rank_test import TRIAL_P_MAX, faster_p, measured, reference
 from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.trace.run import LoaderConfig, RankData
 
@@ -103,17 +103,15 @@ def worker_trial(rank: RankData, steady_median_ns: int | None) -> WorkerTrialRes
     trial = rank.worker_trial
     if trial is None or not steady_median_ns:
         return None
-    wanted = set(trial.steps)
-    durs = sorted(s.dur_ns for s in rank.steps if s.index in wanted and not s.partial and s.dur_ns > 0)
+    durs = sorted(s.dur_ns for s in measured(rank.steps, trial.steps))
     if not durs:
         return None
-    steady = [s for s in steady_steps(rank.steps) if s.dur_ns > 0]
-    near = sorted(bracket(steady, trial.steps))
+    ref_ns, ref = reference(steady_steps(rank.steps), trial.steps, steady_median_ns)
     return WorkerTrialResult(
         workers=trial.workers,
         steps=len(durs),
         trial_median_ns=durs[len(durs) // 2],
-        steady_median_ns=near[len(near) // 2] if len(near) >= BRACKET_MIN else steady_median_ns,
-        p_faster=faster_p(durs, near if len(near) >= BRACKET_MIN else [s.dur_ns for s in steady]),
+        steady_median_ns=ref_ns,
+        p_faster=faster_p(durs, ref),
         complete=trial.complete,
     )

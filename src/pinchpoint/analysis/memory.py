@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pinchpoint.analysis.rank_test import BRACKET_MIN, bracket, faster_p
+from pinchpoint.analysis.rank_test import faster_p, measured, reference
 from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.trace.run import Probes, RankData, Step
 
@@ -117,22 +117,20 @@ def alloc_trial(rank: RankData, steady_median_ns: int | None) -> AllocTrialResul
     trial = rank.alloc_trial
     if trial is None or not steady_median_ns:
         return None
-    wanted = set(trial.steps)
-    measured = [s for s in rank.steps if s.index in wanted and not s.partial and s.dur_ns > 0]
-    if not measured:
+    trial_steps = measured(rank.steps, trial.steps)
+    if not trial_steps:
         return None
-    durs = sorted(s.dur_ns for s in measured)
-    faults = sorted(s.minor_faults or 0 for s in measured)
-    steady = [s for s in steady_steps(rank.steps) if s.dur_ns > 0]
+    durs = sorted(s.dur_ns for s in trial_steps)
+    faults = sorted(s.minor_faults or 0 for s in trial_steps)
+    steady = steady_steps(rank.steps)
     after = [s.minor_faults for s in steady if s.index > max(trial.steps) and s.minor_faults is not None]
-    own = set(trial.reference_steps)  # between the trial's blocks, at the program's thresholds
-    between = [s.dur_ns for s in rank.steps if s.index in own and not s.partial and s.dur_ns > 0]
-    near = sorted(between + bracket(steady, (*trial.steps, *trial.reference_steps)))
+    # the steps between the trial's blocks ran at the program's thresholds: reference steps too
+    ref_ns, ref = reference(
+        steady, trial.steps, steady_median_ns, measured(rank.steps, trial.reference_steps)
+    )
     return AllocTrialResult(
-        steps=len(durs), trial_median_ns=durs[len(durs) // 2],
-        steady_median_ns=near[len(near) // 2] if len(near) >= BRACKET_MIN else steady_median_ns,
-        p_faster=faster_p(durs, near if len(near) >= BRACKET_MIN else [s.dur_ns for s in steady]),
-        p_slower=faster_p(near if len(near) >= BRACKET_MIN else [s.dur_ns for s in steady], durs),
+        steps=len(durs), trial_median_ns=durs[len(durs) // 2], steady_median_ns=ref_ns,
+        p_faster=faster_p(durs, ref), p_slower=faster_p(ref, durs),
         mmap_threshold=trial.mmap_threshold, trim_threshold=trial.trim_threshold,
         faults_before=trial.faults_before, trial_faults=faults[len(faults) // 2],
         faults_after=_median(after) if len(after) >= AFTER_MIN_STEPS else None,

@@ -59,3 +59,20 @@ def bracket(steps: Sequence[Step], trial: Sequence[int], n: int = BRACKET) -> li
     before = [s.dur_ns for s in usable if s.index < first][-n:]
     after = [s.dur_ns for s in usable if s.index > last][:n]
     return before + after
+
+
+def measured(steps: Sequence[Step], indices: Sequence[int]) -> list[Step]:
+    """The whole steps (not partial, timed) among a trial's `indices`."""
+    wanted = set(indices)
+    return [s for s in steps if s.index in wanted and not s.partial and s.dur_ns > 0]
+
+
+def reference(
+    steady: Sequence[Step], trial: Sequence[int], steady_median_ns: int, between: Sequence[Step] = ()
+) -> tuple[int, list[int]]:
+    """(median, durations) a trial is priced against: the steps `between` its blocks and the steady
+    steps around it, when there are `BRACKET_MIN` of them; else the run's steady median and steps."""
+    near = sorted([s.dur_ns for s in between] + bracket(steady, [*trial, *(s.index for s in between)]))
+    if len(near) >= BRACKET_MIN:
+        return near[len(near) // 2], near
+    return steady_median_ns, [s.dur_ns for s in steady if s.dur_ns > 0]

@@ -54,7 +54,6 @@ SCHEDULE = ("warm", "on", "on", "on", "back", "ref", "ref", "ref", "warm", "on",
 again, set back. This VM's steps drift by ×1.6 over seconds: one block of five measured steps took a
 drift for a gain (×1.24 where the glibc-tuned run measured ×1.09); two blocks with the program's own
 settings between them must both be faster."""
-STEPS = SCHEDULE.count("on")
 FILE = "alloc_trial.json"
 OTHER_ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc", "hoard", "tbbmalloc")
 

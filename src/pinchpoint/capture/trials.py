@@ -25,8 +25,9 @@ class Trials:
         own = not (record["profiled"] or record["trial"])
         index = record["step"]
         self.alloc.observe(index, record["minor_faults"], own)
-        waits = [end - start for phase, start, end in record["intervals"] if phase == "data_wait"]
-        self.workers.observe(index, record["end_ns"] - record["start_ns"], sum(waits), len(waits), own)
+        if self.workers.state == "idle":  # (only until its trial: this runs at every step's end)
+            waits = [end - start for phase, start, end in record["intervals"] if phase == "data_wait"]
+            self.workers.observe(index, record["end_ns"] - record["start_ns"], sum(waits), len(waits), own)
 
     def note_fetch(self, wall_ns: int, cpu_ns: int) -> None:
         """A batch fetched in the training process."""

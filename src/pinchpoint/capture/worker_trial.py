@@ -10,9 +10,9 @@ batches' indices from the program's own sampler and loads exactly those batches,
 `DataLoader(num_workers=K)` over the same dataset and collate function; the program's iterator
 carries on after them. The workers are handed `PREFETCH × K` index batches more than they serve, so
 that they keep working through the measured steps as a loader's workers do; those are given back to
-the front of the program's sampler, unserved (their loading is the trial's cost). `WARM` steps (the workers fork and fill their queues), then `STEPS` measured;
-the workers are shut down when their batches are used. Those steps are marked `trial` and
-`worker_trial.json` says which were measured.
+the front of the program's sampler, unserved (their loading is the trial's cost). `WARM` steps (the
+workers fork and fill their queues), then `STEPS` measured; the workers are shut down when their
+batches are used. Those steps are marked `trial` and `worker_trial.json` says which were measured.
 
 K: enough workers that each batch has the time of `K - 1` steps' compute to load (the wait, measured,
 is the fetch), at least 2; at most the usable cores when the fetch computes (its CPU time is most of
@@ -69,7 +69,6 @@ class WorkerTrialRunner:
         """The program's latest iterator loading in this process."""
         self.trial_it: Any = None
         self.workers = 0
-        self.batches = 0
         self.complete = False
         self.first = 0
         self.indices: list[Any] = []
@@ -176,7 +175,7 @@ class WorkerTrialRunner:
         except Exception:
             it._sampler_iter = itertools.chain(indices, it._sampler_iter)  # the program's batches, back
             raise
-        self.indices, self.batches, self.complete = indices, len(indices), len(indices) == wanted
+        self.indices, self.complete = indices, len(indices) == wanted
         return True
 
     def _workers_iter(self, torch: Any, it: Any, dataset: Any, indices: list[Any]) -> Any:
