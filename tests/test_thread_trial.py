@@ -15,6 +15,7 @@ import pytest
 
 from conftest import make_env, make_process, make_rank_analysis, make_run_analysis, make_steps
 from pinchpoint.analysis.cpu import ThreadTrialResult, thread_trial
+from pinchpoint.analysis.rank_test import mean_faster_p, typical_ns
 from pinchpoint.analysis.steps import steady_steps, step_stats
 from pinchpoint.capture.thread_trial import (
     FILE,
@@ -26,6 +27,7 @@ from pinchpoint.capture.thread_trial import (
     free_fit,
 )
 from pinchpoint.diagnosis.engine import diagnose
+from pinchpoint.diagnosis.rules.cpu import THREAD_TRIAL_P_MAX
 from pinchpoint.diagnosis.finding import Basis, facts
 from pinchpoint.trace.run import RankData
 from pinchpoint.trace.run import ThreadTrial as TrialRecord
@@ -153,7 +155,7 @@ def test_a_shared_machine_prices_the_threads_left_free_by_its_trial() -> None:
     analysis = replace(
         make_rank_analysis({"forward": 30, "backward": 30}, 10, main=make_process(intra_op=2)),
         thread_trial=ThreadTrialResult(
-            threads=2, fit=1, steps=3, trial_median_ns=28_000_000, steady_median_ns=70_000_000,
+            threads=2, fit=1, steps=3, trial_ns=28_000_000, steady_ns=70_000_000,
             foreign_cores=1.0,
         ),
     )  # fmt: skip
@@ -172,3 +174,32 @@ def test_a_shared_machine_prices_the_threads_left_free_by_its_trial() -> None:
 
 # (cpu_oversubscription.py's 16 threads priced by a real trial: tests/test_examples_e2e.py, which
 # profiles each example once.)
+
+
+def test_steps_that_alternate_fast_and_slow_are_priced_by_their_mean() -> None:
+    """Beside a busy process two intra-op threads alternate 2.3 and 6.4 ms steps (an OpenMP barrier
+    waits, or not, for the descheduled thread); one thread takes 2.6 ms every step. The medians of the
+    two said ×1.01 here; the run's time is the mean: ×1.7, and the permutation test says it is no
+    chance. A pause (a step over 3x the median) stays out of the mean."""
+    around = [2_300_000, 6_400_000] * 6
+    trial = [2_600_000, 2_650_000, 2_600_000, 2_700_000, 2_600_000, 2_600_000, 2_650_000, 2_600_000]
+    assert typical_ns(around) == 4_350_000
+    assert typical_ns([*around, 60_000_000]) == 4_350_000
+    assert mean_faster_p(trial, around) <= THREAD_TRIAL_P_MAX
+    # five such steps cannot tell; the same steps drawn alike are no gain
+    assert mean_faster_p(trial[:5], around) > THREAD_TRIAL_P_MAX
+    assert mean_faster_p(around[:8], around) > 0.05
+    assert mean_faster_p([], around) == 1.0 and mean_faster_p(trial, []) == 1.0
+    # a long reference keeps its latest steps (the count of splits stays bounded)
+    assert 0.0 < mean_faster_p(trial, around * 10) <= THREAD_TRIAL_P_MAX
+
+
+def test_a_trial_that_measured_no_gain_leaves_no_finding() -> None:
+    analysis = replace(
+        make_rank_analysis({"forward": 30, "backward": 30}, 10, main=make_process(intra_op=16)),
+        thread_trial=ThreadTrialResult(
+            threads=16, fit=2, steps=5, trial_ns=69_000_000, steady_ns=70_000_000, p_faster=0.3,
+        ),
+    )  # fmt: skip
+    found = diagnose(make_run_analysis(make_env(cores=2), [analysis])).findings
+    assert not [f for f in found if f.id == "cpu.oversubscription"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pinchpoint.analysis.rank_test import measured
+from pinchpoint.analysis.rank_test import mean_faster_p, measured, reference, typical_ns
+from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.trace.run import RankData, Run, SystemSample
 
 
@@ -93,30 +94,34 @@ def cpu_usage(run: Run, start_ns: int, end_ns: int, main_pid: int | None) -> Cpu
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ThreadTrialResult:
-    """What the thread trial measured: the program's steady step against its steps at `fit` threads."""
+    """What the thread trial measured: the steady steps around it against its steps at `fit` threads,
+    each as its typical step (`typical_ns`: the mean, pauses left out)."""
 
     threads: int
     fit: int
     steps: int
-    trial_median_ns: int
-    steady_median_ns: int
+    trial_ns: int
+    steady_ns: int
+    p_faster: float = 0.0
+    """Exact permutation test of the means: how likely steps this fast are by chance."""
     foreign_cores: float = 0.0
     """Cores' worth of CPU other processes used (the trial's fit left them out)."""
 
     @property
     def speedup(self) -> float:
-        return self.steady_median_ns / max(1, self.trial_median_ns)
+        return self.steady_ns / max(1, self.trial_ns)
 
 
 def thread_trial(rank: RankData, steady_median_ns: int | None) -> ThreadTrialResult | None:
-    """The trial's measured steps (whole ones) against the steady median; None without a trial."""
+    """The trial's measured steps (whole ones) against the steady steps around it; None without one."""
     trial = rank.thread_trial
     if trial is None or not steady_median_ns:
         return None
-    durs = sorted(s.dur_ns for s in measured(rank.steps, trial.steps))
+    durs = [s.dur_ns for s in measured(rank.steps, trial.steps)]
     if not durs:
         return None
+    _, near = reference(steady_steps(rank.steps), trial.steps, steady_median_ns)
     return ThreadTrialResult(
-        threads=trial.threads, fit=trial.fit, steps=len(durs), trial_median_ns=durs[len(durs) // 2],
-        steady_median_ns=steady_median_ns, foreign_cores=trial.foreign_cores,
+        threads=trial.threads, fit=trial.fit, steps=len(durs), trial_ns=typical_ns(durs),
+        steady_ns=typical_ns(near), p_faster=mean_faster_p(durs, near), foreign_cores=trial.foreign_cores,
     )  # fmt: skip

@@ -322,8 +322,11 @@ class Agent:
             step.tainted = True
             end = _now()
             now = self.counters()
-        if self.role == "main" and self.window.done and self.window.spec is not None:
-            step.trial = self.trials.on_step_end(self.torch, step.index, ready=not step.tainted)
+        if self.role == "main" and self.window.spec is not None:
+            # From the first step on (not only once the window is done): the thread trial measures what
+            # other processes take of the cores from there to the window's end.
+            ready = self.window.done and not step.tainted
+            step.trial = self.trials.on_step_end(self.torch, step.index, ready=ready)
         step.start_ns = end
         step.counters = now
 

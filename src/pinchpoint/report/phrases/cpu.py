@@ -24,8 +24,8 @@ PHRASES: dict[str, Callable[..., str]] = {
     ),
     "cpu.oversubscription.trial": lambda steps, fit, trial_ns, steady_ns, threads, speedup: (
         f"Measured: {steps} steps run by pinchpoint with torch.set_num_threads({fit}) took "
-        f"{trial_ns / 1e6:.1f} ms (median) against {steady_ns / 1e6:.1f} ms "
-        f"with {threads} threads: ×{speedup:.2f}"
+        f"{trial_ns / 1e6:.1f} ms a step (mean) against {steady_ns / 1e6:.1f} ms "
+        f"with {threads} threads around them: ×{speedup:.2f}"
     ),
     "cpu.oversubscription.fix": lambda threads: (
         f"Use at most one busy thread per core: torch.set_num_threads({threads}) "
