@@ -27,8 +27,8 @@ from pinchpoint.capture.thread_trial import (
     free_fit,
 )
 from pinchpoint.diagnosis.engine import diagnose
-from pinchpoint.diagnosis.rules.cpu import THREAD_TRIAL_P_MAX
 from pinchpoint.diagnosis.finding import Basis, facts
+from pinchpoint.diagnosis.rules.cpu import THREAD_TRIAL_P_MAX
 from pinchpoint.trace.run import RankData
 from pinchpoint.trace.run import ThreadTrial as TrialRecord
 
