@@ -20,6 +20,8 @@ from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
 PLANTED = ["cpu.oversubscription"]
+LOADED = "trial: beside a busy process 16 threads can beat 2 (they get a bigger share of the cores; the thread trial's steps at 2 threads took 480-970 ms against 360 ms at 16 here): the trial measures which, and no finding lowers them when it measured no gain"
+"""What the e2e tests accept beside a busy process (tests/test_examples_e2e.py)."""
 
 # Mixed precision where the CPU multiplies bf16 natively (AVX512-BF16, AMX), as careful programs do:
 # elsewhere autocast emulates bf16, and its matmuls run ~40x slower than fp32 (seen on an AVX2 EPYC).

@@ -24,7 +24,7 @@ pytest.importorskip("torch")
 from pinchpoint.capture.thread_trial import FILE as TRIAL_FILE
 from pinchpoint.capture.thread_trial import STEPS as TRIAL_STEPS
 from pinchpoint.capture.thread_trial import WARM as TRIAL_WARM
-from programs import CONTENDED_CORES, foreign_cores, programs_own
+from programs import CONTENDED_CORES, foreign_cores, loaded_steps, programs_own
 from programs import planted as planted_in
 from truth import machine_truth as _truth
 
@@ -83,7 +83,7 @@ def _steps(example: Path) -> list[str]:
     if borrowed is not None:
         text += (example.parent / f"{borrowed.group(1)}.py").read_text()
     own = re.search(r"^E2E_STEPS = (\d+)", example.read_text(), re.M)
-    steps = int(own.group(1)) if own is not None else E2E_STEPS
+    steps = loaded_steps(int(own.group(1)) if own is not None else E2E_STEPS)
     m = re.search(r'"--steps", type=int, default=(\d+)', text)
     return ["--steps", str(steps)] if m is not None and int(m.group(1)) > steps else []
 
@@ -154,7 +154,7 @@ def test_diagnosis_matches_the_planted_truth(example: Path, profiled: Any) -> No
     findings = programs_own(report, planted)
     ids = [f["id"] for f in findings]
     if planted and foreign_cores(report) >= CONTENDED_CORES:
-        _holds_beside_busy_neighbours(example, planted, ids, report)
+        _holds_beside_busy_neighbours(example, planted, ids, report, profiled(example))
         return
     if not planted:
         loud = [f for f in findings if f["id"] not in COMPUTE_IDS and f["share"] > HEALTHY_MAX_SHARE]
@@ -183,7 +183,7 @@ def test_diagnosis_matches_the_planted_truth(example: Path, profiled: Any) -> No
 
 
 def _holds_beside_busy_neighbours(
-    example: Path, planted: list[str], ids: list[str], report: dict[str, Any]
+    example: Path, planted: list[str], ids: list[str], report: dict[str, Any], run: Path
 ) -> None:
     """Measured beside a busy process, the steps are contended: the compute phases stretch (two intra-op
     threads wait at barriers for a descheduled one) and every other share shrinks with them; the report
@@ -198,6 +198,11 @@ def _holds_beside_busy_neighbours(
         return
     if loaded is not None and loaded.group(1) == "shrinks" and not set(planted) & set(ids):
         return  # a fixed cost per step, below the reporting threshold once the step stretches
+    if loaded is not None and loaded.group(1) == "trial" and not set(planted) & set(ids):
+        # the thread trial ran and measured no gain from fewer threads beside the busy process
+        record = json.loads((run / "ranks" / "rank0" / TRIAL_FILE).read_text())
+        assert record["threads"] > record["fit"], record
+        return
     assert set(planted) <= set(ids[: len(planted) + 1]), _summary(report)
 
 
@@ -236,7 +241,10 @@ def test_sixteen_threads_on_this_machine_are_priced_by_the_trial(profiled: Any) 
     trial = [s["step"] for s in steps if s["trial"] and s["step"] <= first + TRIAL_WARM + TRIAL_STEPS]
     assert trial == list(range(first, first + TRIAL_WARM + TRIAL_STEPS + 1))
     report = json.loads((run / "report.json").read_text())
-    (f,) = [f for f in report["findings"] if f["id"] == "cpu.oversubscription"]
+    found = [f for f in report["findings"] if f["id"] == "cpu.oversubscription"]
+    if not found and foreign_cores(report) >= CONTENDED_CORES:
+        return  # beside a busy process 16 threads measured as fast as 2 (examples/cpu_oversubscription.py)
+    (f,) = found
     assert any(e.startswith("Measured:") for e in f["evidence"])
     # TRUTH.md: ×1.82 with the fix on the Xeon; the trial priced it ×1.18-×1.41 on the AVX2 EPYC
     assert f["estimated_speedup"] > 1.1

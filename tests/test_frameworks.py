@@ -152,7 +152,9 @@ REAL_SHARE = 0.15
 @pytest.mark.e2e
 @pytest.mark.parametrize("callback", [False, True], ids=["plain", "callback"])
 def test_lightning_fit_steps_phases_and_fix(tmp_path: Path, callback: bool) -> None:
-    own, out, _ = run_program(LIGHTNING, tmp_path, "--steps", "40", *(["--callback"] if callback else []))
+    own, out, _ = run_program(
+        LIGHTNING, tmp_path, "--steps", "40", *(["--callback"] if callback else []), own_clock=True
+    )
     steps = read_run_dir(out).ranks[0].steps
     assert sum(1 for s in steps if s.kind is StepKind.TRAIN and not s.partial) == own["steps"]
     phases_match_the_programs_own_timing(out, own)
@@ -167,7 +169,7 @@ def test_lightning_fit_steps_phases_and_fix(tmp_path: Path, callback: bool) -> N
 
 @pytest.mark.e2e
 def test_transformers_trainer_steps_evaluation_and_fix(tmp_path: Path) -> None:
-    own, out, _ = run_program(TRAINER, tmp_path, "--steps", "60")
+    own, out, _ = run_program(TRAINER, tmp_path, "--steps", "60", own_clock=True)
     steps = read_run_dir(out).ranks[0].steps
     assert sum(1 for s in steps if s.kind is StepKind.TRAIN and not s.partial) == own["steps"]
     assert sum(1 for s in steps if s.kind is StepKind.EVAL) == own["eval_batches"]

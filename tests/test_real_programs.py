@@ -65,7 +65,7 @@ def _measured_thread_fix(finding: dict[str, Any]) -> bool:
 
 
 def test_lbfgs_closure_fit(tmp_path: Path) -> None:
-    own, out, _ = run_program(EXAMPLES / "lbfgs_sequence.py", tmp_path, "--steps", "30")
+    own, out, _ = run_program(EXAMPLES / "lbfgs_sequence.py", tmp_path, "--steps", "30", own_clock=True)
     steps = _train_steps(out)
     assert len(steps) == own["steps"]
     # every evaluation of the closure is a forward and a backward inside its optimizer step
@@ -77,7 +77,7 @@ def test_lbfgs_closure_fit(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def word_lstm(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, float], Path]:
     own, out, _ = run_program(
-        EXAMPLES / "lstm_manual_sgd.py", tmp_path_factory.mktemp("lstm"), "--steps", "50"
+        EXAMPLES / "lstm_manual_sgd.py", tmp_path_factory.mktemp("lstm"), "--steps", "50", own_clock=True
     )
     return own, out
 
@@ -108,7 +108,7 @@ def test_manual_sgd_word_lstm_top_finding(word_lstm: tuple[dict[str, float], Pat
 
 
 def test_memmap_char_gpt_with_evaluation(tmp_path: Path) -> None:
-    own, out, _ = run_program(EXAMPLES / "char_gpt_memmap.py", tmp_path, "--steps", "50")
+    own, out, _ = run_program(EXAMPLES / "char_gpt_memmap.py", tmp_path, "--steps", "50", own_clock=True)
     assert len(_train_steps(out)) == own["steps"]
     report = report_of(out)
     assert report["steps"]["eval_count"] == own["eval_batches"]

@@ -24,12 +24,21 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from pinchpoint.capture import cuda_hooks, dist_hooks, frameworks, hooks, loader_probe, loop_shapes, opwindow
+from pinchpoint.capture import (
+    appliers,
+    cuda_hooks,
+    dist_hooks,
+    frameworks,
+    hooks,
+    loader_probe,
+    loop_shapes,
+    opwindow,
+)
 from pinchpoint.capture.annotate import ANNOTATE_ENV, make_annotator
 from pinchpoint.capture.loop_site import loop_site
 from pinchpoint.capture.procfs import ProcFile, forget_thread_files, statm_rss
 from pinchpoint.capture.step_state import Counters, DeviceMarks, StepState, read_counters
-from pinchpoint.capture.trials import Trials
+from pinchpoint.capture.trials import Trials, trials_enabled
 from pinchpoint.capture.writer import JsonlWriter, agent_log, write_json_atomic
 
 RUN_DIR_ENV = "PINCHPOINT_RUN_DIR"
@@ -103,6 +112,10 @@ class Agent:
         """A CPU model is wrapped in DDP: backward's blocked time is its gradient all-reduce wait."""
         self.window = opwindow.OpWindow(self.rank_dir, window)
         self.trials = Trials(self.rank_dir)
+        self.trials_on = trials_enabled()
+        spec = appliers.requested()
+        self.applier = appliers.Applier(spec) if spec else None
+        """`pinchpoint try`'s fix and step budget for this run (`capture/appliers.py`)."""
         self.closed = False
         self.annot: Any = None
         """An `annotate.Annotator` with `--annotate nvtx|itt`: phases as native-profiler ranges."""
@@ -116,6 +129,9 @@ class Agent:
         torch.autograd.backward = dist_hooks.blocked_backward(self, torch.autograd.backward)
         torch.autograd.grad = dist_hooks.blocked_backward(self, torch.autograd.grad)
         cuda_hooks.install(self, torch)
+        if self.applier is not None:
+            with contextlib.suppress(Exception):
+                self.applier.apply(torch)
         dist_hooks.install(self, torch, hooks.timed)
         self._start_annotations(torch)
         self.write_process_info()
@@ -273,6 +289,9 @@ class Agent:
         self._start_next_step(end, now)
         start = self.step.start_ns
         self.step.agent_ns = max(0, _now() - start) if start is not None else 0
+        if self.applier is not None and self.role == "main" and not partial:
+            # (last: a `pinchpoint try` run that measured its steps ends the program from here)
+            self.applier.step_written(record["step"], steady=not (record["profiled"] or record["trial"]))
 
     def _step_record(self, kind: str, end: int, partial: bool, now: Counters) -> dict[str, Any]:
         """The step in progress as its steps.jsonl line (docs/run-directory.md), ending at `end`."""
@@ -322,7 +341,7 @@ class Agent:
             step.tainted = True
             end = _now()
             now = self.counters()
-        if self.role == "main" and self.window.spec is not None:
+        if self.role == "main" and self.window.spec is not None and self.trials_on:
             # From the first step on (not only once the window is done): the thread trial measures what
             # other processes take of the cores from there to the window's end.
             ready = self.window.done and not step.tainted

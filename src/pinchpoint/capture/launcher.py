@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,12 +125,15 @@ def launch(
     stacks: bool = False,
     stacks_rate_hz: int | None = None,
     annotate: str | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    mode: str = "run",
 ) -> LaunchResult:
     """Run `command` to completion under capture, writing `run_dir`. Never raises for the child's sake.
 
     `stacks`: sample Python stacks of the whole process tree with py-spy (`capture/stacks.py`)."""
-    meta = start_run_dir(run_dir, command, "run")
+    meta = start_run_dir(run_dir, command, mode)
     env = child_environment(run_dir, opwindow, kineto=kineto, stacks=stacks, annotate=annotate)
+    env.update(extra_env or {})  # `pinchpoint try`: the fix's environment and the agent's step budget
     try:
         proc = subprocess.Popen(command, env=env)
     except OSError as exc:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,13 @@ from typing import Any
 from pinchpoint.capture.alloc_trial import AllocTrialRunner
 from pinchpoint.capture.thread_trial import ThreadTrialRunner
 from pinchpoint.capture.worker_trial import WorkerTrialRunner
+
+TRIALS_ENV = "PINCHPOINT_TRIALS"
+"""`off` (`pinchpoint run --no-trials`): no trial runs; the program's settings are never changed."""
+
+
+def trials_enabled() -> bool:
+    return os.environ.get(TRIALS_ENV, "").lower() != "off"
 
 
 class Trials:

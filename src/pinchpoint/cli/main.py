@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import pinchpoint
-from pinchpoint.cli import analyze_cmd, calibrate_cmd, diff_cmd, export_cmd, report_cmd, run_cmd
+from pinchpoint.cli import analyze_cmd, calibrate_cmd, diff_cmd, export_cmd, report_cmd, run_cmd, try_cmd
 from pinchpoint.errors import PinchpointError
 
 
@@ -24,6 +24,7 @@ class Command(Protocol):
 
 COMMANDS: tuple[Command, ...] = (
     run_cmd.RunCommand(),
+    try_cmd.TryCommand(),
     analyze_cmd.AnalyzeCommand(),
     report_cmd.ReportCommand(),
     calibrate_cmd.CalibrateCommand(),
@@ -73,7 +74,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: list[str]) -> int:
     parser = build_parser()
     try:
-        ns = run_cmd.parse_run_args(parser, args) if args[:1] == ["run"] else parser.parse_args(args)
+        if args[:1] == ["run"]:
+            ns = run_cmd.parse_run_args(parser, args)
+        elif args[:1] == ["try"]:
+            ns = try_cmd.parse_try_args(parser, args)
+        else:
+            ns = parser.parse_args(args)
     except SystemExit as exc:  # argparse: --help, --version or a usage error (already printed)
         return int(exc.code) if isinstance(exc.code, int) else 2
     cmd = getattr(ns, "_command", None)

@@ -17,7 +17,7 @@ from pathlib import Path
 from pinchpoint.errors import PinchpointError, UsageError
 
 VALUE_OPTIONS = {"-o", "--out", "--json", "--opwindow", "--interval", "--stacks-rate", "--annotate"}
-FLAG_OPTIONS = {"--force", "--quiet", "-q", "--no-color", "--kineto", "--stacks", "-h", "--help"}
+FLAG_OPTIONS = {"--force", "--quiet", "-q", "--no-color", "--kineto", "--stacks", "--no-trials", "-h", "--help"}
 
 
 NO_STEPS_EXIT = 3
@@ -65,6 +65,12 @@ class RunCommand:
             "or an ITT task (VTune), so a timeline those tools record shows pinchpoint's phases",
         )
         parser.add_argument(
+            "--no-trials",
+            action="store_true",
+            help="never change the program's settings for a few steps to measure a fix (thread count, "
+            "allocator thresholds, DataLoader workers); those findings fall back to models",
+        )
+        parser.add_argument(
             "--interval", type=float, default=None, help="system sampling interval, seconds (default 0.5)"
         )
         parser.add_argument("-q", "--quiet", action="store_true", help="don't print the report")
@@ -72,6 +78,7 @@ class RunCommand:
 
     def execute(self, args: argparse.Namespace) -> int:
         from pinchpoint.capture.launcher import launch
+        from pinchpoint.capture.trials import TRIALS_ENV
         from pinchpoint.pipeline.rundir import report_run_dir
         from pinchpoint.report.model import Report
         from pinchpoint.report.terminal import render
@@ -87,6 +94,7 @@ class RunCommand:
             stacks=args.stacks or args.stacks_rate is not None,
             stacks_rate_hz=args.stacks_rate,
             annotate=args.annotate,
+            extra_env={TRIALS_ENV: "off"} if args.no_trials else None,
         )  # interval None: the sampler's default
         if not result.started:
             shutil.rmtree(run_dir, ignore_errors=True)

@@ -40,6 +40,10 @@ class FixKind(str, Enum):
     """Per-step Python (metrics, logging) moved off the step."""
     NO_SYNC = "no_sync"
     """Gradient all-reduce once per accumulation; `fix_params` micro_batches."""
+    THREADS = "threads"
+    """Intra-op threads; `fix_params` threads."""
+    ALLOCATOR = "allocator"
+    """glibc's mmap and trim thresholds raised (`memory.GLIBC_FIX`)."""
 
 
 class Unit(str, Enum):

@@ -69,6 +69,8 @@ def finding_dict(f: Finding) -> dict[str, Any]:
         out["next_limit"] = say(f.next_limit)
     if f.fix_kind is not None:
         out["fix_kind"] = f.fix_kind.value
+        if f.fix_params:
+            out["fix_params"] = dict(f.fix_params)
     if f.framework_fix:
         out["framework_fix"] = say(f.framework_fix)
     return out

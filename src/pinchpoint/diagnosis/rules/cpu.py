@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pinchpoint.analysis.run_analysis import RankAnalysis
-from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Subject
 from pinchpoint.trace.run import Phase
 
@@ -114,6 +114,8 @@ class CpuOversubscription(Rule):
             else Fact("cpu.oversubscription.fix", threads=target),
             snippet=Fact("cpu.oversubscription.snippet", threads=target),
             ranks=(rank.rank,),
+            fix_kind=FixKind.THREADS,
+            fix_params=(("threads", target),),
         )
 
 
@@ -162,4 +164,6 @@ class CpuUnderuse(Rule):
             fix=Fact("cpu.underuse.fix", threads=cores),
             snippet=Fact("cpu.underuse.snippet"),
             ranks=(rank.rank,),
+            fix_kind=FixKind.THREADS,
+            fix_params=(("threads", cores),),
         )

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from pinchpoint.analysis.memory import AllocTrialResult, PageFaults, graph_growth
 from pinchpoint.analysis.rank_test import TRIAL_P_MAX
-from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Subject, speedup_removing
 
 MIB = 1 << 20
@@ -156,6 +156,7 @@ class AllocatorChurn(Rule):
             fix=Fact("memory.churn.fix"),
             snippet=Fact("memory.churn.snippet", env=GLIBC_FIX),
             ranks=(rank.rank,),
+            fix_kind=FixKind.ALLOCATOR,
         )
 
 

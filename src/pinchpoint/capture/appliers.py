@@ -1,0 +1,126 @@
+"""`pinchpoint try`'s fixes inside the program, without changing its code: what `$PINCHPOINT_TRY` asks
+(JSON: `threads`, `loader`, `malloc`, `stop_after`), applied when torch is attached.
+
+- `threads`: intra-op threads for the whole run. `torch.set_num_threads` is held to it, so a program
+  that sets its own count (the setting being tried) keeps the tried one.
+- `loader`: DataLoader keyword arguments (`num_workers`, `persistent_workers`, `prefetch_factor`,
+  `pin_memory`) given to every DataLoader the program builds, over its own.
+- `malloc`: glibc's `mmap_threshold` and `trim_threshold` set again (mallopt) after the first step.
+- `stop_after`: end the program cleanly (`SystemExit(0)` at a step boundary, so its `finally` blocks
+  and atexit handlers run and the run directory is complete) once that many steady steps were
+  measured: steps after warm-up, outside the op window and the trials.
+
+The environment-only fixes (glibc's allocator thresholds, `OMP_NUM_THREADS`) need nothing here: the
+launcher sets them (`pipeline/try_fix.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+from typing import Any
+
+TRY_ENV = "PINCHPOINT_TRY"
+WARMUP_STEPS = 2
+"""As `analysis/steps.WARMUP_STEPS`: the leading steps statistics leave out."""
+LOADER_KEYS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory")
+
+
+class StopTrial(SystemExit):
+    """The program ran the steps a `pinchpoint try` run measures: it ends here, with exit code 0."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+
+def requested() -> dict[str, Any]:
+    """What `$PINCHPOINT_TRY` asks ({} without it, or when it does not parse)."""
+    text = os.environ.get(TRY_ENV)
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class Applier:
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+        stop = spec.get("stop_after")
+        self.stop_after = stop if isinstance(stop, int) and stop > 0 else None
+        self.measured = 0
+
+    def apply(self, torch: Any) -> None:
+        threads = self.spec.get("threads")
+        if isinstance(threads, int) and threads > 0:
+            _hold_threads(torch, threads)
+        loader = self.spec.get("loader")
+        if isinstance(loader, dict):
+            _loader_defaults(torch, {k: v for k, v in loader.items() if k in LOADER_KEYS})
+
+    def step_written(self, index: int, steady: bool) -> None:
+        """After step `index`'s line is written; `steady`: statistics will use it. Raises `StopTrial`
+        once `stop_after` such steps were written."""
+        if index == 0:
+            self._first_step()
+        if self.stop_after is None or not steady or index < WARMUP_STEPS:
+            return
+        self.measured += 1
+        if self.measured >= self.stop_after:
+            raise StopTrial()
+
+
+    def _first_step(self) -> None:
+        """glibc's thresholds again after the first step: the environment set them at start-up, but a
+        program that calls mallopt itself (as allocator_churn.py pins its mmap threshold) has reset
+        them since; the trial's setting holds from here (warm-up steps are not measured)."""
+        malloc = self.spec.get("malloc")
+        if not isinstance(malloc, dict):
+            return
+        from pinchpoint.capture.alloc_trial import Glibc
+
+        mmap, trim = malloc.get("mmap_threshold"), malloc.get("trim_threshold")
+        glibc = Glibc.load()
+        if glibc is not None and isinstance(mmap, int) and isinstance(trim, int):
+            glibc.set(mmap, trim)
+
+
+def _hold_threads(torch: Any, threads: int) -> None:
+    original = torch.set_num_threads
+    original(threads)
+
+    @functools.wraps(original)
+    def set_num_threads(n: int) -> None:
+        original(threads)
+
+    torch.set_num_threads = set_num_threads
+
+
+def _loader_defaults(torch: Any, kwargs: dict[str, Any]) -> None:
+    if not kwargs:
+        return
+    cls = torch.utils.data.DataLoader
+    original = cls.__init__
+
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kw: Any) -> None:
+        try:
+            bound = signature.bind(self, *args, **kw)
+        except TypeError:
+            original(self, *args, **kw)  # the program's own error, as it would be
+            return
+        given = dict(bound.arguments)
+        given.update(kwargs)
+        if not given.get("num_workers"):
+            # prefetch_factor and persistent_workers are errors without workers
+            given.pop("prefetch_factor", None)
+            given["persistent_workers"] = False
+        original(**given)
+
+    cls.__init__ = __init__

@@ -1,0 +1,183 @@
+"""pinchpoint try [--fix ID|all|top] [--steps N] [--json OUT] [-o DIR] -- COMMAND... | RUN|ID
+
+Runs the program as a baseline (or reuses a recorded run of it), then again with each fix applied by
+pinchpoint, without changing the program's code, and prints what each measured against what it
+predicted, and what leads after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import re
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pinchpoint.errors import PinchpointError, UsageError
+
+VALUE_OPTIONS = {"--fix", "--steps", "--json", "-o", "--out"}
+FLAG_OPTIONS = {"--force", "--no-color", "-h", "--help"}
+FAILED_EXIT = 1
+"""The baseline failed, or no fix could be measured."""
+
+
+class TryCommand:
+    NAME = "try"
+    HELP = "apply a finding's fix without editing code, run the program again, and report the measured gain"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.usage = "pinchpoint try [--fix ID|all|top] [--steps N] [--json OUT] -- COMMAND... | RUN|ID"
+        parser.add_argument(
+            "--fix",
+            default="top",
+            help="which fix: 'top' (the first pinchpoint can apply, default), 'all' (each, then those "
+            "that paid together), or a finding id (input.fetch)",
+        )
+        parser.add_argument(
+            "--steps", type=int, default=None, help="steady steps each run measures (default 30)"
+        )
+        parser.add_argument("--json", help="also write the table (schema pinchpoint.try/1) to this path")
+        parser.add_argument("-o", "--out", help="directory for the runs (default pinchpoint-runs/try-NAME-TIME)")
+        parser.add_argument("--force", action="store_true", help="overwrite an existing -o directory")
+        parser.add_argument("--no-color", action="store_true", help="plain text")
+
+    def execute(self, args: argparse.Namespace) -> int:
+        from pinchpoint.pipeline import try_fix
+
+        steps = args.steps if args.steps is not None else try_fix.DEFAULT_STEPS
+        if steps < 3:
+            raise UsageError("--steps must be at least 3 (the comparison needs a few steps each side)")
+        command, baseline_ref = args.target, args.baseline_ref
+        out = _out_dir(args.out, command, args.force)
+        runner = _runner(command)
+        if baseline_ref is not None:
+            baseline_dir = _recorded(baseline_ref)
+            report: Mapping[str, Any] = json.loads((baseline_dir / "report.json").read_text())
+        else:
+            baseline_dir = out / "baseline"
+            print(f"pinchpoint try: baseline ({steps} steady steps) ...", file=sys.stderr)
+            code, got, why = runner(baseline_dir, try_fix.trial_env(None, steps))
+            if got is None or code != 0:
+                print(
+                    f"pinchpoint try: the baseline run failed ({why or f'exit code {code}'}); "
+                    f"nothing to compare (run directory {baseline_dir})",
+                    file=sys.stderr,
+                )
+                return code or FAILED_EXIT
+            report = got
+        chosen = try_fix.select(try_fix.plans(report), args.fix)
+        if not chosen:
+            ids = ", ".join(f["id"] for f in report.get("findings") or []) or "none"
+            print(f"pinchpoint try: no finding to try for --fix {args.fix} (findings: {ids})", file=sys.stderr)
+            return FAILED_EXIT
+        tried = []
+        for plan in chosen:
+            if plan.cannot is None:
+                print(f"pinchpoint try: {plan.id}: {plan.fix} ...", file=sys.stderr)
+            tried.append(try_fix.run_plan(plan, out / try_fix.slug(plan), baseline_dir, steps, runner))
+        together = try_fix.combined(tried) if args.fix == "all" else None
+        if together is not None:
+            print(f"pinchpoint try: together: {together.fix} ...", file=sys.stderr)
+            tried.append(try_fix.run_plan(together, out / "together", baseline_dir, steps, runner))
+        baseline_steps = len(_steady(baseline_dir))
+        doc = try_fix.try_json(command, baseline_dir, steps, tried, baseline_steps)
+        _write_json(out / "try.json", doc)
+        if args.json:
+            _write_json(Path(args.json), doc)
+        from pinchpoint.report.try_terminal import render_try
+
+        render_try(doc, report, sys.stdout)
+        print(f"pinchpoint try: runs in {out} (table: {out / 'try.json'})", file=sys.stderr)
+        measured = [t for t in tried if t.speedup is not None]
+        return 0 if measured or all(t.plan.cannot is not None for t in tried) else FAILED_EXIT
+
+
+def _steady(run_dir: Path) -> Sequence[int]:
+    from pinchpoint.pipeline.resolve import load_side
+
+    try:
+        return load_side(str(run_dir)).step_ns
+    except PinchpointError:
+        return ()
+
+
+def _write_json(path: Path, doc: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def _runner(command: list[str]) -> Any:
+    from pinchpoint.capture.launcher import launch
+    from pinchpoint.pipeline.rundir import report_run_dir
+
+    def run(run_dir: Path, env: Mapping[str, str]) -> tuple[int, dict[str, Any] | None, str | None]:
+        result = launch(command, run_dir, extra_env=env, mode="try")
+        if not result.started:
+            return 127, None, f"could not start the program: {result.error}"
+        try:
+            return result.exit_code, report_run_dir(run_dir), None
+        except PinchpointError as exc:
+            return result.exit_code, None, str(exc)
+
+    return run
+
+
+def _recorded(ref: str) -> Path:
+    from pinchpoint.pipeline.resolve import run_dir_of
+
+    path = run_dir_of(ref)
+    if not (path / "report.json").is_file() or not (path / "meta.json").is_file():
+        raise UsageError(f"{ref}: not a run directory with a report (run `pinchpoint run` first)")
+    return path
+
+
+def _out_dir(out: str | None, command: list[str], force: bool) -> Path:
+    if out:
+        path = Path(out)
+        if path.exists() and any(path.iterdir()):
+            if not force:
+                raise UsageError(f"{path} already exists; pass --force to overwrite it or choose another -o")
+            shutil.rmtree(path)
+        return path
+    name = next((Path(p).stem for p in command[1:] if not p.startswith("-")), "run") if command else "run"
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("pinchpoint-runs") / f"try-{name}-{stamp}"
+
+
+ID = re.compile(r"#?\d+")
+
+
+def parse_try_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """`try`'s own options, then the command after `--` (or a script), or a recorded run."""
+    from pinchpoint.cli.run_cmd import split_run_args
+
+    rest = list(argv[1:])
+    ours: list[str] = []
+    i = 0
+    while i < len(rest) and rest[i] != "--" and rest[i].startswith("-"):
+        take = 2 if rest[i] in VALUE_OPTIONS else 1
+        ours.extend(rest[i : i + take])
+        i += take
+    tail = rest[i:]
+    baseline_ref: str | None = None
+    target: list[str] = []
+    if tail[:1] and tail[0] != "--" and (ID.fullmatch(tail[0]) or (Path(tail[0]) / "meta.json").is_file()):
+        baseline_ref = tail[0]
+    elif tail:
+        _, target = split_run_args(tail)
+    ns = parser.parse_args(["try", *ours])
+    if baseline_ref is not None:
+        meta = json.loads((_recorded(baseline_ref) / "meta.json").read_text())
+        target = [str(c) for c in meta.get("command") or []]
+        if not target:
+            raise UsageError(f"{baseline_ref}: its meta.json has no command to run again")
+    if not target and not getattr(ns, "help", False):
+        raise UsageError("nothing to try: pinchpoint try -- COMMAND ... (or pinchpoint try RUN_DIR|ID)")
+    if target and shutil.which(target[0]) is None and not Path(target[0]).exists():
+        raise UsageError(f"command not found: {target[0]}")
+    ns.target, ns.baseline_ref = target, baseline_ref
+    return ns

@@ -1,0 +1,224 @@
+"""`pinchpoint try`: run the program as a baseline, then again with each fix applied by pinchpoint (no
+code changed), each for the same number of steady steps, and compare them as `pinchpoint diff` does.
+
+A fix is applied from its finding's `fix_kind` and `fix_params` (report.json), by the launcher's
+environment (glibc's thresholds, OMP_NUM_THREADS) and the agent (`capture/appliers.py`: the thread
+count held, DataLoader arguments given to every loader). A finding whose fix needs the program's code
+is listed with its snippet, never faked.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pinchpoint.capture.appliers import TRY_ENV
+from pinchpoint.errors import PinchpointError
+
+SCHEMA = "pinchpoint.try/1"
+DEFAULT_STEPS = 30
+"""Steady steps each run measures: the ratio test's interval is within a few percent at 30 on this
+machine's ±10% step noise."""
+GLIBC_MMAP, GLIBC_TRIM = 32 << 20, 1 << 30
+GLIBC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(GLIBC_MMAP), "MALLOC_TRIM_THRESHOLD_": str(GLIBC_TRIM)}
+"""memory.pressure's fix (`diagnosis/rules/memory.GLIBC_FIX`), as the run's environment."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """One fix to try: what it changes, and how pinchpoint applies it."""
+
+    id: str
+    """The finding it serves."""
+    fix: str
+    """What is changed, short: `threads=1`, `num_workers=2`, `glibc thresholds`."""
+    applied_how: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    agent: Mapping[str, Any] = field(default_factory=dict)
+    """What `$PINCHPOINT_TRY` asks the agent (besides the step budget)."""
+    predicted: float | None = None
+    cannot: str | None = None
+    """Why pinchpoint cannot apply it (the snippet shows the change): then nothing is run."""
+    snippet: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tried:
+    plan: Plan
+    run_dir: Path | None = None
+    speedup: float | None = None
+    interval: tuple[float, float] | None = None
+    significant: bool = False
+    next_limit: str | None = None
+    steps: int = 0
+    error: str | None = None
+    """One line: why this trial gave no measurement (the program failed under the fix, ...)."""
+
+
+def _plan(finding: Mapping[str, Any]) -> Plan | None:
+    kind, params = finding.get("fix_kind"), finding.get("fix_params") or {}
+    fid, predicted = str(finding["id"]), finding.get("estimated_speedup")
+    base = Plan(id=fid, fix="", applied_how="", predicted=predicted, snippet=finding.get("snippet"))
+    if kind == "threads" and isinstance(params.get("threads"), int):
+        n = params["threads"]
+        return replace(
+            base,
+            fix=f"threads={n}",
+            applied_how=f"OMP_NUM_THREADS={n}; torch.set_num_threads held at {n} by the agent",
+            env={"OMP_NUM_THREADS": str(n), "MKL_NUM_THREADS": str(n)},
+            agent={"threads": n},
+        )
+    if kind == "allocator":
+        env = " ".join(f"{k}={v}" for k, v in GLIBC_ENV.items())
+        return replace(
+            base,
+            fix="glibc thresholds",
+            applied_how=f"environment: {env}, and set again (mallopt) after the first step",
+            env=GLIBC_ENV,
+            agent={"malloc": {"mmap_threshold": GLIBC_MMAP, "trim_threshold": GLIBC_TRIM}},
+        )
+    if kind == "workers" and isinstance(params.get("num_workers"), int):
+        n = params["num_workers"]
+        loader = {"num_workers": n, "persistent_workers": n > 0}
+        return replace(
+            base,
+            fix=f"num_workers={n}",
+            applied_how=f"every DataLoader built with num_workers={n}, persistent_workers={n > 0}",
+            agent={"loader": loader},
+        )
+    if kind == "load_in_process":
+        return replace(
+            base,
+            fix="num_workers=0",
+            applied_how="every DataLoader built with num_workers=0",
+            agent={"loader": {"num_workers": 0}},
+        )
+    if finding.get("estimated_speedup", 1.0) <= 1.0 and not finding.get("snippet"):
+        return None  # nothing to change (compute-bound: "time goes where it should")
+    why = {
+        "bf16_autocast": "autocast is not applied by try yet: the snippet shows the change",
+        "fp32": "autocast off is not applied by try yet: the snippet shows the change",
+        "compile": "torch.compile is not applied by try yet: the snippet shows the change",
+        "no_sync": "no_sync() needs the accumulation loop's code: the snippet shows the change",
+    }.get(str(kind), "the fix needs a change in the program's code: the snippet shows it")
+    return replace(base, fix=str(kind or fid), applied_how="-", cannot=why)
+
+
+def plans(report: Mapping[str, Any]) -> list[Plan]:
+    """A plan per finding of the baseline (biggest predicted gain first), appliable or not."""
+    return [p for f in report.get("findings") or [] if (p := _plan(f)) is not None]
+
+
+def select(all_plans: Sequence[Plan], which: str) -> list[Plan]:
+    """`top`: the first fix pinchpoint can apply; `all`: each; else the finding id (or its prefix)."""
+    if which == "all":
+        return list(all_plans)
+    if which == "top":
+        first = next((p for p in all_plans if p.cannot is None), None)
+        return [first] if first is not None else [p for p in all_plans[:1]]
+    return [p for p in all_plans if p.id == which or p.id.startswith(which + ".")]
+
+
+def combined(tried: Sequence[Tried]) -> Plan | None:
+    """The fixes that paid, significantly, applied together (None when fewer than two paid)."""
+    paid = [t.plan for t in tried if t.significant and (t.speedup or 0) > 1.0 and t.plan.cannot is None]
+    if len(paid) < 2:
+        return None
+    env: dict[str, str] = {}
+    agent: dict[str, Any] = {}
+    for p in paid:
+        env.update(p.env)
+        agent.update(p.agent)
+    return Plan(
+        id="+".join(p.id for p in paid),
+        fix=" + ".join(p.fix for p in paid),
+        applied_how="; ".join(p.applied_how for p in paid),
+        env=env,
+        agent=agent,
+    )
+
+
+Runner = Callable[[Path, Mapping[str, str]], tuple[int, dict[str, Any] | None, str | None]]
+"""(run directory, environment) -> (exit code, report or None, why there is no report)."""
+
+
+def trial_env(plan: Plan | None, steps: int) -> dict[str, str]:
+    env = dict(plan.env) if plan is not None else {}
+    env[TRY_ENV] = json.dumps({**(dict(plan.agent) if plan is not None else {}), "stop_after": steps})
+    return env
+
+
+def run_plan(plan: Plan, run_dir: Path, baseline_dir: Path, steps: int, runner: Runner) -> Tried:
+    """Run the program with `plan` applied and compare it with the baseline."""
+    from pinchpoint.compare.diff import diff_runs
+    from pinchpoint.pipeline.resolve import load_side
+
+    if plan.cannot is not None:
+        return Tried(plan=plan)
+    code, report, why = runner(run_dir, trial_env(plan, steps))
+    if report is None:
+        return Tried(plan=plan, run_dir=run_dir, error=why or f"the program exited with code {code}")
+    if code != 0:
+        return Tried(
+            plan=plan, run_dir=run_dir, error=f"the program exited with code {code} under this fix"
+        )
+    try:
+        d = diff_runs(load_side(str(baseline_dir)), load_side(str(run_dir)))
+    except (PinchpointError, ValueError) as exc:
+        return Tried(plan=plan, run_dir=run_dir, error=f"no comparison: {exc}")
+    return Tried(
+        plan=plan,
+        run_dir=run_dir,
+        speedup=d.speedup,
+        interval=(d.test.low, d.test.high),
+        significant=d.test.significant,
+        next_limit=_lead(report),
+        steps=d.test.n_after,
+    )
+
+
+def _lead(report: Mapping[str, Any]) -> str | None:
+    findings = report.get("findings") or []
+    if not findings:
+        return None
+    f = findings[0]
+    return f"{f['id']} ({f['share']:.0%})"
+
+
+def slug(plan: Plan) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", plan.fix)[:60] or "fix"
+
+
+def try_json(
+    command: Sequence[str], baseline_dir: Path, steps: int, tried: Sequence[Tried], baseline_steps: int
+) -> dict[str, Any]:
+    def row(t: Tried) -> dict[str, Any]:
+        return {
+            "id": t.plan.id,
+            "fix": t.plan.fix,
+            "applied_how": t.plan.applied_how if t.plan.cannot is None else None,
+            "applied": t.plan.cannot is None and t.error is None,
+            "cannot": t.plan.cannot,
+            "snippet": t.plan.snippet if t.plan.cannot is not None else None,
+            "speedup": round(t.speedup, 4) if t.speedup is not None else None,
+            "interval": [round(v, 4) for v in t.interval] if t.interval is not None else None,
+            "significant": t.significant,
+            "predicted": round(t.plan.predicted, 3) if t.plan.predicted is not None else None,
+            "next_limit": t.next_limit,
+            "steps": t.steps,
+            "run_dir": str(t.run_dir) if t.run_dir is not None else None,
+            "error": t.error,
+        }
+
+    return {
+        "schema": SCHEMA,
+        "command": list(command),
+        "baseline": str(baseline_dir),
+        "steps": steps,
+        "baseline_steps": baseline_steps,
+        "tried": [row(t) for t in tried],
+    }

@@ -1,0 +1,53 @@
+"""`pinchpoint try`'s table: each fix, how it was applied, measured against predicted, what leads after."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+
+def _x(value: float | None) -> str:
+    return f"×{value:.2f}" if value is not None else "-"
+
+
+def _measured(row: Mapping[str, Any]) -> str:
+    if row["speedup"] is None:
+        return "-"
+    low, high = row["interval"] or (0.0, 0.0)
+    verdict = "" if row["significant"] else " (noise)"
+    slower = " slower" if row["significant"] and row["speedup"] < 1 else ""
+    return f"{_x(row['speedup'])} [{low:.2f}-{high:.2f}]{verdict}{slower}"
+
+
+def render_try(doc: Mapping[str, Any], baseline: Mapping[str, Any], out: TextIO) -> None:
+    steps = baseline.get("steps") or {}
+    median = steps.get("median_ms")
+    head = f"baseline: {doc['baseline']}"
+    if median is not None:
+        head += f" · median step {median:.4g} ms"
+    lead = (baseline.get("findings") or [{}])[0].get("id")
+    if lead:
+        head += f" · leading: {lead}"
+    print(f"pinchpoint try  {' '.join(doc['command'])}", file=out)
+    print(head + f" · {doc['steps']} steady steps a run", file=out)
+    print(file=out)
+    rows = [("finding", "fix", "measured (99% interval)", "predicted", "leads after")]
+    notes: list[str] = []
+    for r in doc["tried"]:
+        if r["cannot"] is not None:
+            rows.append((r["id"], "not applied", "-", _x(r["predicted"]), "-"))
+            notes.append(f"{r['id']}: {r['cannot']}" + (f"\n    {r['snippet']}" if r["snippet"] else ""))
+            continue
+        if r["error"] is not None:
+            rows.append((r["id"], r["fix"], "failed", _x(r["predicted"]), "-"))
+            notes.append(f"{r['id']} ({r['fix']}): {r['error']}")
+            continue
+        rows.append((r["id"], r["fix"], _measured(r), _x(r["predicted"]), r["next_limit"] or "-"))
+        notes.append(f"{r['id']} ({r['fix']}): applied as {r['applied_how']}")
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(), file=out)
+    if notes:
+        print(file=out)
+        for n in notes:
+            print(f"  • {n}", file=out)

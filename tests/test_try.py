@@ -1,0 +1,170 @@
+"""`pinchpoint try`: fixes planned from a report's findings, applied inside the program by the agent
+(`capture/appliers.py`), and measured against a baseline (`pipeline/try_fix.py`)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from pinchpoint.capture import appliers
+from pinchpoint.pipeline import try_fix
+from pinchpoint.report.try_terminal import render_try
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _finding(fid: str, **kw: Any) -> dict[str, Any]:
+    return {"id": fid, "share": 0.3, "estimated_speedup": 1.4, **kw}
+
+
+REPORT = {
+    "steps": {"median_ms": 50.0},
+    "findings": [
+        _finding("cpu.oversubscription", fix_kind="threads", fix_params={"threads": 2}),
+        _finding("host.python", fix_kind="log_less", snippet="if step % 50 == 0: log(...)"),
+        _finding("input.fetch", fix_kind="workers", fix_params={"num_workers": 2}),
+        _finding("memory.pressure", fix_kind="allocator"),
+        _finding("compute.math", estimated_speedup=1.0),
+    ],
+}
+
+
+def test_each_finding_gets_its_applier_or_says_it_needs_code() -> None:
+    plans = {p.id: p for p in try_fix.plans(REPORT)}
+    assert "compute.math" not in plans  # nothing to change
+    threads = plans["cpu.oversubscription"]
+    assert threads.cannot is None and threads.agent == {"threads": 2}
+    assert threads.env["OMP_NUM_THREADS"] == "2"
+    assert plans["input.fetch"].agent == {"loader": {"num_workers": 2, "persistent_workers": True}}
+    assert plans["memory.pressure"].env == try_fix.GLIBC_ENV
+    assert plans["memory.pressure"].agent == {"malloc": {"mmap_threshold": 32 << 20, "trim_threshold": 1 << 30}}
+    python = plans["host.python"]
+    assert python.cannot is not None and python.snippet and not python.env and not python.agent
+
+
+def test_select_top_all_and_by_id() -> None:
+    plans = try_fix.plans(REPORT)
+    assert [p.id for p in try_fix.select(plans, "top")] == ["cpu.oversubscription"]
+    assert len(try_fix.select(plans, "all")) == 4
+    assert [p.id for p in try_fix.select(plans, "input")] == ["input.fetch"]
+    assert [p.id for p in try_fix.select(plans, "memory.pressure")] == ["memory.pressure"]
+    assert try_fix.select(plans, "comm.exposed") == []
+
+
+def test_the_fixes_that_paid_are_tried_together() -> None:
+    plans = {p.id: p for p in try_fix.plans(REPORT)}
+    tried = [
+        try_fix.Tried(plan=plans["cpu.oversubscription"], speedup=1.5, significant=True),
+        try_fix.Tried(plan=plans["input.fetch"], speedup=1.2, significant=True),
+        try_fix.Tried(plan=plans["memory.pressure"], speedup=1.01, significant=False),
+        try_fix.Tried(plan=plans["host.python"]),
+    ]
+    together = try_fix.combined(tried)
+    assert together is not None
+    assert together.id == "cpu.oversubscription+input.fetch"
+    assert dict(together.agent) == {"threads": 2, "loader": {"num_workers": 2, "persistent_workers": True}}
+    assert try_fix.combined(tried[1:]) is None  # one paid: nothing to stack
+
+
+def test_the_table_reports_slower_fixes_failures_and_code_changes(tmp_path: Path) -> None:
+    plans = {p.id: p for p in try_fix.plans(REPORT)}
+    tried = [
+        try_fix.Tried(
+            plan=plans["cpu.oversubscription"], speedup=1.52, interval=(1.4, 1.6), significant=True,
+            next_limit="compute.math (70%)", steps=30,
+        ),
+        try_fix.Tried(plan=plans["input.fetch"], speedup=0.8, interval=(0.75, 0.85), significant=True),
+        try_fix.Tried(plan=plans["memory.pressure"], error="the program exited with code 1 under this fix"),
+        try_fix.Tried(plan=plans["host.python"]),
+    ]  # fmt: skip
+    doc = try_fix.try_json(["python", "train.py"], tmp_path, 30, tried, 30)
+    assert doc["schema"] == "pinchpoint.try/1"
+    rows = {r["id"]: r for r in doc["tried"]}
+    assert rows["cpu.oversubscription"]["applied"] and rows["cpu.oversubscription"]["speedup"] == 1.52
+    assert rows["memory.pressure"]["applied"] is False and "exited" in rows["memory.pressure"]["error"]
+    assert rows["host.python"]["cannot"] and rows["host.python"]["snippet"]
+    json.dumps(doc)
+    out = io.StringIO()
+    render_try(doc, REPORT, out)
+    text = out.getvalue()
+    assert "×1.52 [1.40-1.60]" in text and "compute.math (70%)" in text
+    assert "×0.80 [0.75-0.85] slower" in text
+    assert "failed" in text and "not applied" in text and "if step % 50 == 0" in text
+
+
+def test_stop_after_counts_steady_steps_only() -> None:
+    a = appliers.Applier({"stop_after": 3})
+    for index in range(appliers.WARMUP_STEPS):
+        a.step_written(index, steady=True)  # warm-up: not counted
+    a.step_written(2, steady=False)  # the op window's
+    a.step_written(3, steady=True)
+    a.step_written(4, steady=True)
+    with pytest.raises(SystemExit) as exc:
+        a.step_written(5, steady=True)
+    assert exc.value.code == 0
+    appliers.Applier({}).step_written(10, steady=True)  # no budget: never stops
+
+
+def test_the_tried_thread_count_holds_against_the_programs_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    before, original = torch.get_num_threads(), torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads", original)  # the wrapper goes after the test
+    try:
+        appliers.Applier({"threads": 1}).apply(torch)
+        torch.set_num_threads(16)  # the program's hard-coded count
+        assert torch.get_num_threads() == 1
+    finally:
+        original(before)
+
+
+def test_loader_arguments_override_the_programs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.utils.data import DataLoader
+
+    original = DataLoader.__init__
+    monkeypatch.setattr(DataLoader, "__init__", original)  # restored after the test
+    appliers.Applier({"loader": {"num_workers": 2, "persistent_workers": True}}).apply(torch)
+    data = list(range(8))
+    positional = DataLoader(data, 4, False, None, None, 0)  # num_workers=0 by position
+    assert positional.num_workers == 2 and positional.persistent_workers
+    DataLoader.__init__ = original  # type: ignore[method-assign]
+    appliers.Applier({"loader": {"num_workers": 0}}).apply(torch)
+    keyword = DataLoader(data, batch_size=4, num_workers=3, persistent_workers=True, prefetch_factor=4)
+    assert keyword.num_workers == 0 and not keyword.persistent_workers and keyword.prefetch_factor is None
+    with pytest.raises(TypeError):
+        DataLoader(data, no_such_argument=1)  # the program's own mistake stays its own
+
+
+def test_a_requested_spec_that_does_not_parse_is_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(appliers.TRY_ENV, "{not json")
+    assert appliers.requested() == {}
+    monkeypatch.setenv(appliers.TRY_ENV, json.dumps({"stop_after": 5}))
+    assert appliers.requested() == {"stop_after": 5}
+
+
+def _pinchpoint(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PINCHPOINT_RUN_DIR"}
+    return subprocess.run(
+        [sys.executable, "-m", "pinchpoint", *args], cwd=cwd, capture_output=True, text=True, timeout=300,
+        env=env,
+    )  # fmt: skip
+
+
+def test_a_command_that_fails_gets_one_line_and_its_exit_code(tmp_path: Path) -> None:
+    res = _pinchpoint("try", "-o", "runs", "--", sys.executable, "-c", "raise SystemExit(3)", cwd=tmp_path)
+    assert res.returncode == 3
+    assert "Traceback" not in res.stderr
+    assert "baseline run failed" in res.stderr.strip().splitlines()[-1]
+
+
+def test_usage_errors_are_one_line(tmp_path: Path) -> None:
+    res = _pinchpoint("try", cwd=tmp_path)
+    assert res.returncode != 0 and "nothing to try" in res.stderr and "Traceback" not in res.stderr
+    res = _pinchpoint("try", "--steps", "1", "--", sys.executable, "-c", "pass", cwd=tmp_path)
+    assert res.returncode != 0 and "--steps" in res.stderr and "Traceback" not in res.stderr

@@ -1,0 +1,58 @@
+"""`pinchpoint try` on the planted examples: the fix pinchpoint applies, without touching the example's
+code, measures what the example's own `--fix` measured on this machine kind (examples/TRUTH.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from programs import CONTENDED_CORES, EXAMPLES, foreign_cores
+from truth import machine_truth
+
+pytestmark = pytest.mark.e2e
+
+TRY_TOLERANCE = 0.20
+"""The issue's bar: within 20% of the example's own fix."""
+STEPS = 12
+
+
+def _try(example: str, fix: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    env = {k: v for k, v in os.environ.items() if k != "PINCHPOINT_RUN_DIR"}
+    out = tmp_path / "runs"
+    res = subprocess.run(
+        [sys.executable, "-m", "pinchpoint", "try", "--fix", fix, "--steps", str(STEPS), "-o", str(out), "--",
+         sys.executable, str(EXAMPLES / f"{example}.py")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=400, env=env,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res, json.loads((out / "try.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("example", "finding"),
+    [
+        ("cpu_oversubscription", "cpu.oversubscription"),
+        ("allocator_churn", "memory.pressure"),
+        ("input_fetch", "input.fetch"),
+    ],
+)
+def test_the_applied_fix_measures_what_the_examples_own_fix_measured(
+    example: str, finding: str, tmp_path: Path
+) -> None:
+    res, doc = _try(example, finding, tmp_path)
+    (row,) = doc["tried"]
+    assert row["id"] == finding and row["applied"], row
+    assert row["speedup"] is not None and row["steps"] >= STEPS - 1, row
+    assert "×" in res.stdout and row["fix"] in res.stdout  # the table
+    baseline = json.loads((Path(doc["baseline"]) / "report.json").read_text())
+    trial = json.loads((Path(row["run_dir"]) / "report.json").read_text())
+    if max(foreign_cores(baseline), foreign_cores(trial)) >= CONTENDED_CORES:
+        return  # the truth was measured on an idle machine
+    truth = machine_truth(what=0)[example]["--fix"]
+    assert abs(row["speedup"] / truth - 1) <= TRY_TOLERANCE, (row, truth)
