@@ -36,7 +36,8 @@ def render_try(doc: Mapping[str, Any], baseline: Mapping[str, Any], out: TextIO)
     for r in doc["tried"]:
         if r["cannot"] is not None:
             rows.append((r["id"], "not applied", "-", _x(r["predicted"]), "-"))
-            notes.append(f"{r['id']}: {r['cannot']}" + (f"\n    {r['snippet']}" if r["snippet"] else ""))
+            snippet = "".join(f"\n      {line}" for line in (r["snippet"] or "").splitlines())
+            notes.append(f"{r['id']}: {r['cannot']}{snippet}")
             continue
         if r["error"] is not None:
             rows.append((r["id"], r["fix"], "failed", _x(r["predicted"]), "-"))
