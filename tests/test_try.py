@@ -45,7 +45,9 @@ def test_each_finding_gets_its_applier_or_says_it_needs_code() -> None:
     assert threads.env["OMP_NUM_THREADS"] == "2"
     assert plans["input.fetch"].agent == {"loader": {"num_workers": 2, "persistent_workers": True}}
     assert plans["memory.pressure"].env == try_fix.GLIBC_ENV
-    assert plans["memory.pressure"].agent == {"malloc": {"mmap_threshold": 32 << 20, "trim_threshold": 1 << 30}}
+    assert plans["memory.pressure"].agent == {
+        "malloc": {"mmap_threshold": 32 << 20, "trim_threshold": 1 << 30}
+    }
     python = plans["host.python"]
     assert python.cannot is not None and python.snippet and not python.env and not python.agent
 

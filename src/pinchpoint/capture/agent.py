@@ -43,9 +43,6 @@ from pinchpoint.capture.writer import JsonlWriter, agent_log, write_json_atomic
 
 RUN_DIR_ENV = "PINCHPOINT_RUN_DIR"
 OPWINDOW_ENV = "PINCHPOINT_OPWINDOW"  # "START:STEPS", or "off"
-DEFAULT_OPWINDOW = (10, 3)
-"""After warm-up and after enough untouched steps to see the program as it runs without a profiler
-(the profiler's own allocations can change how glibc treats the program's memory afterwards)."""
 INFERENCE_AFTER_CALLS = 3
 """Top-level calls of one module with grad enabled and no backward in between: then it is inference."""
 
@@ -295,31 +292,9 @@ class Agent:
 
     def _step_record(self, kind: str, end: int, partial: bool, now: Counters) -> dict[str, Any]:
         """The step in progress as its steps.jsonl line (docs/run-directory.md), ending at `end`."""
-        step = self.step
-        c0 = step.counters
-        runq = now.sched[1] - c0.sched[1] if (now.sched is not None and c0.sched is not None) else None
-        main_sys = (
-            now.main_sys_ns - c0.main_sys_ns
-            if now.main_sys_ns is not None and c0.main_sys_ns is not None
-            else None
-        )
-        return {
-            "step": step.index,
-            "kind": kind,
-            "start_ns": step.start_ns if step.start_ns is not None else end,
-            "end_ns": end,
-            "profiled": self.window.active or step.tainted,
-            "trial": step.trial,
-            "partial": partial,
-            "intervals": self.intervals,
-            "cpu_ns": now.cpu_ns - c0.cpu_ns,
-            "runq_ns": runq,
-            "rss_bytes": statm_rss(self._statm.read()),
-            "minor_faults": now.faults - c0.faults,
-            "sys_ns": now.sys_ns - c0.sys_ns,
-            "main_sys_ns": main_sys,
-            "agent_ns": step.agent_ns,
-        }
+        profiled = self.window.active or self.step.tainted
+        rss = statm_rss(self._statm.read())
+        return self.step.record(kind, end, partial, now, profiled, self.intervals, rss)
 
     def _find_loop(self, frame: FrameType) -> None:
         """Once, after step 0 is written: its cost (a stack walk, one parse) lands in a warm-up step."""
@@ -474,18 +449,6 @@ class Agent:
         self.loaders.flush()
 
 
-def parse_window(spec: str | None) -> tuple[int, int] | None:
-    if spec is None or spec == "":
-        return DEFAULT_OPWINDOW
-    if spec == "off":
-        return None
-    try:
-        start, steps = spec.split(":")
-        return int(start), max(1, int(steps))
-    except ValueError:
-        return DEFAULT_OPWINDOW
-
-
 # ---- installation ---------------------------------------------------------------------------------
 
 AGENT: Agent | None = None
@@ -505,7 +468,9 @@ def start(run_dir: Path, rank: int | None = None, window: str | None = None) -> 
         return AGENT
     if rank is None:
         rank = int(os.environ.get("RANK", "0") or 0)
-    AGENT = Agent(run_dir, rank, parse_window(window if window is not None else os.environ.get(OPWINDOW_ENV)))
+    AGENT = Agent(
+        run_dir, rank, opwindow.parse_window(window if window is not None else os.environ.get(OPWINDOW_ENV))
+    )
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "nn"):
         AGENT.attach(torch)

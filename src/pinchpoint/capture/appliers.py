@@ -73,7 +73,6 @@ class Applier:
         if self.measured >= self.stop_after:
             raise StopTrial()
 
-
     def _first_step(self) -> None:
         """glibc's thresholds again after the first step: the environment set them at start-up, but a
         program that calls mallopt itself (as allocator_churn.py pins its mmap threshold) has reset

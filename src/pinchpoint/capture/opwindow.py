@@ -37,6 +37,24 @@ RECORDER_ENV = "PINCHPOINT_OP_RECORDER"
 at the price of a slower rest of the run); the default on CPU is the census (`opcensus`)."""
 
 
+DEFAULT_OPWINDOW = (10, 3)
+"""After warm-up and after enough untouched steps to see the program as it runs without a profiler
+(the profiler's own allocations can change how glibc treats the program's memory afterwards)."""
+
+
+def parse_window(spec: str | None) -> tuple[int, int] | None:
+    """$PINCHPOINT_OPWINDOW: "START:STEPS", "off" (None), else the default."""
+    if spec is None or spec == "":
+        return DEFAULT_OPWINDOW
+    if spec == "off":
+        return None
+    try:
+        start, steps = spec.split(":")
+        return int(start), max(1, int(steps))
+    except ValueError:
+        return DEFAULT_OPWINDOW
+
+
 class OpWindow:
     def __init__(self, rank_dir: Path, spec: tuple[int, int] | None) -> None:
         self.rank_dir = rank_dir

@@ -58,6 +58,42 @@ class StepState:
     """pinchpoint's own bookkeeping at its start (writing the previous step, reading counters): not the
     program's time; analysis starts the step after it."""
 
+    def record(
+        self,
+        kind: str,
+        end: int,
+        partial: bool,
+        now: Counters,
+        profiled: bool,
+        intervals: list[list[Any]],
+        rss: int | None,
+    ) -> dict[str, Any]:
+        """This step as its steps.jsonl line (docs/run-directory.md), ending at `end` with `now`."""
+        c0 = self.counters
+        runq = now.sched[1] - c0.sched[1] if (now.sched is not None and c0.sched is not None) else None
+        main_sys = (
+            now.main_sys_ns - c0.main_sys_ns
+            if now.main_sys_ns is not None and c0.main_sys_ns is not None
+            else None
+        )
+        return {
+            "step": self.index,
+            "kind": kind,
+            "start_ns": self.start_ns if self.start_ns is not None else end,
+            "end_ns": end,
+            "profiled": profiled,
+            "trial": self.trial,
+            "partial": partial,
+            "intervals": intervals,
+            "cpu_ns": now.cpu_ns - c0.cpu_ns,
+            "runq_ns": runq,
+            "rss_bytes": rss,
+            "minor_faults": now.faults - c0.faults,
+            "sys_ns": now.sys_ns - c0.sys_ns,
+            "main_sys_ns": main_sys,
+            "agent_ns": self.agent_ns,
+        }
+
 
 class DeviceMarks:
     """On a CUDA program, a CUDA event at each step boundary (`cuda_steps.DeviceStepClock`), from the

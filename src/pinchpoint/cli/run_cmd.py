@@ -17,7 +17,17 @@ from pathlib import Path
 from pinchpoint.errors import PinchpointError, UsageError
 
 VALUE_OPTIONS = {"-o", "--out", "--json", "--opwindow", "--interval", "--stacks-rate", "--annotate"}
-FLAG_OPTIONS = {"--force", "--quiet", "-q", "--no-color", "--kineto", "--stacks", "--no-trials", "-h", "--help"}
+FLAG_OPTIONS = {
+    "--force",
+    "--quiet",
+    "-q",
+    "--no-color",
+    "--kineto",
+    "--stacks",
+    "--no-trials",
+    "-h",
+    "--help",
+}
 
 
 NO_STEPS_EXIT = 3

@@ -41,7 +41,9 @@ class TryCommand:
             "--steps", type=int, default=None, help="steady steps each run measures (default 30)"
         )
         parser.add_argument("--json", help="also write the table (schema pinchpoint.try/1) to this path")
-        parser.add_argument("-o", "--out", help="directory for the runs (default pinchpoint-runs/try-NAME-TIME)")
+        parser.add_argument(
+            "-o", "--out", help="directory for the runs (default pinchpoint-runs/try-NAME-TIME)"
+        )
         parser.add_argument("--force", action="store_true", help="overwrite an existing -o directory")
         parser.add_argument("--no-color", action="store_true", help="plain text")
 
@@ -60,7 +62,7 @@ class TryCommand:
         else:
             baseline_dir = out / "baseline"
             print(f"pinchpoint try: baseline ({steps} steady steps) ...", file=sys.stderr)
-            code, got, why = runner(baseline_dir, try_fix.trial_env(None, steps))
+            code, got, why = runner(baseline_dir, *try_fix.trial_spec(None, steps))
             if got is None or code != 0:
                 print(
                     f"pinchpoint try: the baseline run failed ({why or f'exit code {code}'}); "
@@ -72,7 +74,9 @@ class TryCommand:
         chosen = try_fix.select(try_fix.plans(report), args.fix)
         if not chosen:
             ids = ", ".join(f["id"] for f in report.get("findings") or []) or "none"
-            print(f"pinchpoint try: no finding to try for --fix {args.fix} (findings: {ids})", file=sys.stderr)
+            print(
+                f"pinchpoint try: no finding to try for --fix {args.fix} (findings: {ids})", file=sys.stderr
+            )
             return FAILED_EXIT
         tried = []
         for plan in chosen:
@@ -111,10 +115,14 @@ def _write_json(path: Path, doc: Mapping[str, Any]) -> None:
 
 
 def _runner(command: list[str]) -> Any:
+    from pinchpoint.capture.appliers import TRY_ENV
     from pinchpoint.capture.launcher import launch
     from pinchpoint.pipeline.rundir import report_run_dir
 
-    def run(run_dir: Path, env: Mapping[str, str]) -> tuple[int, dict[str, Any] | None, str | None]:
+    def run(
+        run_dir: Path, env: Mapping[str, str], agent: Mapping[str, Any]
+    ) -> tuple[int, dict[str, Any] | None, str | None]:
+        env = {**env, TRY_ENV: json.dumps(dict(agent))}
         result = launch(command, run_dir, extra_env=env, mode="try")
         if not result.started:
             return 127, None, f"could not start the program: {result.error}"

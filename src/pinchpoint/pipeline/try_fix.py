@@ -9,14 +9,12 @@ is listed with its snippet, never faked.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pinchpoint.capture.appliers import TRY_ENV
 from pinchpoint.errors import PinchpointError
 
 SCHEMA = "pinchpoint.try/1"
@@ -142,14 +140,16 @@ def combined(tried: Sequence[Tried]) -> Plan | None:
     )
 
 
-Runner = Callable[[Path, Mapping[str, str]], tuple[int, dict[str, Any] | None, str | None]]
-"""(run directory, environment) -> (exit code, report or None, why there is no report)."""
+Runner = Callable[[Path, Mapping[str, str], Mapping[str, Any]], tuple[int, dict[str, Any] | None, str | None]]
+"""(run directory, environment, what the agent applies) -> (exit code, report or None, why there is
+no report). The entry point hands the agent its part (`capture/appliers.py` reads it)."""
 
 
-def trial_env(plan: Plan | None, steps: int) -> dict[str, str]:
+def trial_spec(plan: Plan | None, steps: int) -> tuple[dict[str, str], dict[str, Any]]:
+    """The environment and the agent's part of one run: `plan` applied (None: the baseline), stopped
+    after `steps` steady steps."""
     env = dict(plan.env) if plan is not None else {}
-    env[TRY_ENV] = json.dumps({**(dict(plan.agent) if plan is not None else {}), "stop_after": steps})
-    return env
+    return env, {**(dict(plan.agent) if plan is not None else {}), "stop_after": steps}
 
 
 def run_plan(plan: Plan, run_dir: Path, baseline_dir: Path, steps: int, runner: Runner) -> Tried:
@@ -159,13 +159,11 @@ def run_plan(plan: Plan, run_dir: Path, baseline_dir: Path, steps: int, runner: 
 
     if plan.cannot is not None:
         return Tried(plan=plan)
-    code, report, why = runner(run_dir, trial_env(plan, steps))
+    code, report, why = runner(run_dir, *trial_spec(plan, steps))
     if report is None:
         return Tried(plan=plan, run_dir=run_dir, error=why or f"the program exited with code {code}")
     if code != 0:
-        return Tried(
-            plan=plan, run_dir=run_dir, error=f"the program exited with code {code} under this fix"
-        )
+        return Tried(plan=plan, run_dir=run_dir, error=f"the program exited with code {code} under this fix")
     try:
         d = diff_runs(load_side(str(baseline_dir)), load_side(str(run_dir)))
     except (PinchpointError, ValueError) as exc:
