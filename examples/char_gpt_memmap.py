@@ -18,6 +18,7 @@ The final line carries the program's own clocks: ``steps`` (optimizer steps), ``
 ``forward_ms``/``backward_ms``/``update_ms`` (medians per training step).
 """
 import argparse
+import json
 import math
 import os
 import shutil
@@ -95,6 +96,15 @@ def write_tokens(path, n, vocab_size, seed=0):
     text.tofile(path)
 
 
+def write_test_clocks(**clocks):
+    """Per-step clocks (seconds) for the test suite, which compares pinchpoint's phases with these step
+    by step (beside a busy process the medians of different step sets differ)."""
+    path = os.environ.get("PINCHPOINT_TEST_CLOCKS")
+    if path:
+        with open(path, "w") as f:
+            json.dump(clocks, f)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--fix", action="store_true", help="fused scaled_dot_product_attention")
@@ -162,6 +172,8 @@ def train(args, model, optimizer, get_batch, estimate_loss, eval_batches):
         upd.append(t3 - t2)
         times.append(t3 - t_prev)
         t_prev = t3
+
+    write_test_clocks(forward=fwd, backward=bwd, update=upd)
 
     def med(v):
         steady = v[3:] if len(v) > 3 else v

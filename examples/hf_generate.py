@@ -20,6 +20,7 @@ prompt: a forward pass and its share of generate's loop, over the prompts in it)
 """
 
 import argparse
+import json
 import os
 import random
 import statistics
@@ -45,6 +46,15 @@ def build_tokenizer():
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", eos_token="[EOS]", padding_side="left"
     )
+
+
+def write_test_clocks(**clocks):
+    """Per-step clocks (seconds) for the test suite, which compares pinchpoint's phases with these step
+    by step (beside a busy process the medians of different step sets differ)."""
+    path = os.environ.get("PINCHPOINT_TEST_CLOCKS")
+    if path:
+        with open(path, "w") as f:
+            json.dump(clocks, f)
 
 
 def main():
@@ -101,6 +111,7 @@ def main():
         token_times += [elapsed / calls / len(batch)] * calls
     wall = time.perf_counter() - t0
 
+    write_test_clocks(forward=[s for s, _ in passes])
     steady = token_times[2:] if len(token_times) > 2 else token_times
     fwd = [s / n for s, n in passes]
     print(f"generated {tokens} tokens in {wall:.2f} s", file=__import__("sys").stderr)

@@ -15,6 +15,7 @@ tokenized up front with ``.map(..., batched=True)``, and ``Trainer.train()``. Th
 ``steps=N median_step_ms=... forward_ms=... backward_ms=... update_ms=... eval_batches=...``.
 """
 import argparse
+import json
 import os
 import random
 import statistics
@@ -108,6 +109,15 @@ class StepTimes(TrainerCallback):
         self.eval_batches += 1
 
 
+def write_test_clocks(**clocks):
+    """Per-step clocks (seconds) for the test suite, which compares pinchpoint's phases with these step
+    by step (beside a busy process the medians of different step sets differ)."""
+    path = os.environ.get("PINCHPOINT_TEST_CLOCKS")
+    if path:
+        with open(path, "w") as f:
+            json.dump(clocks, f)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--fix", action="store_true", help="4 persistent DataLoader workers")
@@ -146,6 +156,8 @@ def main():
                                data_collator=DataCollatorWithPadding(tokenizer), callbacks=callbacks)
         trainer.train()
 
+    backward = [fb - f for f, fb in zip(trainer.fwd, trainer.fwd_bwd)]
+    write_test_clocks(forward=trainer.fwd, backward=backward, update=times.updates)
     steps = [b - a for a, b in zip(times.ends, times.ends[1:])]
     # Steps that also evaluated are not typical steps: the median leaves them out.
     fwd = statistics.median(trainer.fwd[3:])

@@ -21,6 +21,7 @@ from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
 PLANTED = ["io.checkpoint"]
+LOADED = "shrinks(checkpoint_io): the save costs the same per step while, beside a busy process, the compute stretches several-fold (two intra-op threads wait at barriers for the core it holds)"
 E2E_STEPS = 32
 """Steps the end-to-end tests run (a full checkpoint every step: 0.8 s a step here)."""
 

@@ -17,7 +17,9 @@ evaluations), ``forward_ms``/``backward_ms`` (median per step, summed over its c
 ``update_ms`` (median time in ``step()`` outside the closures).
 """
 import argparse
+import json
 import math
+import os
 import statistics
 import time
 
@@ -68,6 +70,15 @@ def sine_waves(n, length, period=20.0):
     return torch.sin(t.float() / period * 2 * math.pi / 2)
 
 
+def write_test_clocks(**clocks):
+    """Per-step clocks (seconds) for the test suite, which compares pinchpoint's phases with these step
+    by step (beside a busy process the medians of different step sets differ)."""
+    path = os.environ.get("PINCHPOINT_TEST_CLOCKS")
+    if path:
+        with open(path, "w") as f:
+            json.dump(clocks, f)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--fix", action="store_true", help="one nn.LSTM call instead of a Python loop over cells")
@@ -113,6 +124,8 @@ def main():
         bwd.append(clocks["backward"])
         upd.append(dt - clocks["closure"])
     print(f"final loss {loss.item():.5f}", file=__import__("sys").stderr)
+
+    write_test_clocks(forward=fwd, backward=bwd, update=upd)
 
     def med(v):
         steady = v[3:] if len(v) > 3 else v

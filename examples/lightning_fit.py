@@ -15,6 +15,8 @@ happen inside ``optimizer.step``). The module times its own ``training_step`` (f
 ``steps=N median_step_ms=... forward_ms=... backward_ms=... update_ms=...``.
 """
 import argparse
+import json
+import os
 import statistics
 import time
 import warnings
@@ -104,6 +106,15 @@ class Classifier(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.StepLR(opt, step_size=50)}
 
 
+def write_test_clocks(**clocks):
+    """Per-step clocks (seconds) for the test suite, which compares pinchpoint's phases with these step
+    by step (beside a busy process the medians of different step sets differ)."""
+    path = os.environ.get("PINCHPOINT_TEST_CLOCKS")
+    if path:
+        with open(path, "w") as f:
+            json.dump(clocks, f)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--fix", action="store_true", help="4 persistent DataLoader workers")
@@ -128,6 +139,7 @@ def main():
 
     ends = model.step_ends
     times = [b - a for a, b in zip(ends, ends[1:])]
+    write_test_clocks(forward=model.fwd, backward=model.bwd, update=model.upd)
     steady = times[3:] if len(times) > 3 else times
     print(f"steps={trainer.global_step} median_step_ms={statistics.median(steady) * 1000:.3f} "
           f"forward_ms={statistics.median(model.fwd[3:]) * 1000:.3f} "

@@ -20,6 +20,8 @@ The final line carries the program's own clocks: ``steps`` (updates), ``forward_
 ``backward_ms`` and ``update_ms`` (clipping and the manual update), medians per step.
 """
 import argparse
+import json
+import os
 import random
 import statistics
 import time
@@ -102,6 +104,15 @@ def repackage_hidden(h):
     return tuple(v.detach() for v in h)
 
 
+def write_test_clocks(**clocks):
+    """Per-step clocks (seconds) for the test suite, which compares pinchpoint's phases with these step
+    by step (beside a busy process the medians of different step sets differ)."""
+    path = os.environ.get("PINCHPOINT_TEST_CLOCKS")
+    if path:
+        with open(path, "w") as f:
+            json.dump(clocks, f)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--fix", action="store_true", help="tokenize the corpus once, before training")
@@ -162,6 +173,8 @@ def main():
         times.append(t3 - t_prev)
         t_prev = t3
     print(f"final loss {loss.item():.3f}", file=__import__("sys").stderr)
+
+    write_test_clocks(forward=fwd, backward=bwd, update=upd)
 
     def med(v):
         steady = v[3:] if len(v) > 3 else v

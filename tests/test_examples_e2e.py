@@ -182,6 +182,10 @@ def test_diagnosis_matches_the_planted_truth(example: Path, profiled: Any) -> No
             )
 
 
+SHRUNK_PHASE_MAX = 0.06
+"""A phase a rule reports from 5% of the step (io.checkpoint), as report.json rounds it."""
+
+
 def _holds_beside_busy_neighbours(
     example: Path, planted: list[str], ids: list[str], report: dict[str, Any], run: Path
 ) -> None:
@@ -189,15 +193,21 @@ def _holds_beside_busy_neighbours(
     threads wait at barriers for a descheduled one) and every other share shrinks with them; the report
     says so and lowers its confidence. The truth was measured on an idle machine, so the shares are not
     held to it; the planted causes must still be found, each at most one place lower than its count of
-    causes allows (a window-read compute finding, stretched by the contention, can overtake one). An
+    causes allows (a window-read compute finding, stretched by the contention, can overtake one). A
+    fixed cost per step may shrink below its threshold (`LOADED = "shrinks(PHASE): ..."`: then its
+    phase must be that small in the breakdown). An
     example whose plant cannot exist beside a busy process says why (`LOADED = "absent: ..."`): a busy
     neighbour takes the idle core cpu_underuse.py's fix would use, so no finding may offer it."""
-    loaded = re.search(r'^LOADED = "(\w+)', example.read_text(), re.M)
+    loaded = re.search(r'^LOADED = "(\w+)(?:\((\w+)\))?', example.read_text(), re.M)
     if loaded is not None and loaded.group(1) == "absent":
         assert not set(planted) & set(ids), _summary(report)
         return
     if loaded is not None and loaded.group(1) == "shrinks" and not set(planted) & set(ids):
-        return  # a fixed cost per step, below the reporting threshold once the step stretches
+        # a fixed cost per step, below the reporting threshold once the step stretches (where the
+        # example names its phase, the breakdown must show it that small)
+        if loaded.group(2):
+            assert report["breakdown"][loaded.group(2)] < SHRUNK_PHASE_MAX, _summary(report)
+        return
     if loaded is not None and loaded.group(1) == "trial" and not set(planted) & set(ids):
         # the thread trial ran and measured no gain from fewer threads beside the busy process
         record = json.loads((run / "ranks" / "rank0" / TRIAL_FILE).read_text())

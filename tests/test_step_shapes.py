@@ -15,6 +15,7 @@ import pytest
 from pinchpoint.analysis.steps import exposed_by_phase
 from pinchpoint.ingest.rundir import read_run_dir
 from pinchpoint.trace.run import HOST_OTHER, Step, StepKind
+from programs import loaded
 
 pytestmark = pytest.mark.e2e
 
@@ -103,7 +104,9 @@ def test_a_closure_optimizer_step_is_one_step_whose_closures_are_forward_and_bac
         compute = exposed.get("forward", 0) + exposed.get("backward", 0)
         # The closures hold the forward and backward (zero_grad and the closure's own Python are the
         # loop's time, as outside a closure); the optimizer keeps only its own update.
-        assert compute >= 0.7 * closure_ns
+        # (beside a busy process, time the program waits for a core lands in whichever part of the
+        # closure it interrupts, the closure's own Python included)
+        assert compute >= (0.5 if loaded() else 0.7) * closure_ns
         assert compute + exposed[HOST_OTHER] >= 0.95 * closure_ns
         assert exposed.get("optimizer", 0) <= step_ns - closure_ns + 200_000
 
