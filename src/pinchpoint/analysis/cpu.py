@@ -9,6 +9,11 @@ from pinchpoint.analysis.rank_test import mean_faster_p, measured, reference, ty
 from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.trace.run import RankData, Run, SystemSample
 
+CONTENDED_CORES = 0.5
+"""Cores' worth of CPU other processes used during the steps from which the steps count as contended:
+findings measured there lose confidence, and judgements that compare steps read them as such (the
+thread trial counts other processes from the same amount)."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CpuUsage:
@@ -30,6 +35,10 @@ class CpuUsage:
     def foreign_cores(self) -> float:
         """Cores' worth of CPU other processes (not the program's tree) kept busy."""
         return max(0.0, self.machine_busy_cores - self.process_cores)
+
+    @property
+    def contended(self) -> bool:
+        return self.foreign_cores >= CONTENDED_CORES
 
 
 def cores_busy(samples: tuple[SystemSample, ...]) -> dict[tuple[int, str], list[tuple[int, float]]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from pinchpoint.analysis.cpu import CONTENDED_CORES
 from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding
@@ -14,9 +15,6 @@ from pinchpoint.diagnosis.rules.gpu_base import MIN_SHARE
 HOST_BOUND = frozenset({Category.HOST_PYTHON, Category.HOST_DISPATCH})
 INPUT = frozenset({Category.INPUT_FETCH, Category.INPUT_PREPROCESS})
 NET_OF_COMPUTE = (Category.HOST_DISPATCH, Category.COMPUTE_MEMORY)
-CONTENDED_CORES = 0.5
-"""Cores' worth of CPU other processes used during the steps before the findings measured there lose
-confidence (the thread trial counts them from the same amount)."""
 LOWER = {
     Confidence.HIGH: Confidence.MEDIUM,
     Confidence.MEDIUM: Confidence.LOW,

@@ -354,7 +354,7 @@ def _is_int(v: Any) -> bool:
 def _as_int(v: Any) -> int | None:
     if _is_int(v):
         return int(v)
-    if isinstance(v, str) and v.strip().isdigit():
+    if isinstance(v, str) and v.strip().isascii() and v.strip().isdigit():
         return int(v)
     return None
 

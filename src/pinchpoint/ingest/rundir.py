@@ -218,7 +218,7 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
     fetches: list[Fetch] = []
     for f in sorted(d.glob("fetch-*.jsonl")):
         suffix = f.stem.split("-", 1)[1]
-        pid = int(suffix) if suffix.isdigit() else 0
+        pid = int(suffix) if suffix.isascii() and suffix.isdigit() else 0
         for o in jsonl(f, warnings):
             fetch = _fetch(o, pid)
             if fetch is not None:

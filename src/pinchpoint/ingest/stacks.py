@@ -20,7 +20,7 @@ from pinchpoint.errors import TraceError
 from pinchpoint.trace.stacks import Frame, Stacks, StackSample
 
 _FRAME = re.compile(r"^(?P<fn>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
-_PROCESS = re.compile(r"^process (?P<pid>\d+):")
+_PROCESS = re.compile(r"^process (?P<pid>[0-9]+):")
 _THREAD = re.compile(r"^thread \((?P<tid>[^)]*)\)$")
 _OWN_FILES = ("pinchpoint/capture/", "pinchpoint/notebook.py")
 """Frames in these files are pinchpoint's own (path fragments, `/` as py-spy writes them)."""
@@ -50,7 +50,7 @@ def parse_folded(text: str, *, rate_hz: float | None = None, source: str = "") -
         if not line or line.startswith("#"):
             continue
         stack, _, count_text = line.rpartition(" ")
-        if not stack or not count_text.isdigit():
+        if not stack or not (count_text.isascii() and count_text.isdigit()):
             bad += 1
             continue
         parts = stack.split(";")

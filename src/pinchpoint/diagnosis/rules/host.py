@@ -136,7 +136,7 @@ class HostDispatch(Rule):
         steps, ops = rank.steps, rank.ops
         if steps is None or ops is None or ops.small_ops_per_step < MANY_SMALL_OPS or steps.mean_ns <= 0:
             return
-        measured = _per_op_overhead(steps, ops)
+        measured = _per_op_overhead(steps, ops, contended=rank.cpu is not None and rank.cpu.contended)
         if measured is None:
             return
         share, medians = measured
@@ -213,9 +213,18 @@ class HostDispatch(Rule):
         )
 
 
-def _per_op_overhead(steps: StepStats, ops: OpStats) -> tuple[float, dict[str, float]] | None:
+def _per_op_overhead(
+    steps: StepStats, ops: OpStats, contended: bool = False
+) -> tuple[float, dict[str, float]] | None:
     """(share of the mean step that is per-op overhead, the per-phase medians it was read from), or None
-    when it is too small to report or inside the steps' own spread."""
+    when it is too small to report or inside the steps' own spread.
+
+    `contended`: other processes kept cores busy during the steps. Then the steps' spread is no noise
+    floor: they come in two kinds, those where the intra-op threads got their cores and those where
+    they waited at barriers for one (80 against 220 ms on host_dispatch.py beside one busy process), and
+    the spread is the gap between the kinds. When the window's own steps took at least the typical
+    step's compute, the typical step was not slowed past the window's moment, and the difference
+    (computed with large ops the contended window inflated) can only understate the overhead."""
     compute_share = sum(steps.share(p) for p in COMPUTE_PHASES)
     # The overhead's fraction of a typical step's compute (per-phase medians: the window's steps are
     # typical ones, and a step that also evaluates would count its evaluation as overhead) is the
@@ -235,6 +244,7 @@ def _per_op_overhead(steps: StepStats, ops: OpStats) -> tuple[float, dict[str, f
         return None
     # The window's few steps and the typical step are different steps: a difference inside the
     # spread of the steps' own compute (a busy VM here moves it by 20-30% over seconds) is noise.
-    if outside <= steps.compute_spread_ns:
+    window_not_faster = steps.window_compute_min_ns >= typical > 0
+    if outside <= steps.compute_spread_ns and not (contended and window_not_faster):
         return None
     return share, medians
