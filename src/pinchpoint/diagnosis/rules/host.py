@@ -222,9 +222,9 @@ def _per_op_overhead(
     `contended`: other processes kept cores busy during the steps. Then the steps' spread is no noise
     floor: they come in two kinds, those where the intra-op threads got their cores and those where
     they waited at barriers for one (80 against 220 ms on host_dispatch.py beside one busy process), and
-    the spread is the gap between the kinds. When the window's own steps took at least the typical
-    step's compute, the typical step was not slowed past the window's moment, and the difference
-    (computed with large ops the contended window inflated) can only understate the overhead."""
+    the spread is the gap between the kinds. The overhead is then read within the window: at most its
+    fastest step's compute less the large ops its steps ran (inflated by the same waits, so this can
+    only understate it), which compares no two steps."""
     compute_share = sum(steps.share(p) for p in COMPUTE_PHASES)
     # The overhead's fraction of a typical step's compute (per-phase medians: the window's steps are
     # typical ones, and a step that also evaluates would count its evaluation as overhead) is the
@@ -244,7 +244,9 @@ def _per_op_overhead(
         return None
     # The window's few steps and the typical step are different steps: a difference inside the
     # spread of the steps' own compute (a busy VM here moves it by 20-30% over seconds) is noise.
-    window_not_faster = steps.window_compute_min_ns >= typical > 0
-    if outside <= steps.compute_spread_ns and not (contended and window_not_faster):
+    # (contended: bounded by one window step that held both the large ops and the rest, the
+    # difference needs no second step's spread)
+    bounded_in_window = contended and steps.window_compute_min_ns > 0
+    if outside <= steps.compute_spread_ns and not bounded_in_window:
         return None
     return share, medians
