@@ -32,6 +32,7 @@ REPORT = {
         _finding("host.python", fix_kind="log_less", snippet="if step % 50 == 0: log(...)"),
         _finding("input.fetch", fix_kind="workers", fix_params={"num_workers": 2}),
         _finding("memory.pressure", fix_kind="allocator"),
+        _finding("io.checkpoint", fix_kind="checkpoint_less", fix_params={"every": 500}),
         _finding("compute.math", estimated_speedup=1.0),
     ],
 }
@@ -48,6 +49,7 @@ def test_each_finding_gets_its_applier_or_says_it_needs_code() -> None:
     assert plans["memory.pressure"].agent == {
         "malloc": {"mmap_threshold": 32 << 20, "trim_threshold": 1 << 30}
     }
+    assert plans["io.checkpoint"].agent == {"checkpoint_every": 500}
     python = plans["host.python"]
     assert python.cannot is not None and python.snippet and not python.env and not python.agent
 
@@ -55,7 +57,7 @@ def test_each_finding_gets_its_applier_or_says_it_needs_code() -> None:
 def test_select_top_all_and_by_id() -> None:
     plans = try_fix.plans(REPORT)
     assert [p.id for p in try_fix.select(plans, "top")] == ["cpu.oversubscription"]
-    assert len(try_fix.select(plans, "all")) == 4
+    assert len(try_fix.select(plans, "all")) == 5
     assert [p.id for p in try_fix.select(plans, "input")] == ["input.fetch"]
     assert [p.id for p in try_fix.select(plans, "memory.pressure")] == ["memory.pressure"]
     assert try_fix.select(plans, "comm.exposed") == []
@@ -141,6 +143,16 @@ def test_loader_arguments_override_the_programs(monkeypatch: pytest.MonkeyPatch)
     assert keyword.num_workers == 0 and not keyword.persistent_workers and keyword.prefetch_factor is None
     with pytest.raises(TypeError):
         DataLoader(data, no_such_argument=1)  # the program's own mistake stays its own
+
+
+def test_checkpoints_are_written_every_nth_save_outside_the_agents_hook(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(torch, "save", torch.save)  # restored after the test
+    appliers.Applier({"checkpoint_every": 3}).apply(torch)
+    for i in range(7):
+        torch.save({"i": i}, tmp_path / f"ckpt{i}.pt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt0.pt", "ckpt3.pt", "ckpt6.pt"]
 
 
 def test_a_requested_spec_that_does_not_parse_is_ignored(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,11 +1,13 @@
 """`pinchpoint try`'s fixes inside the program, without changing its code: what `$PINCHPOINT_TRY` asks
-(JSON: `threads`, `loader`, `malloc`, `stop_after`), applied when torch is attached.
+(JSON: `threads`, `loader`, `malloc`, `checkpoint_every`, `stop_after`), applied when torch is attached.
 
 - `threads`: intra-op threads for the whole run. `torch.set_num_threads` is held to it, so a program
   that sets its own count (the setting being tried) keeps the tried one.
 - `loader`: DataLoader keyword arguments (`num_workers`, `persistent_workers`, `prefetch_factor`,
   `pin_memory`) given to every DataLoader the program builds, over its own.
 - `malloc`: glibc's `mmap_threshold` and `trim_threshold` set again (mallopt) after the first step.
+- `checkpoint_every`: `torch.save` writes only every N-th call (the first included); the others return
+  without writing, for the trial run only (its skipped checkpoints are not on disk).
 - `stop_after`: end the program cleanly (`SystemExit(0)` at a step boundary, so its `finally` blocks
   and atexit handlers run and the run directory is complete) once that many steady steps were
   measured: steps after warm-up, outside the op window and the trials.
@@ -61,6 +63,9 @@ class Applier:
         loader = self.spec.get("loader")
         if isinstance(loader, dict):
             _loader_defaults(torch, {k: v for k, v in loader.items() if k in LOADER_KEYS})
+        every = self.spec.get("checkpoint_every")
+        if isinstance(every, int) and every > 1:
+            _save_every(torch, every)
 
     def step_written(self, index: int, steady: bool) -> None:
         """After step `index`'s line is written; `steady`: statistics will use it. Raises `StopTrial`
@@ -97,6 +102,20 @@ def _hold_threads(torch: Any, threads: int) -> None:
         original(threads)
 
     torch.set_num_threads = set_num_threads
+
+
+def _save_every(torch: Any, every: int) -> None:
+    """Outside the agent's own torch.save hook: a skipped call is no checkpoint time."""
+    original = torch.save
+    calls = [0]
+
+    @functools.wraps(original)
+    def save(*args: Any, **kwargs: Any) -> None:
+        calls[0] += 1
+        if (calls[0] - 1) % every == 0:
+            original(*args, **kwargs)
+
+    torch.save = save
 
 
 def _loader_defaults(torch: Any, kwargs: dict[str, Any]) -> None:

@@ -44,6 +44,8 @@ class FixKind(str, Enum):
     """Intra-op threads; `fix_params` threads."""
     ALLOCATOR = "allocator"
     """glibc's mmap and trim thresholds raised (`memory.GLIBC_FIX`)."""
+    CHECKPOINT_LESS = "checkpoint_less"
+    """torch.save called less often; `fix_params` every (calls)."""
 
 
 class Unit(str, Enum):

@@ -95,6 +95,14 @@ def _plan(finding: Mapping[str, Any]) -> Plan | None:
             applied_how="every DataLoader built with num_workers=0",
             agent={"loader": {"num_workers": 0}},
         )
+    if kind == "checkpoint_less" and isinstance(params.get("every"), int):
+        n = params["every"]
+        return replace(
+            base,
+            fix=f"torch.save every {n} calls",
+            applied_how=f"torch.save writes every {n}th call (the first included) in the trial run only",
+            agent={"checkpoint_every": n},
+        )
     if finding.get("estimated_speedup", 1.0) <= 1.0 and not finding.get("snippet"):
         return None  # nothing to change (compute-bound: "time goes where it should")
     why = {

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
-from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Subject, speedup_removing
 from pinchpoint.trace.run import Phase
 
+CHECKPOINT_EVERY = 500
+"""The fix's period in saves, as its snippet writes it (`step % 500`)."""
 CHECKPOINT_SHARE_MIN = 0.05
 """torch.save time above 5% of the step (same floor as the other exposed-time rules)."""
 
@@ -50,4 +52,6 @@ class IoCheckpoint(Rule):
             fix=Fact("io.checkpoint.fix"),
             snippet=Fact("io.checkpoint.snippet"),
             ranks=(rank.rank,),
+            fix_kind=FixKind.CHECKPOINT_LESS,
+            fix_params=(("every", CHECKPOINT_EVERY),),
         )
