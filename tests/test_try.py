@@ -182,3 +182,32 @@ def test_usage_errors_are_one_line(tmp_path: Path) -> None:
     assert res.returncode != 0 and "nothing to try" in res.stderr and "Traceback" not in res.stderr
     res = _pinchpoint("try", "--steps", "1", "--", sys.executable, "-c", "pass", cwd=tmp_path)
     assert res.returncode != 0 and "--steps" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_files_a_run_writes_under_the_working_directory_are_found(tmp_path: Path) -> None:
+    from pinchpoint.pipeline.written import snapshot, written
+
+    (tmp_path / "data.txt").write_text("input")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (tmp_path / ".git").mkdir()
+    before = snapshot(tmp_path, skip=(runs,))
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "model.pt").write_bytes(b"x")
+    (tmp_path / "data.txt").write_text("changed by the program")
+    (runs / "steps.jsonl").write_text("{}")  # pinchpoint's own
+    (tmp_path / ".git" / "index").write_text("")
+    assert written(before, snapshot(tmp_path, skip=(runs,))) == ["ckpt/model.pt", "data.txt"]
+    assert written(None, {}) is None
+
+
+def test_the_table_says_what_the_runs_wrote(tmp_path: Path) -> None:
+    from pinchpoint.cli.try_cmd import _cwd_writes
+
+    doc = try_fix.try_json(["python", "train.py"], tmp_path / "baseline", 30, [], 30)
+    doc["cwd_writes"] = _cwd_writes({"a": ["ckpt.pt"], "b": ["ckpt.pt", "log.txt"]})
+    assert doc["cwd_writes"] == {"checked": True, "files": ["ckpt.pt", "log.txt"], "count": 2}
+    out = io.StringIO()
+    render_try(doc, {"steps": {"median_ms": 50.0}, "findings": []}, out)
+    assert "wrote 2 file(s) under the working directory" in out.getvalue()
+    assert _cwd_writes({"a": None, "b": []})["checked"] is False

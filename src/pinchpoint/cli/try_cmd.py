@@ -55,7 +55,8 @@ class TryCommand:
             raise UsageError("--steps must be at least 3 (the comparison needs a few steps each side)")
         command, baseline_ref = args.target, args.baseline_ref
         out = _out_dir(args.out, command, args.force)
-        runner = _runner(command)
+        wrote: dict[str, list[str] | None] = {}
+        runner = _runner(command, out, wrote)
         if baseline_ref is not None:
             baseline_dir = _recorded(baseline_ref)
             report: Mapping[str, Any] = json.loads((baseline_dir / "report.json").read_text())
@@ -89,6 +90,7 @@ class TryCommand:
             tried.append(try_fix.run_plan(together, out / "together", baseline_dir, steps, runner))
         baseline_steps = len(_steady(baseline_dir))
         doc = try_fix.try_json(command, baseline_dir, steps, tried, baseline_steps)
+        doc["cwd_writes"] = _cwd_writes(wrote)
         _write_json(out / "try.json", doc)
         if args.json:
             _write_json(Path(args.json), doc)
@@ -114,16 +116,33 @@ def _write_json(path: Path, doc: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(doc, indent=1) + "\n")
 
 
-def _runner(command: list[str]) -> Any:
+CWD_WRITES_SHOWN = 20
+
+
+def _cwd_writes(wrote: Mapping[str, list[str] | None]) -> dict[str, Any]:
+    """What the runs wrote under the working directory: the program's own outputs, written there by
+    every run as the program would (the trial runs have no scratch directory)."""
+    if any(files is None for files in wrote.values()):
+        return {"checked": False, "files": [], "count": 0}
+    files = sorted({f for got in wrote.values() for f in got or ()})
+    return {"checked": True, "files": files[:CWD_WRITES_SHOWN], "count": len(files)}
+
+
+def _runner(command: list[str], out: Path, wrote: dict[str, list[str] | None]) -> Any:
     from pinchpoint.capture.appliers import TRY_ENV
     from pinchpoint.capture.launcher import launch
     from pinchpoint.pipeline.rundir import report_run_dir
+    from pinchpoint.pipeline.written import snapshot, written
+
+    cwd = Path.cwd()
 
     def run(
         run_dir: Path, env: Mapping[str, str], agent: Mapping[str, Any]
     ) -> tuple[int, dict[str, Any] | None, str | None]:
         env = {**env, TRY_ENV: json.dumps(dict(agent))}
+        before = snapshot(cwd, skip=(out,))
         result = launch(command, run_dir, extra_env=env, mode="try")
+        wrote[str(run_dir)] = written(before, snapshot(cwd, skip=(out,)))
         if not result.started:
             return 127, None, f"could not start the program: {result.error}"
         try:

@@ -48,6 +48,13 @@ def render_try(doc: Mapping[str, Any], baseline: Mapping[str, Any], out: TextIO)
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(), file=out)
+    writes = doc.get("cwd_writes") or {}
+    if writes.get("count"):
+        names = ", ".join(writes["files"][:5]) + (", ..." if writes["count"] > 5 else "")
+        notes.append(
+            f"the runs wrote {writes['count']} file(s) under the working directory, as the program "
+            f"does (no scratch copy): {names}"
+        )
     if notes:
         print(file=out)
         for n in notes:
