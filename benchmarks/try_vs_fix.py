@@ -31,6 +31,7 @@ CASES = [
     ("two_causes", "input.fetch", ["--fix", "input"]),
     ("lightning_fit", "input.fetch", ["--fix"]),
     ("io_checkpoint", "io.checkpoint", ["--fix"]),
+    ("host_dispatch", "host.dispatch", ["--fix"]),  # compile, against the code fix (batched ops)
 ]
 
 

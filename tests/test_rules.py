@@ -1662,6 +1662,35 @@ def test_findings_stay_in_range(
     assert_shares_add_up(diagnosis.findings, rank)
 
 
+def test_a_compiled_graph_is_math_not_per_op_overhead() -> None:
+    """A torch.compile'd model's window has a few depth-0 graph calls over small tensors: their time is
+    fused kernels (the overhead is what is left around them), never "tiny ops" to compile."""
+    steps = list(make_steps(8, {"forward": 40, "backward": 30}))
+    steps[5] = replace(steps[5], profiled=True)
+    t0 = steps[5].start_ns
+    graph = OpEvent(name="Torch-Compiled Region: 0/0", start_ns=t0 + 1 * MS, dur_ns=35 * MS, tid=1, depth=0)
+    inner = OpEvent(
+        name="aten::mm", start_ns=t0 + 2 * MS, dur_ns=5 * MS, tid=1, depth=1, input_dims=((32, 64), (64, 64))
+    )
+    back = OpEvent(
+        name="autograd::engine::evaluate_function: CompiledFunctionBackward",
+        start_ns=t0 + 41 * MS,
+        dur_ns=25 * MS,
+        tid=1,
+        depth=0,
+    )
+    small = OpEvent(
+        name="aten::add_", start_ns=t0 + 67 * MS, dur_ns=1 * MS, tid=1, depth=0, input_dims=((64,), (64,))
+    )
+    ops = (graph, inner, back, small)
+    window = OpWindow(steps=1, start_ns=t0, end_ns=t0 + 70 * MS, ops=ops)
+    stats = op_stats(window, matmul_probes(1, 1), tuple(steps))
+    assert stats is not None
+    assert stats.compiled_ns_per_step == pytest.approx(60 * MS)
+    assert stats.small_ops_per_step == 1  # the add_, not the graphs
+    assert stats.large_phase_op_ns_per_step == pytest.approx(60 * MS)
+
+
 def test_op_window_step_length_comes_from_the_profiled_steps() -> None:
     steps = list(make_steps(8, {"data_wait": 30, "forward": 40, "backward": 30}))
     steps[5] = replace(steps[5], profiled=True)

@@ -33,6 +33,7 @@ REPORT = {
         _finding("input.fetch", fix_kind="workers", fix_params={"num_workers": 2}),
         _finding("memory.pressure", fix_kind="allocator"),
         _finding("io.checkpoint", fix_kind="checkpoint_less", fix_params={"every": 500}),
+        _finding("host.dispatch", fix_kind="compile"),
         _finding("compute.math", estimated_speedup=1.0),
     ],
 }
@@ -50,6 +51,7 @@ def test_each_finding_gets_its_applier_or_says_it_needs_code() -> None:
         "malloc": {"mmap_threshold": 32 << 20, "trim_threshold": 1 << 30}
     }
     assert plans["io.checkpoint"].agent == {"checkpoint_every": 500}
+    assert plans["host.dispatch"].agent == {"compile": True} and plans["host.dispatch"].cannot is None
     python = plans["host.python"]
     assert python.cannot is not None and python.snippet and not python.env and not python.agent
 
@@ -57,7 +59,7 @@ def test_each_finding_gets_its_applier_or_says_it_needs_code() -> None:
 def test_select_top_all_and_by_id() -> None:
     plans = try_fix.plans(REPORT)
     assert [p.id for p in try_fix.select(plans, "top")] == ["cpu.oversubscription"]
-    assert len(try_fix.select(plans, "all")) == 5
+    assert len(try_fix.select(plans, "all")) == 6
     assert [p.id for p in try_fix.select(plans, "input")] == ["input.fetch"]
     assert [p.id for p in try_fix.select(plans, "memory.pressure")] == ["memory.pressure"]
     assert try_fix.select(plans, "comm.exposed") == []
@@ -153,6 +155,35 @@ def test_checkpoints_are_written_every_nth_save_outside_the_agents_hook(
     for i in range(7):
         torch.save({"i": i}, tmp_path / f"ckpt{i}.pt")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt0.pt", "ckpt3.pt", "ckpt6.pt"]
+
+
+def test_top_level_modules_with_parameters_run_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.nn.Module, "__call__", torch.nn.Module.__call__)  # restored after
+    compiled: list[Any] = []
+    real_compile = torch.compile
+
+    def spy(module: Any, *a: Any, **kw: Any) -> Any:
+        compiled.append(module)
+        return real_compile(module, *a, **kw)
+
+    monkeypatch.setattr(torch, "compile", spy)
+    appliers.Applier({"compile": True}).apply(torch)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    loss_fn = torch.nn.MSELoss()
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    want = torch.nn.functional.mse_loss(
+        torch.nn.functional.linear(
+            torch.relu(torch.nn.functional.linear(x, model[0].weight, model[0].bias)),
+            model[2].weight,
+            model[2].bias,
+        ),
+        y,
+    )
+    for _ in range(2):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    assert compiled == [model]  # once, the model only: not its layers, not the loss
+    assert torch.allclose(loss, want, atol=1e-6) and model[0].weight.grad is not None
 
 
 def test_a_requested_spec_that_does_not_parse_is_ignored(monkeypatch: pytest.MonkeyPatch) -> None:

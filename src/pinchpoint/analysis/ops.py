@@ -31,6 +31,13 @@ SMALL_OP_NUMEL = 32_768
 """An op whose largest tensor (its own inputs or those of the ops it calls) has at most 32K elements
 does microseconds of math or less, below the fixed cost of issuing it from Python with autograd
 (measured here at tens of µs per op under autocast); its time is per-op overhead."""
+COMPILED_REGIONS = (
+    "Torch-Compiled Region",
+    "CompiledFunction",
+    "autograd::engine::evaluate_function: Compiled",
+)
+"""Depth-0 ops that run a torch.compile'd graph (forward, and its backward): their time is the graph's
+fused kernels, math that compiling already made as large as it gets, whatever its tensors' sizes."""
 COMPUTE_PHASE_NAMES = frozenset({Phase.FORWARD.value, Phase.BACKWARD.value, Phase.OPTIMIZER.value})
 
 
@@ -61,6 +68,9 @@ class OpStats:
     loose_op_ns_per_step: float = 0.0
     """Time in depth-0 ops outside every measured phase (e.g. a functional loss, metrics on tensors):
     framework work that lands in host_other, not Python."""
+    compiled_ns_per_step: float = 0.0
+    """Time per step in depth-0 ops that run torch.compile'd graphs (`COMPILED_REGIONS`), inside the
+    measured phases; part of `large_phase_op_ns_per_step`."""
     vector_matmul_ns_per_step: float = 0.0
     """The part of `large_phase_op_ns_per_step` in matrix-vector products: depth-0 matmuls whose
     activation has at most `VECTOR_ROWS` rows (a batch-1 request, one token at a time). Their time is
@@ -119,7 +129,14 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
     covered = [_phase_of(phases, o.start_ns, o.start_ns + o.dur_ns) is not None for o in top]
     loose = sum(o.dur_ns for o, c in zip(top, covered, strict=True) if not c)
     numel = _largest_numel_per_top_op(window)
-    small_flags = [0 < numel.get(id(o), 0) <= SMALL_OP_NUMEL for o in top]
+    compiled_flags = [o.name.startswith(COMPILED_REGIONS) for o in top]
+    small_flags = [
+        0 < numel.get(id(o), 0) <= SMALL_OP_NUMEL and not compiled
+        for o, compiled in zip(top, compiled_flags, strict=True)
+    ]
+    compiled_ns = sum(
+        o.dur_ns for o, c, compiled in zip(top, covered, compiled_flags, strict=True) if c and compiled
+    )
     large_in_phases = sum(
         o.dur_ns for o, c, small in zip(top, covered, small_flags, strict=True) if c and not small
     )
@@ -156,6 +173,7 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
         large_op_ns_by_phase=by_phase,
         loose_op_ns_per_step=loose / n,
         vector_matmul_ns_per_step=vector / n,
+        compiled_ns_per_step=compiled_ns / n,
     )
 
 

@@ -1,5 +1,6 @@
 """`pinchpoint try`'s fixes inside the program, without changing its code: what `$PINCHPOINT_TRY` asks
-(JSON: `threads`, `loader`, `malloc`, `checkpoint_every`, `stop_after`), applied when torch is attached.
+(JSON: `threads`, `loader`, `malloc`, `checkpoint_every`, `compile`, `stop_after`), applied when torch is
+attached.
 
 - `threads`: intra-op threads for the whole run. `torch.set_num_threads` is held to it, so a program
   that sets its own count (the setting being tried) keeps the tried one.
@@ -8,6 +9,10 @@
 - `malloc`: glibc's `mmap_threshold` and `trim_threshold` set again (mallopt) after the first step.
 - `checkpoint_every`: `torch.save` writes only every N-th call (the first included); the others return
   without writing, for the trial run only (its skipped checkpoints are not on disk).
+- `compile`: each module the program calls at top level (outside another module) that has parameters
+  runs through `torch.compile(module)` (default mode), compiled at its first call: the model, not its
+  loss. Compiling happens in the first steps, which statistics leave out; a program that cannot be
+  compiled fails, and `try` reports that run's exit.
 - `stop_after`: end the program cleanly (`SystemExit(0)` at a step boundary, so its `finally` blocks
   and atexit handlers run and the run directory is complete) once that many steady steps were
   measured: steps after warm-up, outside the op window and the trials.
@@ -63,6 +68,8 @@ class Applier:
         loader = self.spec.get("loader")
         if isinstance(loader, dict):
             _loader_defaults(torch, {k: v for k, v in loader.items() if k in LOADER_KEYS})
+        if self.spec.get("compile") is True:
+            _compile_top_level(torch)
         every = self.spec.get("checkpoint_every")
         if isinstance(every, int) and every > 1:
             _save_every(torch, every)
@@ -102,6 +109,34 @@ def _hold_threads(torch: Any, threads: int) -> None:
         original(threads)
 
     torch.set_num_threads = set_num_threads
+
+
+def _compile_top_level(torch: Any) -> None:
+    """Outside the agent's own module hook: the compiled module is what the hook times."""
+    import threading
+    import weakref
+
+    module_cls = torch.nn.Module
+    original = module_cls.__call__
+    compiled: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+    inside = [False]
+    main = threading.get_ident()
+
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling() or inside[0] or threading.get_ident() != main:
+            return original(self, *args, **kwargs)
+        fn = compiled.get(self)
+        if fn is None:
+            if next(self.parameters(), None) is None:
+                return original(self, *args, **kwargs)  # a loss or a container of functions
+            fn = compiled[self] = torch.compile(self)
+        inside[0] = True
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            inside[0] = False
+
+    module_cls.__call__ = call
 
 
 def _save_every(torch: Any, every: int) -> None:

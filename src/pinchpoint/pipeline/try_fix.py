@@ -95,6 +95,14 @@ def _plan(finding: Mapping[str, Any]) -> Plan | None:
             applied_how="every DataLoader built with num_workers=0",
             agent={"loader": {"num_workers": 0}},
         )
+    if kind == "compile":
+        return replace(
+            base,
+            fix="torch.compile(model)",
+            applied_how="each top-level module with parameters run through torch.compile (default "
+            "mode) by the agent, compiled in the warm-up steps",
+            agent={"compile": True},
+        )
     if kind == "checkpoint_less" and isinstance(params.get("every"), int):
         n = params["every"]
         return replace(
@@ -108,7 +116,6 @@ def _plan(finding: Mapping[str, Any]) -> Plan | None:
     why = {
         "bf16_autocast": "autocast is not applied by try yet: the snippet shows the change",
         "fp32": "autocast off is not applied by try yet: the snippet shows the change",
-        "compile": "torch.compile is not applied by try yet: the snippet shows the change",
         "no_sync": "no_sync() needs the accumulation loop's code: the snippet shows the change",
     }.get(str(kind), "the fix needs a change in the program's code: the snippet shows it")
     return replace(base, fix=str(kind or fid), applied_how="-", cannot=why)

@@ -156,6 +156,9 @@ class HostDispatch(Rule):
         ]
         if ops.dispatch_ns_per_op:
             evidence.append(Fact("host.dispatch.issue_cost", dispatch_ns=ops.dispatch_ns_per_op))
+        compiled = ops.compiled_ns_per_step > 0
+        if compiled:
+            evidence.append(Fact("host.dispatch.compiled", compiled_ns=ops.compiled_ns_per_step))
         # Where the overhead sits: an optimizer looping over parameters has a one-line fix of its own.
         in_optimizer = max(
             0.0,
@@ -193,7 +196,9 @@ class HostDispatch(Rule):
                     speedup=speedup,
                 )
             )
-        remedy = "optimizer" if optimizer_bound else "serving" if serving else "ops"
+        remedy = (
+            "optimizer" if optimizer_bound else "serving" if serving else "compiled" if compiled else "ops"
+        )
         yield Finding(
             id=self.id,
             title=Fact("rule.title", name=self.title),

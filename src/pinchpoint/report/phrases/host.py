@@ -42,6 +42,13 @@ DISPATCH_FIXES = {
         "to fuse its ops.",
         "out = model(torch.cat(pending[:32]))   # one call for 32 queued requests, then split the rows",
     ),
+    "compiled": (
+        "The model already runs compiled: the overhead left is around its graphs (the loss, the "
+        "optimizer, graph breaks, Python between calls). Give each op more work (a larger batch), "
+        "compile the loss with the model, fuse the optimizer (fused=True), and look for graph breaks "
+        "(TORCH_LOGS=graph_breaks).",
+        "TORCH_LOGS=graph_breaks python train.py   # each break is a return to Python and eager ops",
+    ),
     "ops": (
         "Issue fewer, larger ops: replace Python loops over heads/groups/timesteps with one batched "
         "op (torch.bmm, baddbmm, einsum, vectorised indexing), or compile the model (torch.compile) to "
@@ -111,6 +118,9 @@ PHRASES: dict[str, Callable[..., str]] = {
         "overhead and Python glue"
     ),
     "host.dispatch.top_ops": lambda ops: "Most time: " + ", ".join(f"{name} ×{calls}" for name, calls in ops),
+    "host.dispatch.compiled": lambda compiled_ns: (
+        f"{ms(compiled_ns)} a step runs in torch.compile'd graphs: counted as the model's math, not overhead"
+    ),
     "host.dispatch.issue_cost": lambda dispatch_ns: (
         f"Issuing even a 1-element op costs {dispatch_ns / 1e3:.1f} µs here (measured)"
     ),
