@@ -181,21 +181,7 @@ class HostDispatch(Rule):
             )
         speedup = speedup_removing(share * DISPATCH_RECOVERABLE)
         if serving:
-            vector = min(1.0 - share, ops.vector_matmul_ns_per_step / steps.mean_ns)
-            speedup = batched_requests(share, vector, SERVING_BATCH)
-            if vector >= VECTOR_MENTION:
-                evidence.append(
-                    Fact("host.dispatch.vector", vector_ns=ops.vector_matmul_ns_per_step, rows=VECTOR_ROWS)
-                )
-            evidence.append(
-                Fact(
-                    "host.dispatch.serving",
-                    batch=SERVING_BATCH,
-                    request_ns=steps.mean_ns / speedup,
-                    step_ns=steps.mean_ns,
-                    speedup=speedup,
-                )
-            )
+            speedup = _served_batched(steps, ops, share, evidence)
         remedy = (
             "optimizer" if optimizer_bound else "serving" if serving else "compiled" if compiled else "ops"
         )
@@ -216,6 +202,27 @@ class HostDispatch(Rule):
             ranks=(rank.rank,),
             fix_kind=FixKind.COMPILE if remedy == "ops" else None,
         )
+
+
+def _served_batched(steps: StepStats, ops: OpStats, share: float, evidence: list[Fact]) -> float:
+    """A batch-1 inference loop's gain from serving `SERVING_BATCH` requests per call (the facts that
+    say so are added to `evidence`)."""
+    vector = min(1.0 - share, ops.vector_matmul_ns_per_step / steps.mean_ns)
+    speedup = batched_requests(share, vector, SERVING_BATCH)
+    if vector >= VECTOR_MENTION:
+        evidence.append(
+            Fact("host.dispatch.vector", vector_ns=ops.vector_matmul_ns_per_step, rows=VECTOR_ROWS)
+        )
+    evidence.append(
+        Fact(
+            "host.dispatch.serving",
+            batch=SERVING_BATCH,
+            request_ns=steps.mean_ns / speedup,
+            step_ns=steps.mean_ns,
+            speedup=speedup,
+        )
+    )
+    return speedup
 
 
 def _per_op_overhead(
