@@ -18,7 +18,6 @@ The final line carries the program's own clocks: ``steps`` (optimizer steps), ``
 ``forward_ms``/``backward_ms``/``update_ms`` (medians per training step).
 """
 import argparse
-import json
 import math
 import os
 import shutil
@@ -30,6 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+from _test_clocks import write_test_clocks  # the test suite's per-step clocks
 
 PLANTED = ["compute.memory"]
 
@@ -94,15 +94,6 @@ def write_tokens(path, n, vocab_size, seed=0):
     text = rng.integers(0, vocab_size, size=n, dtype=np.uint16)
     text[1::2] = (text[::2] + 1) % vocab_size  # something to learn: every other char follows the last
     text.tofile(path)
-
-
-def write_test_clocks(**clocks):
-    """Per-step clocks (seconds) for the test suite, which compares pinchpoint's phases with these step
-    by step (beside a busy process the medians of different step sets differ)."""
-    path = os.environ.get("PINCHPOINT_TEST_CLOCKS")
-    if path:
-        with open(path, "w") as f:
-            json.dump(clocks, f)
 
 
 def main():

@@ -20,7 +20,6 @@ prompt: a forward pass and its share of generate's loop, over the prompts in it)
 """
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -34,6 +33,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
+from _test_clocks import write_test_clocks  # the test suite's per-step clocks
 
 PLANTED = ["host.dispatch"]
 WORDS = [f"w{i}" for i in range(1000)]
@@ -46,15 +46,6 @@ def build_tokenizer():
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", eos_token="[EOS]", padding_side="left"
     )
-
-
-def write_test_clocks(**clocks):
-    """Per-step clocks (seconds) for the test suite, which compares pinchpoint's phases with these step
-    by step (beside a busy process the medians of different step sets differ)."""
-    path = os.environ.get("PINCHPOINT_TEST_CLOCKS")
-    if path:
-        with open(path, "w") as f:
-            json.dump(clocks, f)
 
 
 def main():

@@ -15,7 +15,6 @@ tokenized up front with ``.map(..., batched=True)``, and ``Trainer.train()``. Th
 ``steps=N median_step_ms=... forward_ms=... backward_ms=... update_ms=... eval_batches=...``.
 """
 import argparse
-import json
 import os
 import random
 import statistics
@@ -40,6 +39,7 @@ from transformers import (  # noqa: E402
     TrainingArguments,
 )
 from transformers.utils import logging as hf_logging  # noqa: E402
+from _test_clocks import write_test_clocks  # the test suite's per-step clocks
 
 PLANTED = ["input.fetch"]
 WORDS = [f"w{i}" for i in range(2000)]
@@ -107,15 +107,6 @@ class StepTimes(TrainerCallback):
 
     def on_prediction_step(self, args, state, control, **kw):
         self.eval_batches += 1
-
-
-def write_test_clocks(**clocks):
-    """Per-step clocks (seconds) for the test suite, which compares pinchpoint's phases with these step
-    by step (beside a busy process the medians of different step sets differ)."""
-    path = os.environ.get("PINCHPOINT_TEST_CLOCKS")
-    if path:
-        with open(path, "w") as f:
-            json.dump(clocks, f)
 
 
 def main():

@@ -17,14 +17,13 @@ evaluations), ``forward_ms``/``backward_ms`` (median per step, summed over its c
 ``update_ms`` (median time in ``step()`` outside the closures).
 """
 import argparse
-import json
 import math
-import os
 import statistics
 import time
 
 import torch
 from torch import nn
+from _test_clocks import write_test_clocks  # the test suite's per-step clocks
 
 PLANTED = ["host.dispatch"]
 
@@ -68,15 +67,6 @@ def sine_waves(n, length, period=20.0):
     shift = torch.randint(-4 * int(period), 4 * int(period), (n, 1), generator=g)
     t = torch.arange(length + 1).unsqueeze(0) + shift
     return torch.sin(t.float() / period * 2 * math.pi / 2)
-
-
-def write_test_clocks(**clocks):
-    """Per-step clocks (seconds) for the test suite, which compares pinchpoint's phases with these step
-    by step (beside a busy process the medians of different step sets differ)."""
-    path = os.environ.get("PINCHPOINT_TEST_CLOCKS")
-    if path:
-        with open(path, "w") as f:
-            json.dump(clocks, f)
 
 
 def main():

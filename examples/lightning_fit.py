@@ -15,8 +15,6 @@ happen inside ``optimizer.step``). The module times its own ``training_step`` (f
 ``steps=N median_step_ms=... forward_ms=... backward_ms=... update_ms=...``.
 """
 import argparse
-import json
-import os
 import statistics
 import time
 import warnings
@@ -25,6 +23,7 @@ import lightning as L
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, RandomSampler
+from _test_clocks import write_test_clocks  # the test suite's per-step clocks
 
 PLANTED = ["input.fetch"]
 
@@ -104,15 +103,6 @@ class Classifier(L.LightningModule):
     def configure_optimizers(self):
         opt = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr)
         return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.StepLR(opt, step_size=50)}
-
-
-def write_test_clocks(**clocks):
-    """Per-step clocks (seconds) for the test suite, which compares pinchpoint's phases with these step
-    by step (beside a busy process the medians of different step sets differ)."""
-    path = os.environ.get("PINCHPOINT_TEST_CLOCKS")
-    if path:
-        with open(path, "w") as f:
-            json.dump(clocks, f)
 
 
 def main():

@@ -20,8 +20,6 @@ The final line carries the program's own clocks: ``steps`` (updates), ``forward_
 ``backward_ms`` and ``update_ms`` (clipping and the manual update), medians per step.
 """
 import argparse
-import json
-import os
 import random
 import statistics
 import time
@@ -29,6 +27,7 @@ import unicodedata
 
 import torch
 from torch import nn
+from _test_clocks import write_test_clocks  # the test suite's per-step clocks
 
 PLANTED = ["host.python"]
 
@@ -102,15 +101,6 @@ class RNNModel(nn.Module):
 
 def repackage_hidden(h):
     return tuple(v.detach() for v in h)
-
-
-def write_test_clocks(**clocks):
-    """Per-step clocks (seconds) for the test suite, which compares pinchpoint's phases with these step
-    by step (beside a busy process the medians of different step sets differ)."""
-    path = os.environ.get("PINCHPOINT_TEST_CLOCKS")
-    if path:
-        with open(path, "w") as f:
-            json.dump(clocks, f)
 
 
 def main():

@@ -135,14 +135,16 @@ def _runner(command: list[str], out: Path, wrote: dict[str, list[str] | None]) -
     from pinchpoint.pipeline.written import snapshot, written
 
     cwd = Path.cwd()
+    last = [snapshot(cwd, skip=(out,))]  # the working directory after the previous run
 
     def run(
         run_dir: Path, env: Mapping[str, str], agent: Mapping[str, Any]
     ) -> tuple[int, dict[str, Any] | None, str | None]:
         env = {**env, TRY_ENV: json.dumps(dict(agent))}
-        before = snapshot(cwd, skip=(out,))
         result = launch(command, run_dir, extra_env=env, mode="try")
-        wrote[str(run_dir)] = written(before, snapshot(cwd, skip=(out,)))
+        after = snapshot(cwd, skip=(out,))
+        wrote[str(run_dir)] = written(last[0], after)
+        last[0] = after
         if not result.started:
             return 127, None, f"could not start the program: {result.error}"
         try:
