@@ -56,6 +56,23 @@ def test_each_finding_gets_its_applier_or_says_it_needs_code() -> None:
     assert python.cannot is not None and python.snippet and not python.env and not python.agent
 
 
+@pytest.mark.parametrize(
+    ("kind", "agent"),
+    [
+        ("bf16_autocast", {"autocast": "bfloat16"}),
+        ("fp32", {"autocast": "off"}),
+        ("fused_optimizer", {"fused_optimizer": True}),
+        ("tf32", {"tf32": True}),
+        ("pin_memory", {"loader": {"pin_memory": True}}),
+    ],
+)
+def test_precision_optimizer_and_cuda_fixes_are_applied_by_the_agent(
+    kind: str, agent: dict[str, Any]
+) -> None:
+    (plan,) = try_fix.plans({"findings": [_finding("compute.math", fix_kind=kind)]})
+    assert plan.cannot is None and plan.agent == agent and not plan.env and plan.predicted == 1.4
+
+
 def test_select_top_all_and_by_id() -> None:
     plans = try_fix.plans(REPORT)
     assert [p.id for p in try_fix.select(plans, "top")] == ["cpu.oversubscription"]
@@ -104,6 +121,50 @@ def test_the_table_reports_slower_fixes_failures_and_code_changes(tmp_path: Path
     assert "×1.52 [1.40-1.60]" in text and "compute.math (70%)" in text
     assert "×0.80 [0.75-0.85] slower" in text
     assert "failed" in text and "not applied" in text and "if step % 50 == 0" in text
+
+
+def _steps(ms: float, n: int = 30) -> tuple[int, ...]:
+    return tuple(int((ms + (i % 5) * 0.5) * 1e6) for i in range(n))
+
+
+def test_a_pair_in_doubt_runs_again_as_abba_and_pools(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from pinchpoint.compare.diff import RunSide
+    from pinchpoint.pipeline import resolve
+
+    step_ms = {"baseline": 100.0, "threads=2": 125.0, "threads=2-again": 66.0, "baseline-again": 100.0}
+    step_ms |= {"num_workers=2": 80.0}
+    ran: list[str] = []
+
+    def runner(run_dir: Path, env: Any, agent: Any) -> tuple[int, dict[str, Any] | None, str | None]:
+        ran.append(run_dir.name)
+        return 0, {"findings": []}, None
+
+    def load_side(ref: str) -> RunSide:
+        return RunSide(label=ref, report={"findings": []}, step_ns=_steps(step_ms[Path(ref).name]))
+
+    monkeypatch.setattr(resolve, "load_side", load_side)
+    plans = {p.id: p for p in try_fix.plans(REPORT)}  # both predicted x1.4
+    again = try_fix.SecondBaseline(tmp_path / "baseline-again", 30, runner)
+    base = tmp_path / "baseline"
+    slow = try_fix.run_plan(plans["cpu.oversubscription"], tmp_path / "threads=2", base, 30, runner, again)
+    assert ran == ["threads=2", "threads=2-again", "baseline-again"]  # A B B A
+    assert slow.pairs == 2 and slow.speedup is not None and 0.95 < slow.speedup < 1.05  # 100 / mean(125, 66)
+    fine = try_fix.run_plan(plans["input.fetch"], tmp_path / "num_workers=2", base, 30, runner, again)
+    assert ran[3:] == ["num_workers=2"] and fine.pairs == 1  # x1.25 against x1.4: no doubt
+    assert fine.speedup is not None and abs(fine.speedup - 1.25) < 0.02
+    assert try_fix.try_json(["p"], base, 30, [slow, fine], 30)["tried"][0]["pairs"] == 2
+
+
+def test_doubt() -> None:
+    plan = try_fix.plans(REPORT)[0]  # predicted x1.4
+    sure = try_fix.Tried(plan=plan, speedup=1.45, interval=(1.4, 1.5), significant=True)
+    assert not try_fix.doubtful(sure)
+    assert try_fix.doubtful(try_fix.Tried(plan=plan, speedup=1.45, interval=(1.4, 1.5), significant=False))
+    assert try_fix.doubtful(try_fix.Tried(plan=plan, speedup=1.45, interval=(1.1, 1.9), significant=True))
+    assert try_fix.doubtful(try_fix.Tried(plan=plan, speedup=0.8, interval=(0.78, 0.82), significant=True))
+    assert not try_fix.doubtful(try_fix.Tried(plan=plan, error="exited"))
 
 
 def test_stop_after_counts_steady_steps_only() -> None:
@@ -184,6 +245,51 @@ def test_top_level_modules_with_parameters_run_compiled(monkeypatch: pytest.Monk
     loss.backward()
     assert compiled == [model]  # once, the model only: not its layers, not the loss
     assert torch.allclose(loss, want, atol=1e-6) and model[0].weight.grad is not None
+
+
+def test_bf16_autocast_runs_the_model_not_the_loss_and_hands_back_fp32(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch.nn.Module, "__call__", torch.nn.Module.__call__)  # restored after
+    seen: list[torch.dtype] = []
+    appliers.Applier({"autocast": "bfloat16"}).apply(torch)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
+    model[1].register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
+    out = model(torch.randn(4, 8))
+    loss = torch.nn.functional.cross_entropy(out, torch.tensor([0, 1, 0, 1]))
+    loss.backward()
+    assert seen == [torch.bfloat16]  # the matmuls ran in bf16
+    assert out.dtype == torch.float32 and loss.dtype == torch.float32  # the loss as before
+    assert model[0].weight.dtype == torch.float32 and model[0].weight.grad is not None
+
+
+def test_autocast_off_disables_the_programs_own_regions(monkeypatch: pytest.MonkeyPatch) -> None:
+    cls = torch.amp.autocast_mode.autocast
+    monkeypatch.setattr(cls, "__init__", cls.__init__)  # restored after
+    appliers.Applier({"autocast": "off"}).apply(torch)
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert (a @ b).dtype == torch.float32
+    with torch.autocast("cpu", torch.bfloat16, True):  # enabled given by position
+        assert (a @ b).dtype == torch.float32
+    with torch.amp.autocast("cpu", dtype=torch.bfloat16, enabled=True):
+        assert (a @ b).dtype == torch.float32
+
+
+def test_optimizers_are_built_fused_unless_the_program_chose(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in appliers.FUSED_OPTIMIZERS:
+        cls = getattr(torch.optim, name)
+        monkeypatch.setattr(cls, "__init__", cls.__init__)  # restored after
+    appliers.Applier({"fused_optimizer": True}).apply(torch)
+    p = torch.nn.Parameter(torch.randn(4))
+    assert torch.optim.AdamW([p], lr=1e-3).defaults["fused"] is True
+    assert torch.optim.SGD(params=[p], lr=0.1).defaults["fused"] is True
+    own = torch.optim.Adam([p], lr=1e-3, foreach=False)
+    assert own.defaults["foreach"] is False and not own.defaults["fused"]
+    p.grad = torch.ones(4)
+    before = p.detach().clone()
+    torch.optim.AdamW([p], lr=0.1).step()
+    assert not torch.equal(before, p.detach())
 
 
 def test_a_requested_spec_that_does_not_parse_is_ignored(monkeypatch: pytest.MonkeyPatch) -> None:

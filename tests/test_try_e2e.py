@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from pinchpoint.pipeline import try_fix
 from programs import CONTENDED_CORES, EXAMPLES, foreign_cores
 from truth import machine_truth
 
@@ -19,7 +20,9 @@ pytestmark = pytest.mark.e2e
 
 TRY_TOLERANCE = 0.20
 """The issue's bar: within 20% of the example's own fix."""
-STEPS = 12
+STEPS = try_fix.DEFAULT_STEPS
+"""The default: fewer steps let a slow stretch of this shared machine decide the ratio (12 steps read
+×0.98 for a fix that measures ×1.2–1.5)."""
 
 
 def _try(
@@ -64,9 +67,11 @@ def test_the_applied_fix_measures_what_the_examples_own_fix_measured(
     assert row["id"] == finding and row["applied"], row
     assert row["speedup"] is not None and row["steps"] >= STEPS - 1, row
     assert "×" in res.stdout and row["fix"] in res.stdout  # the table
-    baseline = json.loads((Path(doc["baseline"]) / "report.json").read_text())
-    trial = json.loads((Path(row["run_dir"]) / "report.json").read_text())
-    if max(foreign_cores(baseline), foreign_cores(trial)) >= CONTENDED_CORES:
+    runs = [Path(doc["baseline"]), Path(row["run_dir"])]
+    if row["pairs"] == 2:  # the first pair was in doubt: both ran again, and the row pools them
+        runs += [runs[0].with_name("baseline-again"), runs[1].with_name(runs[1].name + "-again")]
+    reports = [json.loads((r / "report.json").read_text()) for r in runs]
+    if max(foreign_cores(r) for r in reports) >= CONTENDED_CORES:
         return  # the truth was measured on an idle machine
     truth = machine_truth(what=0)[example]["--fix"]
     assert abs(row["speedup"] / truth - 1) <= TRY_TOLERANCE, (row, truth)

@@ -1,6 +1,6 @@
 """`pinchpoint try`'s fixes inside the program, without changing its code: what `$PINCHPOINT_TRY` asks
-(JSON: `threads`, `loader`, `malloc`, `checkpoint_every`, `compile`, `stop_after`), applied when torch is
-attached.
+(JSON: `threads`, `loader`, `malloc`, `checkpoint_every`, `compile`, `autocast`, `fused_optimizer`,
+`tf32`, `cudnn_benchmark`, `stop_after`), applied when torch is attached.
 
 - `threads`: intra-op threads for the whole run. `torch.set_num_threads` is held to it, so a program
   that sets its own count (the setting being tried) keeps the tried one.
@@ -13,6 +13,14 @@ attached.
   runs through `torch.compile(module)` (default mode), compiled at its first call: the model, not its
   loss. Compiling happens in the first steps, which statistics leave out; a program that cannot be
   compiled fails, and `try` reports that run's exit.
+- `autocast`: `"off"` makes every `torch.autocast` region (and `torch.cpu.amp` / `torch.cuda.amp`'s, which
+  are built on it) run with `enabled=False`; `"bfloat16"` runs each top-level module with parameters
+  (as `compile` picks them) under `torch.autocast(its device, torch.bfloat16)`, its floating outputs cast
+  back to float32 so the loss is computed as before (mixed precision: fp32 weights and optimizer).
+- `fused_optimizer`: Adam, AdamW, SGD and Adagrad built with `fused=True` when the program passes
+  neither `fused` nor `foreach` (`foreach=True` where fused refuses the parameters).
+- `tf32`, `cudnn_benchmark`: `torch.backends.cuda.matmul.allow_tf32` and `cudnn.allow_tf32`, and
+  `torch.backends.cudnn.benchmark`, set at start-up (CUDA only; on a CPU they change nothing).
 - `stop_after`: end the program cleanly (`SystemExit(0)` at a step boundary, so its `finally` blocks
   and atexit handlers run and the run directory is complete) once that many steady steps were
   measured: steps after warm-up, outside the op window and the trials.
@@ -73,6 +81,18 @@ class Applier:
         every = self.spec.get("checkpoint_every")
         if isinstance(every, int) and every > 1:
             _save_every(torch, every)
+        autocast = self.spec.get("autocast")
+        if autocast == "off":
+            _autocast_off(torch)
+        elif autocast == "bfloat16":
+            _autocast_top_level(torch)
+        if self.spec.get("fused_optimizer") is True:
+            _fused_optimizers(torch)
+        if self.spec.get("tf32") is True:
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        if self.spec.get("cudnn_benchmark") is True:
+            torch.backends.cudnn.benchmark = True
 
     def step_written(self, index: int, steady: bool) -> None:
         """After step `index`'s line is written; `steady`: statistics will use it. Raises `StopTrial`
@@ -111,25 +131,26 @@ def _hold_threads(torch: Any, threads: int) -> None:
     torch.set_num_threads = set_num_threads
 
 
-def _compile_top_level(torch: Any) -> None:
-    """Outside the agent's own module hook: the compiled module is what the hook times."""
+def _top_level(torch: Any, wrap: Any) -> None:
+    """Each module with parameters called at top level (outside another module, on the main thread,
+    not while compiling) runs as `wrap(module)` instead; built once per module, at its first call."""
     import threading
     import weakref
 
     module_cls = torch.nn.Module
     original = module_cls.__call__
-    compiled: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+    wrapped: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
     inside = [False]
     main = threading.get_ident()
 
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling() or inside[0] or threading.get_ident() != main:
             return original(self, *args, **kwargs)
-        fn = compiled.get(self)
+        fn = wrapped.get(self)
         if fn is None:
             if next(self.parameters(), None) is None:
                 return original(self, *args, **kwargs)  # a loss or a container of functions
-            fn = compiled[self] = torch.compile(self)
+            fn = wrapped[self] = wrap(self)
         inside[0] = True
         try:
             return fn(*args, **kwargs)
@@ -137,6 +158,79 @@ def _compile_top_level(torch: Any) -> None:
             inside[0] = False
 
     module_cls.__call__ = call
+
+
+def _compile_top_level(torch: Any) -> None:
+    """Outside the agent's own module hook: the compiled module is what the hook times."""
+    _top_level(torch, torch.compile)
+
+
+def _autocast_top_level(torch: Any) -> None:
+    """bf16 autocast around each top-level module's forward, its floating outputs back in float32."""
+
+    def to_fp32(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.dtype in (torch.bfloat16, torch.float16):
+            return value.float()
+        if isinstance(value, tuple | list):
+            return type(value)(to_fp32(v) for v in value)
+        if isinstance(value, dict):
+            return {k: to_fp32(v) for k, v in value.items()}
+        return value
+
+    def wrap(module: Any) -> Any:
+        device = next(module.parameters()).device.type
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            with torch.autocast(device, dtype=torch.bfloat16):
+                out = module(*args, **kwargs)
+            return to_fp32(out)
+
+        return forward
+
+    _top_level(torch, wrap)
+
+
+def _autocast_off(torch: Any) -> None:
+    cls = torch.amp.autocast_mode.autocast
+    original = cls.__init__
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if len(args) > 2:  # (device_type, dtype, enabled, ...): enabled given by position
+            args = (*args[:2], False, *args[3:])
+        else:
+            kwargs["enabled"] = False
+        original(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+
+
+FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adagrad")
+
+
+def _fused_optimizers(torch: Any) -> None:
+    for name in FUSED_OPTIMIZERS:
+        cls = getattr(torch.optim, name, None)
+        if cls is not None:
+            _fused(cls)
+
+
+def _fused(cls: Any) -> None:
+    original = cls.__init__
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if "fused" in kwargs or "foreach" in kwargs:
+            original(self, *args, **kwargs)  # the program chose its implementation
+            return
+        params = list(args[0]) if args else list(kwargs.pop("params", ()))
+        rest = args[1:]
+        try:
+            original(self, params, *rest, fused=True, **kwargs)
+        except (RuntimeError, ValueError, TypeError):
+            original(self, params, *rest, foreach=True, **kwargs)
+
+    cls.__init__ = __init__
 
 
 def _save_every(torch: Any, every: int) -> None:

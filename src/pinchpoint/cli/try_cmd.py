@@ -80,14 +80,20 @@ class TryCommand:
             )
             return FAILED_EXIT
         tried = []
+        again = try_fix.SecondBaseline(
+            out / "baseline-again",
+            steps,
+            runner,
+            lambda line: print(f"pinchpoint try: {line}", file=sys.stderr),
+        )
         for plan in chosen:
             if plan.cannot is None:
                 print(f"pinchpoint try: {plan.id}: {plan.fix} ...", file=sys.stderr)
-            tried.append(try_fix.run_plan(plan, out / try_fix.slug(plan), baseline_dir, steps, runner))
+            tried.append(try_fix.run_plan(plan, out / try_fix.slug(plan), baseline_dir, steps, runner, again))
         together = try_fix.combined(tried) if args.fix == "all" else None
         if together is not None:
             print(f"pinchpoint try: together: {together.fix} ...", file=sys.stderr)
-            tried.append(try_fix.run_plan(together, out / "together", baseline_dir, steps, runner))
+            tried.append(try_fix.run_plan(together, out / "together", baseline_dir, steps, runner, again))
         baseline_steps = len(_steady(baseline_dir))
         doc = try_fix.try_json(command, baseline_dir, steps, tried, baseline_steps)
         doc["cwd_writes"] = _cwd_writes(wrote)

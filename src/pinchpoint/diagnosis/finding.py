@@ -46,6 +46,12 @@ class FixKind(str, Enum):
     """glibc's mmap and trim thresholds raised (`memory.GLIBC_FIX`)."""
     CHECKPOINT_LESS = "checkpoint_less"
     """torch.save called less often; `fix_params` every (calls)."""
+    FUSED_OPTIMIZER = "fused_optimizer"
+    """The optimizer's fused (or foreach) implementation."""
+    TF32 = "tf32"
+    """fp32 matmuls and convolutions on Tensor Cores in TF32 (CUDA, Ampere and newer)."""
+    PIN_MEMORY = "pin_memory"
+    """DataLoader(pin_memory=True): host-to-device copies from page-locked memory."""
 
 
 class Unit(str, Enum):

@@ -55,6 +55,36 @@ class Tried:
     steps: int = 0
     error: str | None = None
     """One line: why this trial gave no measurement (the program failed under the fix, ...)."""
+    pairs: int = 1
+    """Baseline/trial pairs pooled: 2 when the first pair left doubt and both ran again (A B B A)."""
+
+
+AGENT_ONLY: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "bf16_autocast": (
+        "bf16 autocast",
+        "each top-level module with parameters run under torch.autocast(its device, bfloat16), its "
+        "outputs cast back to float32 for the loss (fp32 weights and optimizer)",
+        {"autocast": "bfloat16"},
+    ),
+    "fp32": ("autocast off", "every torch.autocast region entered with enabled=False", {"autocast": "off"}),
+    "fused_optimizer": (
+        "fused optimizer",
+        "Adam, AdamW, SGD and Adagrad built with fused=True (foreach=True where fused refuses), unless "
+        "the program chose",
+        {"fused_optimizer": True},
+    ),
+    "tf32": (
+        "TF32",
+        "torch.backends.cuda.matmul.allow_tf32 and cudnn.allow_tf32 set at start-up",
+        {"tf32": True},
+    ),
+    "pin_memory": (
+        "pin_memory=True",
+        "every DataLoader built with pin_memory=True",
+        {"loader": {"pin_memory": True}},
+    ),
+}
+"""Fixes the agent applies with nothing from the finding but its kind: (fix, how, the agent's part)."""
 
 
 def _plan(finding: Mapping[str, Any]) -> Plan | None:
@@ -111,11 +141,13 @@ def _plan(finding: Mapping[str, Any]) -> Plan | None:
             applied_how=f"torch.save writes every {n}th call (the first included) in the trial run only",
             agent={"checkpoint_every": n},
         )
+    agent_only = AGENT_ONLY.get(str(kind))
+    if agent_only is not None:
+        fix, how, agent = agent_only
+        return replace(base, fix=fix, applied_how=how, agent=agent)
     if finding.get("estimated_speedup", 1.0) <= 1.0 and not finding.get("snippet"):
         return None  # nothing to change (compute-bound: "time goes where it should")
     why = {
-        "bf16_autocast": "autocast is not applied by try yet: the snippet shows the change",
-        "fp32": "autocast off is not applied by try yet: the snippet shows the change",
         "no_sync": "no_sync() needs the accumulation loop's code: the snippet shows the change",
     }.get(str(kind), "the fix needs a change in the program's code: the snippet shows it")
     return replace(base, fix=str(kind or fid), applied_how="-", cannot=why)
@@ -167,31 +199,114 @@ def trial_spec(plan: Plan | None, steps: int) -> tuple[dict[str, str], dict[str,
     return env, {**(dict(plan.agent) if plan is not None else {}), "stop_after": steps}
 
 
-def run_plan(plan: Plan, run_dir: Path, baseline_dir: Path, steps: int, runner: Runner) -> Tried:
-    """Run the program with `plan` applied and compare it with the baseline."""
-    from pinchpoint.compare.diff import diff_runs
+DOUBT_WIDTH = 1.25
+"""A 99% interval wider than this (high / low) leaves the ratio to whichever run met the machine's slow
+stretch: the pair runs again."""
+DOUBT_AGREE = 1.3
+"""A measurement this far (either way) from the baseline's own estimate runs again: on this shared
+machine a 30-step pair read ×0.80 for a thread fix its in-run trial priced ×1.5 (and ×1.4–1.7 again)."""
+
+
+def doubtful(t: Tried) -> bool:
+    """The first pair cannot be trusted alone: noise, a wide interval, or far from the prediction."""
+    if t.speedup is None or t.interval is None:
+        return False
+    low, high = t.interval
+    if not t.significant or low <= 0 or high / low > DOUBT_WIDTH:
+        return True
+    p = t.plan.predicted
+    return p is not None and p > 0 and not p / DOUBT_AGREE <= t.speedup <= p * DOUBT_AGREE
+
+
+class SecondBaseline:
+    """The baseline run once more, when a trial is in doubt (run at most once, shared by the plans)."""
+
+    def __init__(
+        self, run_dir: Path, steps: int, runner: Runner, say: Callable[[str], None] | None = None
+    ) -> None:
+        self.run_dir, self.steps, self.runner = run_dir, steps, runner
+        self.say = say or (lambda _line: None)
+        self._ran, self._ok = False, False
+
+    def get(self) -> Path | None:
+        if not self._ran:
+            self._ran = True
+            code, report, _ = self.runner(self.run_dir, *trial_spec(None, self.steps))
+            self._ok = report is not None and code == 0
+        return self.run_dir if self._ok else None
+
+
+def _pooled(first: Path, second: Path) -> Any:
+    from pinchpoint.compare.diff import RunSide
     from pinchpoint.pipeline.resolve import load_side
 
+    a, b = load_side(str(first)), load_side(str(second))
+    return RunSide(label=a.label, report=a.report, step_ns=a.step_ns + b.step_ns)
+
+
+def run_plan(
+    plan: Plan,
+    run_dir: Path,
+    baseline_dir: Path,
+    steps: int,
+    runner: Runner,
+    again: SecondBaseline | None = None,
+) -> Tried:
+    """Run the program with `plan` applied and compare it with the baseline; when that pair is in
+    doubt and `again` is given, run the trial and then the baseline once more and pool the pairs."""
     if plan.cannot is not None:
         return Tried(plan=plan)
+    first = _trial(plan, run_dir, baseline_dir, steps, runner)
+    if again is None or not doubtful(first) or first.run_dir is None:
+        return first
+    second_dir = run_dir.with_name(run_dir.name + "-again")
+    low, high = first.interval or (0.0, 0.0)
+    again.say(
+        f"{plan.id}: {_x(first.speedup)} [{low:.2f}-{high:.2f}] "
+        f"(predicted {_x(plan.predicted)}) is in doubt: the trial and the baseline run once more"
+    )
+    code, report, _ = runner(second_dir, *trial_spec(plan, steps))
+    base2 = again.get() if report is not None and code == 0 else None
+    if base2 is None:
+        return first
+    try:
+        return _compared(plan, run_dir, _pooled(baseline_dir, base2), _pooled(run_dir, second_dir), 2)
+    except (PinchpointError, ValueError):
+        return first
+
+
+def _trial(plan: Plan, run_dir: Path, baseline_dir: Path, steps: int, runner: Runner) -> Tried:
+    from pinchpoint.pipeline.resolve import load_side
+
     code, report, why = runner(run_dir, *trial_spec(plan, steps))
     if report is None:
         return Tried(plan=plan, run_dir=run_dir, error=why or f"the program exited with code {code}")
     if code != 0:
         return Tried(plan=plan, run_dir=run_dir, error=f"the program exited with code {code} under this fix")
     try:
-        d = diff_runs(load_side(str(baseline_dir)), load_side(str(run_dir)))
+        return _compared(plan, run_dir, load_side(str(baseline_dir)), load_side(str(run_dir)), 1)
     except (PinchpointError, ValueError) as exc:
         return Tried(plan=plan, run_dir=run_dir, error=f"no comparison: {exc}")
+
+
+def _compared(plan: Plan, run_dir: Path, before: Any, after: Any, pairs: int) -> Tried:
+    from pinchpoint.compare.diff import diff_runs
+
+    d = diff_runs(before, after)
     return Tried(
         plan=plan,
         run_dir=run_dir,
         speedup=d.speedup,
         interval=(d.test.low, d.test.high),
         significant=d.test.significant,
-        next_limit=_lead(report),
+        next_limit=_lead(after.report),
         steps=d.test.n_after,
+        pairs=pairs,
     )
+
+
+def _x(v: float | None) -> str:
+    return f"×{v:.2f}" if v is not None else "none"
 
 
 def _lead(report: Mapping[str, Any]) -> str | None:
@@ -223,6 +338,7 @@ def try_json(
             "predicted": round(t.plan.predicted, 3) if t.plan.predicted is not None else None,
             "next_limit": t.next_limit,
             "steps": t.steps,
+            "pairs": t.pairs,
             "run_dir": str(t.run_dir) if t.run_dir is not None else None,
             "error": t.error,
         }

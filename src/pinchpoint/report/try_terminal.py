@@ -16,7 +16,8 @@ def _measured(row: Mapping[str, Any]) -> str:
     low, high = row["interval"] or (0.0, 0.0)
     verdict = "" if row["significant"] else " (noise)"
     slower = " slower" if row["significant"] and row["speedup"] < 1 else ""
-    return f"{_x(row['speedup'])} [{low:.2f}-{high:.2f}]{verdict}{slower}"
+    pairs = " (2 pairs)" if row.get("pairs", 1) > 1 else ""
+    return f"{_x(row['speedup'])} [{low:.2f}-{high:.2f}]{verdict}{slower}{pairs}"
 
 
 def render_try(doc: Mapping[str, Any], baseline: Mapping[str, Any], out: TextIO) -> None:
@@ -44,7 +45,13 @@ def render_try(doc: Mapping[str, Any], baseline: Mapping[str, Any], out: TextIO)
             notes.append(f"{r['id']} ({r['fix']}): {r['error']}")
             continue
         rows.append((r["id"], r["fix"], _measured(r), _x(r["predicted"]), r["next_limit"] or "-"))
-        notes.append(f"{r['id']} ({r['fix']}): applied as {r['applied_how']}")
+        again = (
+            "; the first baseline/trial pair was in doubt (noise, a wide interval, or far from the "
+            "prediction), so both ran once more and the measurement pools the two pairs"
+            if r.get("pairs", 1) > 1
+            else ""
+        )
+        notes.append(f"{r['id']} ({r['fix']}): applied as {r['applied_how']}{again}")
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(), file=out)

@@ -8,7 +8,7 @@ from typing import ClassVar
 from pinchpoint.analysis.datasheet import gpu_peaks
 from pinchpoint.analysis.gpu.kernels import kernel_function_name
 from pinchpoint.analysis.gpu.tensor_cores import TensorCoreStatus
-from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject, speedup_removing
 from pinchpoint.diagnosis.rules.gpu_base import (
     MATRIX_UNIT_GAIN,
@@ -98,6 +98,7 @@ class GpuTensorCores(Rule):
             fix=Fact("gpu.math.fix", ampere=ampere),
             snippet=Fact("gpu.math.snippet", ampere=ampere),
             ranks=(rank.rank,),
+            fix_kind=FixKind.TF32 if ampere else None,  # the part of the fix `try` can apply
         )
 
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis
-from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject, speedup_removing
 from pinchpoint.diagnosis.rules.gpu_base import (
     HIGH_SHARE,
@@ -258,5 +258,6 @@ class GpuHostToDevice(Rule):
             ),
             fix=Fact("gpu.h2d.fix", pinned=pinned),
             snippet=Fact("gpu.h2d.snippet", pinned=pinned),
+            fix_kind=None if pinned else FixKind.PIN_MEMORY,
             ranks=(rank.rank,),
         )

@@ -200,7 +200,7 @@ class HostDispatch(Rule):
             ),
             snippet=Fact("host.dispatch.snippet", remedy=remedy),
             ranks=(rank.rank,),
-            fix_kind=FixKind.COMPILE if remedy == "ops" else None,
+            fix_kind={"ops": FixKind.COMPILE, "optimizer": FixKind.FUSED_OPTIMIZER}.get(remedy),
         )
 
 
