@@ -13,9 +13,12 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pinchpoint.errors import PinchpointError
+
+if TYPE_CHECKING:
+    from pinchpoint.compare.diff import RunSide
 
 SCHEMA = "pinchpoint.try/1"
 DEFAULT_STEPS = 30
@@ -60,6 +63,11 @@ class Tried:
 
 
 AGENT_ONLY: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "load_in_process": (
+        "num_workers=0",
+        "every DataLoader built with num_workers=0",
+        {"loader": {"num_workers": 0}},
+    ),
     "bf16_autocast": (
         "bf16 autocast",
         "each top-level module with parameters run under torch.autocast(its device, bfloat16), its "
@@ -117,13 +125,6 @@ def _plan(finding: Mapping[str, Any]) -> Plan | None:
             fix=f"num_workers={n}",
             applied_how=f"every DataLoader built with num_workers={n}, persistent_workers={n > 0}",
             agent={"loader": loader},
-        )
-    if kind == "load_in_process":
-        return replace(
-            base,
-            fix="num_workers=0",
-            applied_how="every DataLoader built with num_workers=0",
-            agent={"loader": {"num_workers": 0}},
         )
     if kind == "compile":
         return replace(
@@ -236,7 +237,7 @@ class SecondBaseline:
         return self.run_dir if self._ok else None
 
 
-def _pooled(first: Path, second: Path) -> Any:
+def _pooled(first: Path, second: Path) -> RunSide:
     from pinchpoint.compare.diff import RunSide
     from pinchpoint.pipeline.resolve import load_side
 
@@ -289,7 +290,7 @@ def _trial(plan: Plan, run_dir: Path, baseline_dir: Path, steps: int, runner: Ru
         return Tried(plan=plan, run_dir=run_dir, error=f"no comparison: {exc}")
 
 
-def _compared(plan: Plan, run_dir: Path, before: Any, after: Any, pairs: int) -> Tried:
+def _compared(plan: Plan, run_dir: Path, before: RunSide, after: RunSide, pairs: int) -> Tried:
     from pinchpoint.compare.diff import diff_runs
 
     d = diff_runs(before, after)
