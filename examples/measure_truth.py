@@ -31,7 +31,9 @@ import psutil
 HERE = os.path.dirname(os.path.abspath(__file__))
 # name -> (planted, [(fix label, extra argv)]); baseline is always the bare script. An argv word
 # "env:NAME=VALUE" sets NAME in the program's environment instead (a fix outside the code); a label
-# ending in "(category)" measured that cause, not the planted one (tests/truth.py reads it so).
+# ending in "(category)" measured that cause, not the planted one (tests/truth.py reads it so). A word
+# "preload:NAME" preloads that malloc (jemalloc, tcmalloc) where installed, as `pinchpoint try` does;
+# where it is not installed, the variant is skipped.
 GLIBC_KEEPS = ("glibc env (memory.pressure)",
                ["env:MALLOC_MMAP_THRESHOLD_=33554432", "env:MALLOC_TRIM_THRESHOLD_=1073741824"])
 EXAMPLES = {
@@ -51,7 +53,8 @@ EXAMPLES = {
     "cpu_underuse": ("cpu.underuse", [("--fix", ["--fix"])]),
     "io_checkpoint": ("io.checkpoint", [("--fix", ["--fix"])]),
     "memory_leak": ("memory.leak", [("--fix", ["--fix"])]),
-    "allocator_churn": ("memory.pressure", [("--fix", ["--fix"])]),
+    "allocator_churn": ("memory.pressure", [("--fix", ["--fix"]), ("jemalloc preload", ["preload:jemalloc"]),
+                                            ("tcmalloc preload", ["preload:tcmalloc"])]),
     "healthy": ("(none)", [("--fix (no-op)", ["--fix"])]),
     "lightning_fit": ("input.fetch", [("--fix", ["--fix"]), GLIBC_KEEPS]),
     "hf_trainer": ("input.fetch", [("--fix", ["--fix"]), GLIBC_KEEPS]),
@@ -60,6 +63,9 @@ EXAMPLES = {
     "char_gpt_memmap": ("compute.memory", [("--fix", ["--fix"]), GLIBC_KEEPS]),
     "char_gpt_sample": ("host.dispatch", [("--fix", ["--fix"]), GLIBC_KEEPS]),
     "hf_generate": ("host.dispatch", [("--fix", ["--fix"])]),
+    "stacked_fixes": ("input.fetch + io.checkpoint", [("--fix input", ["--fix", "input"]),
+                                                     ("--fix checkpoint", ["--fix", "checkpoint"]),
+                                                     ("--fix all", ["--fix", "all"])]),
     "two_causes": ("input.fetch + host.python", [("--fix input", ["--fix", "input"]),
                                                 ("--fix python", ["--fix", "python"]),
                                                 ("--fix all", ["--fix", "all"])]),
@@ -90,6 +96,13 @@ def _launch(script):
     return [os.path.join(os.path.dirname(sys.executable), words[0]), *words[1:]]
 
 
+def preloaded(name):
+    """The installed library of malloc `name`, found as `pinchpoint try` finds it (None: not here)."""
+    from pinchpoint.pipeline import preload
+
+    return preload.find(name)
+
+
 def run_once(name, argv, timeout):
     """One run: returns (tokens dict, wall s, foreign fraction of machine)."""
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -97,7 +110,10 @@ def run_once(name, argv, timeout):
     script = os.path.join(HERE, name + ".py")
     launch = _launch(script)  # e.g. torchrun for the DDP examples
     env = dict(os.environ, **dict(a[4:].split("=", 1) for a in argv if a.startswith("env:")))
-    argv = [a for a in argv if not a.startswith("env:")]
+    for a in argv:
+        if a.startswith("preload:"):
+            env["LD_PRELOAD"] = str(preloaded(a.removeprefix("preload:")))
+    argv = [a for a in argv if not a.startswith(("env:", "preload:"))]
     proc = subprocess.run([*launch, script, *argv] if launch else [sys.executable, script, *argv],
                           capture_output=True, text=True, timeout=timeout, env=env)
     wall, b1 = time.perf_counter() - w0, busy_seconds()
@@ -138,6 +154,8 @@ def main():
     rows, raw = [], []
     for name in names:
         planted, fixes = EXAMPLES[name]
+        fixes = [(label, argv) for label, argv in fixes
+                 if all(preloaded(a.removeprefix("preload:")) for a in argv if a.startswith("preload:"))]
         variants = [("", []), *fixes]
         res = {label: [] for label, _ in variants}
         for rep in range(args.reps):

@@ -39,8 +39,15 @@ REPORT = {
 }
 
 
+def _first_by_id(plans: list[try_fix.Plan]) -> dict[str, try_fix.Plan]:
+    out: dict[str, try_fix.Plan] = {}
+    for p in plans:
+        out.setdefault(p.id, p)
+    return out
+
+
 def test_each_finding_gets_its_applier_or_says_it_needs_code() -> None:
-    plans = {p.id: p for p in try_fix.plans(REPORT)}
+    plans = _first_by_id(try_fix.plans(REPORT))
     assert "compute.math" not in plans  # nothing to change
     threads = plans["cpu.oversubscription"]
     assert threads.cannot is None and threads.agent == {"threads": 2}
@@ -54,6 +61,31 @@ def test_each_finding_gets_its_applier_or_says_it_needs_code() -> None:
     assert plans["host.dispatch"].agent == {"compile": True} and plans["host.dispatch"].cannot is None
     python = plans["host.python"]
     assert python.cannot is not None and python.snippet and not python.env and not python.agent
+
+
+def test_an_allocator_finding_also_tries_jemalloc_and_tcmalloc_where_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pinchpoint.pipeline import preload
+
+    (tmp_path / "libtcmalloc_minimal.so.4").write_bytes(b"")
+    monkeypatch.setattr(preload, "lib_dirs", lambda: [tmp_path])
+    monkeypatch.setenv("LD_PRELOAD", "/opt/other.so")
+    glibc, jemalloc, tcmalloc = (p for p in try_fix.plans(REPORT) if p.id == "memory.pressure")
+    assert glibc.fix == "glibc thresholds" and glibc.cannot is None
+    assert jemalloc.cannot is not None and "not installed" in jemalloc.cannot and "apt-get" in jemalloc.cannot
+    assert tcmalloc.cannot is None
+    assert tcmalloc.env == {"LD_PRELOAD": f"{tmp_path / 'libtcmalloc_minimal.so.4'}:/opt/other.so"}
+    assert try_fix.slug(glibc) != try_fix.slug(tcmalloc)
+    # two mallocs cannot stack: together takes the one that measured more
+    tried = [
+        try_fix.Tried(plan=glibc, speedup=1.2, significant=True),
+        try_fix.Tried(plan=tcmalloc, speedup=1.3, significant=True),
+        try_fix.Tried(plan=_first_by_id(try_fix.plans(REPORT))["input.fetch"], speedup=1.1, significant=True),
+    ]
+    together = try_fix.combined(tried)
+    assert together is not None and together.fix == "tcmalloc preload + num_workers=2"
+    assert together.env == tcmalloc.env
 
 
 @pytest.mark.parametrize(
@@ -73,17 +105,22 @@ def test_precision_optimizer_and_cuda_fixes_are_applied_by_the_agent(
     assert plan.cannot is None and plan.agent == agent and not plan.env and plan.predicted == 1.4
 
 
-def test_select_top_all_and_by_id() -> None:
+def test_select_top_all_and_by_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pinchpoint.pipeline import preload
+
+    monkeypatch.setattr(preload, "lib_dirs", lambda: [])  # neither jemalloc nor tcmalloc installed
     plans = try_fix.plans(REPORT)
     assert [p.id for p in try_fix.select(plans, "top")] == ["cpu.oversubscription"]
-    assert len(try_fix.select(plans, "all")) == 6
+    assert len(try_fix.select(plans, "all")) == 8  # with the two preloads that cannot apply
     assert [p.id for p in try_fix.select(plans, "input")] == ["input.fetch"]
-    assert [p.id for p in try_fix.select(plans, "memory.pressure")] == ["memory.pressure"]
+    memory = try_fix.select(plans, "memory.pressure")
+    assert [p.fix for p in memory] == ["glibc thresholds", "jemalloc preload", "tcmalloc preload"]
+    assert [p.cannot is None for p in memory] == [True, False, False]
     assert try_fix.select(plans, "comm.exposed") == []
 
 
 def test_the_fixes_that_paid_are_tried_together() -> None:
-    plans = {p.id: p for p in try_fix.plans(REPORT)}
+    plans = _first_by_id(try_fix.plans(REPORT))
     tried = [
         try_fix.Tried(plan=plans["cpu.oversubscription"], speedup=1.5, significant=True),
         try_fix.Tried(plan=plans["input.fetch"], speedup=1.2, significant=True),
@@ -93,12 +130,13 @@ def test_the_fixes_that_paid_are_tried_together() -> None:
     together = try_fix.combined(tried)
     assert together is not None
     assert together.id == "cpu.oversubscription+input.fetch"
+    assert together.stacked and together.predicted == pytest.approx(1.5 * 1.2)
     assert dict(together.agent) == {"threads": 2, "loader": {"num_workers": 2, "persistent_workers": True}}
     assert try_fix.combined(tried[1:]) is None  # one paid: nothing to stack
 
 
 def test_the_table_reports_slower_fixes_failures_and_code_changes(tmp_path: Path) -> None:
-    plans = {p.id: p for p in try_fix.plans(REPORT)}
+    plans = _first_by_id(try_fix.plans(REPORT))
     tried = [
         try_fix.Tried(
             plan=plans["cpu.oversubscription"], speedup=1.52, interval=(1.4, 1.6), significant=True,
@@ -123,6 +161,23 @@ def test_the_table_reports_slower_fixes_failures_and_code_changes(tmp_path: Path
     assert "failed" in text and "not applied" in text and "if step % 50 == 0" in text
 
 
+def test_runs_that_end_short_of_the_steps_and_stacked_fixes_are_said(tmp_path: Path) -> None:
+    plans = _first_by_id(try_fix.plans(REPORT))
+    fetch, threads = plans["input.fetch"], plans["cpu.oversubscription"]
+    short = try_fix.Tried(plan=fetch, speedup=1.3, interval=(1.2, 1.4), significant=True, steps=12)
+    ok = try_fix.Tried(plan=threads, speedup=1.5, interval=(1.4, 1.6), significant=True, steps=30)
+    together = try_fix.combined([short, ok])
+    assert together is not None
+    both = try_fix.Tried(plan=together, speedup=2.4, interval=(2.2, 2.6), significant=True, steps=30)
+    doc = try_fix.try_json(["python", "train.py"], tmp_path, 30, [short, ok, both], 18)
+    out = io.StringIO()
+    render_try(doc, REPORT, out)
+    text = out.getvalue()
+    assert "the baseline ended after 18 steady steps of the 30 asked" in text
+    assert "it ended after 12 steady steps of the 30 asked" in text
+    assert "gains multiplied (×1.95); together gave more than that" in text
+
+
 def _steps(ms: float, n: int = 30) -> tuple[int, ...]:
     return tuple(int((ms + (i % 5) * 0.5) * 1e6) for i in range(n))
 
@@ -145,7 +200,7 @@ def test_a_pair_in_doubt_runs_again_as_abba_and_pools(
         return RunSide(label=ref, report={"findings": []}, step_ns=_steps(step_ms[Path(ref).name]))
 
     monkeypatch.setattr(resolve, "load_side", load_side)
-    plans = {p.id: p for p in try_fix.plans(REPORT)}  # both predicted x1.4
+    plans = _first_by_id(try_fix.plans(REPORT))  # both predicted x1.4
     again = try_fix.SecondBaseline(tmp_path / "baseline-again", 30, runner)
     base = tmp_path / "baseline"
     slow = try_fix.run_plan(plans["cpu.oversubscription"], tmp_path / "threads=2", base, 30, runner, again)
@@ -155,6 +210,42 @@ def test_a_pair_in_doubt_runs_again_as_abba_and_pools(
     assert ran[3:] == ["num_workers=2"] and fine.pairs == 1  # x1.25 against x1.4: no doubt
     assert fine.speedup is not None and abs(fine.speedup - 1.25) < 0.02
     assert try_fix.try_json(["p"], base, 30, [slow, fine], 30)["tried"][0]["pairs"] == 2
+
+
+def test_a_long_tight_pair_far_from_the_prediction_is_not_run_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from pinchpoint.compare.diff import RunSide
+    from pinchpoint.pipeline import resolve
+
+    step_ms = {"baseline": 100.0, "threads=2": 25.0}  # x4 against x1.4 predicted, tight
+    ran: list[str] = []
+    clock = [0.0]
+
+    def runner(run_dir: Path, env: Any, agent: Any) -> tuple[int, dict[str, Any] | None, str | None]:
+        ran.append(run_dir.name)
+        clock[0] += 200.0  # each run takes 200 s
+        return 0, {"findings": [], "history_id": 7}, None
+
+    def load_side(ref: str) -> RunSide:
+        return RunSide(label=ref, report={"findings": []}, step_ns=_steps(step_ms[Path(ref).name]))
+
+    monkeypatch.setattr(resolve, "load_side", load_side)
+    monkeypatch.setattr(try_fix.time, "monotonic", lambda: clock[0])
+    plan = _first_by_id(try_fix.plans(REPORT))["cpu.oversubscription"]
+    again = try_fix.SecondBaseline(tmp_path / "baseline-again", 30, runner)
+    got = try_fix.run_plan(plan, tmp_path / "threads=2", tmp_path / "baseline", 30, runner, again)
+    assert ran == ["threads=2"] and got.pairs == 1 and got.not_again and "~400 s" in got.not_again
+    doc = try_fix.try_json(["p"], tmp_path / "baseline", 30, [got], 30, baseline_id=6)
+    assert doc["tried"][0]["history_id"] == 7
+    out = io.StringIO()
+    render_try(doc, REPORT, out)
+    assert "did not run again" in out.getvalue() and "`pinchpoint diff #6 #7`" in out.getvalue()
+    clock[0], ran[:] = 0.0, []
+    monkeypatch.setattr(try_fix, "AGAIN_BUDGET_S", 1000.0)  # a short pair runs again
+    step_ms |= {"threads=2-again": 25.0, "baseline-again": 100.0}
+    got = try_fix.run_plan(plan, tmp_path / "threads=2", tmp_path / "baseline", 30, runner, again)
+    assert ran == ["threads=2", "threads=2-again", "baseline-again"] and got.pairs == 2
 
 
 def test_doubt() -> None:
@@ -245,6 +336,47 @@ def test_top_level_modules_with_parameters_run_compiled(monkeypatch: pytest.Monk
     loss.backward()
     assert compiled == [model]  # once, the model only: not its layers, not the loss
     assert torch.allclose(loss, want, atol=1e-6) and model[0].weight.grad is not None
+
+
+def test_an_accumulating_ddp_loop_all_reduces_once_per_optimizer_step(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    monkeypatch.setattr(DDP, "forward", DDP.forward)  # restored after
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        handle = appliers._no_sync_accumulation(torch, 4)
+        inner = torch.nn.Linear(4, 1)
+        synced: list[bool] = []
+        model = DDP(inner)
+        inner.register_forward_pre_hook(lambda _m, _a: synced.append(model.require_backward_grad_sync))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):  # two optimizer steps of four micro-batches
+            for _ in range(4):
+                model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        with torch.no_grad():
+            model(torch.randn(2, 4))  # evaluation: not counted, nothing to sync
+        handle.remove()
+    finally:
+        dist.destroy_process_group()
+    assert synced == [False, False, False, True] * 2 + [True]
+
+
+def test_no_sync_is_applied_only_where_the_loop_already_accumulates() -> None:
+    finding = _finding("comm.exposed", fix_kind="no_sync", snippet="with model.no_sync(): ...")
+    (plan,) = try_fix.plans(
+        {"findings": [{**finding, "fix_params": {"micro_batches": 4, "accumulating": 1}}]}
+    )
+    assert plan.cannot is None and plan.agent == {"no_sync": 4} and "no_sync" in plan.applied_how
+    (plan,) = try_fix.plans(
+        {"findings": [{**finding, "fix_params": {"micro_batches": 2, "accumulating": 0}}]}
+    )
+    assert plan.cannot is not None and plan.snippet
 
 
 def test_bf16_autocast_runs_the_model_not_the_loss_and_hands_back_fp32(
@@ -338,13 +470,67 @@ def test_files_a_run_writes_under_the_working_directory_are_found(tmp_path: Path
     assert written(None, {}) is None
 
 
-def test_the_table_says_what_the_runs_wrote(tmp_path: Path) -> None:
-    from pinchpoint.cli.try_cmd import _cwd_writes
+PROGRAM = """
+import os, pathlib
+tag = os.environ["TAG"]
+pathlib.Path("out").mkdir(exist_ok=True)
+pathlib.Path("out/ckpt.txt").write_text(tag)
+with open("log.txt", "a") as f:
+    f.write(tag + " " + pathlib.Path("data.txt").read_text() + "\\n")
+if tag == "trial":
+    pathlib.Path("cache/leak.txt").write_text(tag)
+"""
 
-    doc = try_fix.try_json(["python", "train.py"], tmp_path / "baseline", 30, [], 30)
-    doc["cwd_writes"] = _cwd_writes({"a": ["ckpt.pt"], "b": ["ckpt.pt", "log.txt"]})
-    assert doc["cwd_writes"] == {"checked": True, "files": ["ckpt.pt", "log.txt"], "count": 2}
+
+def test_trials_write_into_scratch_copies_not_over_the_users_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pinchpoint.cli.try_cmd import _Runs
+
+    (tmp_path / "data.txt").write_text("input")
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "train.py").write_text(PROGRAM)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PINCHPOINT_RUN_DIR", raising=False)
+    runs = _Runs([sys.executable, "train.py"], tmp_path / "runs", tmp_path / "runs" / "baseline")
+    runs(tmp_path / "runs" / "baseline", {"TAG": "baseline"}, {})
+    runs(tmp_path / "runs" / "trial", {"TAG": "trial"}, {})
+    scratch = tmp_path / "runs" / "scratch" / "trial"
+    assert (tmp_path / "out" / "ckpt.txt").read_text() == "baseline"
+    assert (tmp_path / "log.txt").read_text() == "baseline input\n"
+    assert (scratch / "out" / "ckpt.txt").read_text() == "trial"
+    # the trial resumed from the baseline's state: its log has both lines, in the copy only
+    assert (scratch / "log.txt").read_text() == "baseline input\ntrial input\n"
+    assert (scratch / "data.txt").is_symlink() and not (scratch / "log.txt").is_symlink()
+    doc = try_fix.try_json(["python", "train.py"], tmp_path / "runs" / "baseline", 30, [], 30)
+    doc["cwd_writes"] = runs.cwd_writes()
+    got = doc["cwd_writes"]
+    assert got["files"] == ["log.txt", "out/ckpt.txt"] and got["scratch"] and not got["reused"]
+    # a directory the baseline never wrote stays a link: the trial's write there reached the user's
+    assert got["leaked"] == ["cache/leak.txt"]
     out = io.StringIO()
     render_try(doc, {"steps": {"median_ms": 50.0}, "findings": []}, out)
-    assert "wrote 2 file(s) under the working directory" in out.getvalue()
-    assert _cwd_writes({"a": None, "b": []})["checked"] is False
+    text = out.getvalue()
+    assert "wrote 2 file(s) under the working directory" in text and "scratch copies" in text
+    assert "still wrote 1 file(s)" in text and "cache/leak.txt" in text
+
+
+def test_without_a_fresh_baseline_the_trials_run_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pinchpoint.cli.try_cmd import _Runs
+
+    (tmp_path / "data.txt").write_text("input")
+    (tmp_path / "train.py").write_text(PROGRAM)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PINCHPOINT_RUN_DIR", raising=False)
+    runs = _Runs([sys.executable, "train.py"], tmp_path / "runs", tmp_path / "recorded")
+    runs(tmp_path / "runs" / "trial", {"TAG": "again"}, {})
+    assert (tmp_path / "out" / "ckpt.txt").read_text() == "again"
+    got = runs.cwd_writes()
+    assert got["reused"] and not got["scratch"] and got["count"] == 2
+    doc = try_fix.try_json(["python", "train.py"], tmp_path / "recorded", 30, [], 30)
+    doc["cwd_writes"] = got
+    out = io.StringIO()
+    render_try(doc, {"steps": {"median_ms": 50.0}, "findings": []}, out)
+    assert "no scratch copy: the baseline was recorded earlier" in out.getvalue()

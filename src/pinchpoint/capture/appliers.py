@@ -1,6 +1,6 @@
 """`pinchpoint try`'s fixes inside the program, without changing its code: what `$PINCHPOINT_TRY` asks
 (JSON: `threads`, `loader`, `malloc`, `checkpoint_every`, `compile`, `autocast`, `fused_optimizer`,
-`tf32`, `cudnn_benchmark`, `stop_after`), applied when torch is attached.
+`tf32`, `cudnn_benchmark`, `no_sync`, `stop_after`), applied when torch is attached.
 
 - `threads`: intra-op threads for the whole run. `torch.set_num_threads` is held to it, so a program
   that sets its own count (the setting being tried) keeps the tried one.
@@ -19,6 +19,9 @@
   back to float32 so the loss is computed as before (mixed precision: fp32 weights and optimizer).
 - `fused_optimizer`: Adam, AdamW, SGD and Adagrad built with `fused=True` when the program passes
   neither `fused` nor `foreach` (`foreach=True` where fused refuses the parameters).
+- `no_sync`: N micro-batches: a DistributedDataParallel module's forwards run under `no_sync()` but
+  every N-th since the last optimizer step, so a loop that accumulates gradients over N micro-batches
+  all-reduces once (the finding says when the loop already accumulates; else the fix needs code).
 - `tf32`, `cudnn_benchmark`: `torch.backends.cuda.matmul.allow_tf32` and `cudnn.allow_tf32`, and
   `torch.backends.cudnn.benchmark`, set at start-up (CUDA only; on a CPU they change nothing).
 - `stop_after`: end the program cleanly (`SystemExit(0)` at a step boundary, so its `finally` blocks
@@ -32,6 +35,7 @@ launcher sets them (`pipeline/try_fix.py`).
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import json
 import os
@@ -93,6 +97,9 @@ class Applier:
             torch.backends.cudnn.allow_tf32 = True
         if self.spec.get("cudnn_benchmark") is True:
             torch.backends.cudnn.benchmark = True
+        micro = self.spec.get("no_sync")
+        if isinstance(micro, int) and micro >= 2:
+            _no_sync_accumulation(torch, micro)
 
     def step_written(self, index: int, steady: bool) -> None:
         """After step `index`'s line is written; `steady`: statistics will use it. Raises `StopTrial`
@@ -231,6 +238,29 @@ def _fused(cls: Any) -> None:
             original(self, params, *rest, foreach=True, **kwargs)
 
     cls.__init__ = __init__
+
+
+def _no_sync_accumulation(torch: Any, micro_batches: int) -> Any:
+    """DDP forwards under no_sync() but every `micro_batches`-th since the last optimizer step: the
+    backward of a forward run under no_sync() accumulates locally, and the last one all-reduces."""
+    ddp = torch.nn.parallel.DistributedDataParallel
+    original = ddp.forward
+    since_step = [0]
+
+    @functools.wraps(original)
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        since_step[0] += 1
+        if since_step[0] % micro_batches == 0 or not torch.is_grad_enabled():
+            return original(self, *args, **kwargs)
+        with self.no_sync():
+            return original(self, *args, **kwargs)
+
+    def stepped(*_: Any) -> None:
+        since_step[0] = 0
+
+    handle = importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook(stepped)
+    ddp.forward = forward
+    return handle
 
 
 def _save_every(torch: Any, every: int) -> None:

@@ -45,14 +45,14 @@ def _iso_now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def start_run_dir(run_dir: Path, command: list[str], mode: str) -> dict[str, Any]:
+def start_run_dir(run_dir: Path, command: list[str], mode: str, cwd: Path | None = None) -> dict[str, Any]:
     """Create the run directory with meta.json and environment.json; return the meta dict."""
     run_dir.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {
         "schema": SCHEMA,
         "pinchpoint_version": __version__,
         "command": command,
-        "cwd": os.getcwd(),
+        "cwd": str(cwd) if cwd is not None else os.getcwd(),
         "started_at": _iso_now(),
         "clock": {"wall_time_ns": time.time_ns(), "monotonic_ns": time.monotonic_ns()},
         "ended_at": None,
@@ -127,15 +127,19 @@ def launch(
     annotate: str | None = None,
     extra_env: Mapping[str, str] | None = None,
     mode: str = "run",
+    cwd: Path | None = None,
 ) -> LaunchResult:
     """Run `command` to completion under capture, writing `run_dir`. Never raises for the child's sake.
 
-    `stacks`: sample Python stacks of the whole process tree with py-spy (`capture/stacks.py`)."""
-    meta = start_run_dir(run_dir, command, mode)
+    `stacks`: sample Python stacks of the whole process tree with py-spy (`capture/stacks.py`).
+    `cwd`: the program's working directory (`pinchpoint try`'s scratch copy), else ours."""
+    meta = start_run_dir(run_dir, command, mode, cwd)
     env = child_environment(run_dir, opwindow, kineto=kineto, stacks=stacks, annotate=annotate)
     env.update(extra_env or {})  # `pinchpoint try`: the fix's environment and the agent's step budget
+    if cwd is not None:
+        env["PWD"] = str(cwd)
     try:
-        proc = subprocess.Popen(command, env=env)
+        proc = subprocess.Popen(command, env=env, cwd=cwd)
     except OSError as exc:
         finish_run_dir(run_dir, meta, 127, None)
         return LaunchResult(exit_code=127, signal=None, started=False, error=f"{exc.strerror}: {command[0]}")

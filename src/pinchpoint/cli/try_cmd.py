@@ -55,13 +55,11 @@ class TryCommand:
             raise UsageError("--steps must be at least 3 (the comparison needs a few steps each side)")
         command, baseline_ref = args.target, args.baseline_ref
         out = _out_dir(args.out, command, args.force)
-        wrote: dict[str, list[str] | None] = {}
-        runner = _runner(command, out, wrote)
+        baseline_dir = _recorded(baseline_ref) if baseline_ref is not None else out / "baseline"
+        runner = _Runs(command, out, baseline_dir)
         if baseline_ref is not None:
-            baseline_dir = _recorded(baseline_ref)
             report: Mapping[str, Any] = json.loads((baseline_dir / "report.json").read_text())
         else:
-            baseline_dir = out / "baseline"
             print(f"pinchpoint try: baseline ({steps} steady steps) ...", file=sys.stderr)
             code, got, why = runner(baseline_dir, *try_fix.trial_spec(None, steps))
             if got is None or code != 0:
@@ -95,8 +93,10 @@ class TryCommand:
             print(f"pinchpoint try: together: {together.fix} ...", file=sys.stderr)
             tried.append(try_fix.run_plan(together, out / "together", baseline_dir, steps, runner, again))
         baseline_steps = len(_steady(baseline_dir))
-        doc = try_fix.try_json(command, baseline_dir, steps, tried, baseline_steps)
-        doc["cwd_writes"] = _cwd_writes(wrote)
+        doc = try_fix.try_json(
+            command, baseline_dir, steps, tried, baseline_steps, _history_id(report, baseline_ref)
+        )
+        doc["cwd_writes"] = runner.cwd_writes()
         _write_json(out / "try.json", doc)
         if args.json:
             _write_json(Path(args.json), doc)
@@ -106,6 +106,13 @@ class TryCommand:
         print(f"pinchpoint try: runs in {out} (table: {out / 'try.json'})", file=sys.stderr)
         measured = [t for t in tried if t.speedup is not None]
         return 0 if measured or all(t.plan.cannot is not None for t in tried) else FAILED_EXIT
+
+
+def _history_id(report: Mapping[str, Any], ref: str | None) -> int | None:
+    got = report.get("history_id")
+    if isinstance(got, int):
+        return got
+    return int(ref.lstrip("#")) if ref is not None and ID.fullmatch(ref) else None
 
 
 def _steady(run_dir: Path) -> Sequence[int]:
@@ -125,32 +132,34 @@ def _write_json(path: Path, doc: Mapping[str, Any]) -> None:
 CWD_WRITES_SHOWN = 20
 
 
-def _cwd_writes(wrote: Mapping[str, list[str] | None]) -> dict[str, Any]:
-    """What the runs wrote under the working directory: the program's own outputs, written there by
-    every run as the program would (the trial runs have no scratch directory)."""
-    if any(files is None for files in wrote.values()):
-        return {"checked": False, "files": [], "count": 0}
-    files = sorted({f for got in wrote.values() for f in got or ()})
-    return {"checked": True, "files": files[:CWD_WRITES_SHOWN], "count": len(files)}
+class _Runs:
+    """Runs the command for `try`, and keeps what each run wrote under the working directory. Once the
+    baseline (run here, in the working directory, as the user's program runs) has written files there,
+    every later run gets a scratch copy of the directory as its own (`pipeline/scratch.py`)."""
 
+    def __init__(self, command: list[str], out: Path, baseline_dir: Path) -> None:
+        from pinchpoint.pipeline.written import snapshot
 
-def _runner(command: list[str], out: Path, wrote: dict[str, list[str] | None]) -> Any:
-    from pinchpoint.capture.appliers import TRY_ENV
-    from pinchpoint.capture.launcher import launch
-    from pinchpoint.pipeline.rundir import report_run_dir
-    from pinchpoint.pipeline.written import snapshot, written
+        self.command, self.out, self.baseline_dir = command, out, baseline_dir
+        self.cwd = Path.cwd()
+        self.wrote: dict[str, list[str] | None] = {}
+        self.scratch: dict[str, str] = {}
+        self._last = snapshot(self.cwd, skip=(out,))  # the working directory after the previous run
 
-    cwd = Path.cwd()
-    last = [snapshot(cwd, skip=(out,))]  # the working directory after the previous run
-
-    def run(
-        run_dir: Path, env: Mapping[str, str], agent: Mapping[str, Any]
+    def __call__(
+        self, run_dir: Path, env: Mapping[str, str], agent: Mapping[str, Any]
     ) -> tuple[int, dict[str, Any] | None, str | None]:
+        from pinchpoint.capture.appliers import TRY_ENV
+        from pinchpoint.capture.launcher import launch
+        from pinchpoint.pipeline.rundir import report_run_dir
+        from pinchpoint.pipeline.written import snapshot, written
+
+        workdir = self._workdir(run_dir)
         env = {**env, TRY_ENV: json.dumps(dict(agent))}
-        result = launch(command, run_dir, extra_env=env, mode="try")
-        after = snapshot(cwd, skip=(out,))
-        wrote[str(run_dir)] = written(last[0], after)
-        last[0] = after
+        result = launch(self.command, run_dir, extra_env=env, mode="try", cwd=workdir)
+        after = snapshot(self.cwd, skip=(self.out,))
+        self.wrote[str(run_dir)] = written(self._last, after)
+        self._last = after
         if not result.started:
             return 127, None, f"could not start the program: {result.error}"
         try:
@@ -158,7 +167,37 @@ def _runner(command: list[str], out: Path, wrote: dict[str, list[str] | None]) -
         except PinchpointError as exc:
             return result.exit_code, None, str(exc)
 
-    return run
+    def _workdir(self, run_dir: Path) -> Path | None:
+        from pinchpoint.pipeline.scratch import farm
+
+        base = self.wrote.get(str(self.baseline_dir))
+        if run_dir == self.baseline_dir or not base:
+            return None
+        try:
+            path = farm(self.cwd, self.out / "scratch" / run_dir.name, base, skip=(self.out,))
+        except OSError:
+            return None
+        self.scratch[str(run_dir)] = str(path)
+        return path
+
+    def cwd_writes(self) -> dict[str, Any]:
+        """What the runs wrote under the working directory: the baseline's own outputs (as the program
+        writes them), and anything the scratch runs still wrote there."""
+        if any(files is None for files in self.wrote.values()):
+            return {"checked": False, "files": [], "count": 0, "scratch": False, "leaked_count": 0}
+        base = self.wrote.get(str(self.baseline_dir))
+        files = sorted({f for d, got in self.wrote.items() if d not in self.scratch for f in got or ()})
+        leaked = sorted({f for d, got in self.wrote.items() if d in self.scratch for f in got or ()})
+        return {
+            "checked": True,
+            "files": files[:CWD_WRITES_SHOWN],
+            "count": len(files),
+            "scratch": bool(self.scratch),
+            "scratch_dir": str(self.out / "scratch") if self.scratch else None,
+            "reused": base is None,
+            "leaked": leaked[:CWD_WRITES_SHOWN],
+            "leaked_count": len(leaked),
+        }
 
 
 def _recorded(ref: str) -> Path:

@@ -39,7 +39,8 @@ class FixKind(str, Enum):
     LOG_LESS = "log_less"
     """Per-step Python (metrics, logging) moved off the step."""
     NO_SYNC = "no_sync"
-    """Gradient all-reduce once per accumulation; `fix_params` micro_batches."""
+    """Gradient all-reduce once per accumulation; `fix_params` micro_batches, accumulating (1: the loop
+    already accumulates over them and all-reduces each, so no_sync() applies without code)."""
     THREADS = "threads"
     """Intra-op threads; `fix_params` threads."""
     ALLOCATOR = "allocator"

@@ -10,6 +10,7 @@ is listed with its snippet, never faked.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -42,6 +43,8 @@ class Plan:
     agent: Mapping[str, Any] = field(default_factory=dict)
     """What `$PINCHPOINT_TRY` asks the agent (besides the step budget)."""
     predicted: float | None = None
+    stacked: bool = False
+    """Several fixes together: `predicted` is their measured gains multiplied (as if independent)."""
     cannot: str | None = None
     """Why pinchpoint cannot apply it (the snippet shows the change): then nothing is run."""
     snippet: str | None = None
@@ -60,6 +63,14 @@ class Tried:
     """One line: why this trial gave no measurement (the program failed under the fix, ...)."""
     pairs: int = 1
     """Baseline/trial pairs pooled: 2 when the first pair left doubt and both ran again (A B B A)."""
+    history_id: int | None = None
+    """The trial run's row in the history database (`pinchpoint diff`/`check` take it)."""
+    wall_s: float = 0.0
+    """How long the trial run took (the program's start-up included)."""
+    not_again: str | None = None
+    """Why a pair in doubt did not run again (it was tight, only far from the prediction, and long)."""
+    doubt: str | None = None
+    """Why the first pair was in doubt (`doubt()`), when it was."""
 
 
 AGENT_ONLY: dict[str, tuple[str, str, dict[str, Any]]] = {
@@ -93,6 +104,36 @@ AGENT_ONLY: dict[str, tuple[str, str, dict[str, Any]]] = {
     ),
 }
 """Fixes the agent applies with nothing from the finding but its kind: (fix, how, the agent's part)."""
+
+
+def _preloads(base: Plan) -> list[Plan]:
+    """jemalloc and tcmalloc in place of glibc's malloc, each where installed (else said so)."""
+    from pinchpoint.pipeline import preload
+
+    out = []
+    for name in preload.PRELOADS:
+        lib = preload.find(name)
+        if lib is None:
+            why = f"{name} is not installed here ({preload.INSTALL[name]})"
+            out.append(replace(base, fix=f"{name} preload", applied_how="-", cannot=why, snippet=None))
+            continue
+        out.append(
+            replace(
+                base,
+                fix=f"{name} preload",
+                applied_how=f"LD_PRELOAD={lib}: the program's malloc and free are {name}'s",
+                env={"LD_PRELOAD": preload.ld_preload(lib)},
+            )
+        )
+    return out
+
+
+def _plans(finding: Mapping[str, Any]) -> list[Plan]:
+    """Each way pinchpoint knows to apply the finding's fix (most often one)."""
+    first = _plan(finding)
+    if first is None:
+        return []
+    return [first, *_preloads(first)] if finding.get("fix_kind") == "allocator" else [first]
 
 
 def _plan(finding: Mapping[str, Any]) -> Plan | None:
@@ -142,6 +183,15 @@ def _plan(finding: Mapping[str, Any]) -> Plan | None:
             applied_how=f"torch.save writes every {n}th call (the first included) in the trial run only",
             agent={"checkpoint_every": n},
         )
+    n = params.get("micro_batches")
+    if kind == "no_sync" and params.get("accumulating") == 1 and isinstance(n, int) and n >= 2:
+        return replace(
+            base,
+            fix=f"no_sync over {n} micro-batches",
+            applied_how=f"each DistributedDataParallel module's forward run under no_sync() for the "
+            f"first {n - 1} of every {n} forwards between optimizer steps (the last all-reduces)",
+            agent={"no_sync": n},
+        )
     agent_only = AGENT_ONLY.get(str(kind))
     if agent_only is not None:
         fix, how, agent = agent_only
@@ -149,14 +199,14 @@ def _plan(finding: Mapping[str, Any]) -> Plan | None:
     if finding.get("estimated_speedup", 1.0) <= 1.0 and not finding.get("snippet"):
         return None  # nothing to change (compute-bound: "time goes where it should")
     why = {
-        "no_sync": "no_sync() needs the accumulation loop's code: the snippet shows the change",
+        "no_sync": "accumulating gradients over micro-batches changes the loop's code: the snippet shows it",
     }.get(str(kind), "the fix needs a change in the program's code: the snippet shows it")
     return replace(base, fix=str(kind or fid), applied_how="-", cannot=why)
 
 
 def plans(report: Mapping[str, Any]) -> list[Plan]:
     """A plan per finding of the baseline (biggest predicted gain first), appliable or not."""
-    return [p for f in report.get("findings") or [] if (p := _plan(f)) is not None]
+    return [p for f in report.get("findings") or [] for p in _plans(f)]
 
 
 def select(all_plans: Sequence[Plan], which: str) -> list[Plan]:
@@ -171,7 +221,15 @@ def select(all_plans: Sequence[Plan], which: str) -> list[Plan]:
 
 def combined(tried: Sequence[Tried]) -> Plan | None:
     """The fixes that paid, significantly, applied together (None when fewer than two paid)."""
-    paid = [t.plan for t in tried if t.significant and (t.speedup or 0) > 1.0 and t.plan.cannot is None]
+    best: dict[str, Tried] = {}  # one fix a finding: the one that measured most (one malloc at a time)
+    for t in tried:
+        paid_off = t.significant and (t.speedup or 0) > 1.0 and t.plan.cannot is None
+        if paid_off and (t.plan.id not in best or (t.speedup or 0) > (best[t.plan.id].speedup or 0)):
+            best[t.plan.id] = t
+    paid = [t.plan for t in best.values()]
+    product = 1.0
+    for t in best.values():
+        product *= t.speedup or 1.0
     if len(paid) < 2:
         return None
     env: dict[str, str] = {}
@@ -185,6 +243,8 @@ def combined(tried: Sequence[Tried]) -> Plan | None:
         applied_how="; ".join(p.applied_how for p in paid),
         env=env,
         agent=agent,
+        predicted=product,
+        stacked=True,
     )
 
 
@@ -208,15 +268,26 @@ DOUBT_AGREE = 1.3
 machine a 30-step pair read ×0.80 for a thread fix its in-run trial priced ×1.5 (and ×1.4–1.7 again)."""
 
 
-def doubtful(t: Tried) -> bool:
-    """The first pair cannot be trusted alone: noise, a wide interval, or far from the prediction."""
+AGAIN_BUDGET_S = 300.0
+"""A pair whose only doubt is its distance from the prediction runs again only when it took less than
+this: `compute_math.py`'s 9 s steps made a tight ×47 pair (predicted ×18) re-run for 18 minutes."""
+
+
+def doubt(t: Tried) -> str | None:
+    """Why the first pair cannot be trusted alone ("noise", "wide", "far" from the prediction), or None."""
     if t.speedup is None or t.interval is None:
-        return False
+        return None
     low, high = t.interval
-    if not t.significant or low <= 0 or high / low > DOUBT_WIDTH:
-        return True
+    if not t.significant:
+        return "noise"
+    if low <= 0 or high / low > DOUBT_WIDTH:
+        return "wide"
     p = t.plan.predicted
-    return p is not None and p > 0 and not p / DOUBT_AGREE <= t.speedup <= p * DOUBT_AGREE
+    return "far" if p is not None and p > 0 and not p / DOUBT_AGREE <= t.speedup <= p * DOUBT_AGREE else None
+
+
+def doubtful(t: Tried) -> bool:
+    return doubt(t) is not None
 
 
 class SecondBaseline:
@@ -258,8 +329,16 @@ def run_plan(
     if plan.cannot is not None:
         return Tried(plan=plan)
     first = _trial(plan, run_dir, baseline_dir, steps, runner)
-    if again is None or not doubtful(first) or first.run_dir is None:
+    why = doubt(first)
+    if again is None or why is None or first.run_dir is None:
         return first
+    if why == "far" and 2 * first.wall_s > AGAIN_BUDGET_S:
+        return replace(
+            first,
+            doubt=why,
+            not_again=f"far from the prediction, but its interval is tight and the pair took "
+            f"~{2 * first.wall_s:.0f} s, so it did not run again",
+        )
     second_dir = run_dir.with_name(run_dir.name + "-again")
     low, high = first.interval or (0.0, 0.0)
     again.say(
@@ -271,7 +350,8 @@ def run_plan(
     if base2 is None:
         return first
     try:
-        return _compared(plan, run_dir, _pooled(baseline_dir, base2), _pooled(run_dir, second_dir), 2)
+        pooled = _compared(plan, run_dir, _pooled(baseline_dir, base2), _pooled(run_dir, second_dir), 2)
+        return replace(pooled, history_id=first.history_id, doubt=why)
     except (PinchpointError, ValueError):
         return first
 
@@ -279,13 +359,16 @@ def run_plan(
 def _trial(plan: Plan, run_dir: Path, baseline_dir: Path, steps: int, runner: Runner) -> Tried:
     from pinchpoint.pipeline.resolve import load_side
 
+    start = time.monotonic()
     code, report, why = runner(run_dir, *trial_spec(plan, steps))
+    wall_s = time.monotonic() - start
     if report is None:
         return Tried(plan=plan, run_dir=run_dir, error=why or f"the program exited with code {code}")
     if code != 0:
         return Tried(plan=plan, run_dir=run_dir, error=f"the program exited with code {code} under this fix")
     try:
-        return _compared(plan, run_dir, load_side(str(baseline_dir)), load_side(str(run_dir)), 1)
+        tried = _compared(plan, run_dir, load_side(str(baseline_dir)), load_side(str(run_dir)), 1)
+        return replace(tried, history_id=report.get("history_id"), wall_s=wall_s)
     except (PinchpointError, ValueError) as exc:
         return Tried(plan=plan, run_dir=run_dir, error=f"no comparison: {exc}")
 
@@ -323,7 +406,12 @@ def slug(plan: Plan) -> str:
 
 
 def try_json(
-    command: Sequence[str], baseline_dir: Path, steps: int, tried: Sequence[Tried], baseline_steps: int
+    command: Sequence[str],
+    baseline_dir: Path,
+    steps: int,
+    tried: Sequence[Tried],
+    baseline_steps: int,
+    baseline_id: int | None = None,
 ) -> dict[str, Any]:
     def row(t: Tried) -> dict[str, Any]:
         return {
@@ -337,9 +425,13 @@ def try_json(
             "interval": [round(v, 4) for v in t.interval] if t.interval is not None else None,
             "significant": t.significant,
             "predicted": round(t.plan.predicted, 3) if t.plan.predicted is not None else None,
+            "stacked": t.plan.stacked,
             "next_limit": t.next_limit,
             "steps": t.steps,
             "pairs": t.pairs,
+            "history_id": t.history_id,
+            "not_again": t.not_again,
+            "doubt": t.doubt,
             "run_dir": str(t.run_dir) if t.run_dir is not None else None,
             "error": t.error,
         }
@@ -350,5 +442,6 @@ def try_json(
         "baseline": str(baseline_dir),
         "steps": steps,
         "baseline_steps": baseline_steps,
+        "baseline_history_id": baseline_id,
         "tried": [row(t) for t in tried],
     }

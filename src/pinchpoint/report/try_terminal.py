@@ -5,6 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TextIO
 
+DOUBTS = {
+    "noise": "not significant",
+    "wide": "its 99% interval was wider than ×1.25",
+    "far": "more than ×1.3 from the prediction",
+}
+
 
 def _x(value: float | None) -> str:
     return f"×{value:.2f}" if value is not None else "-"
@@ -23,7 +29,8 @@ def _measured(row: Mapping[str, Any]) -> str:
 def render_try(doc: Mapping[str, Any], baseline: Mapping[str, Any], out: TextIO) -> None:
     steps = baseline.get("steps") or {}
     median = steps.get("median_ms")
-    head = f"baseline: {doc['baseline']}"
+    base_id = doc.get("baseline_history_id")
+    head = f"baseline: {doc['baseline']}" + (f" (#{base_id})" if base_id is not None else "")
     if median is not None:
         head += f" · median step {median:.4g} ms"
     lead = (baseline.get("findings") or [{}])[0].get("id")
@@ -46,23 +53,76 @@ def render_try(doc: Mapping[str, Any], baseline: Mapping[str, Any], out: TextIO)
             continue
         rows.append((r["id"], r["fix"], _measured(r), _x(r["predicted"]), r["next_limit"] or "-"))
         again = (
-            "; the first baseline/trial pair was in doubt (noise, a wide interval, or far from the "
-            "prediction), so both ran once more and the measurement pools the two pairs"
+            f"; the first baseline/trial pair was in doubt ({DOUBTS.get(r.get('doubt') or '', 'noise')}), "
+            "so both ran once more and the measurement pools the two pairs"
             if r.get("pairs", 1) > 1
             else ""
         )
-        notes.append(f"{r['id']} ({r['fix']}): applied as {r['applied_how']}{again}")
+        notes.append(f"{r['id']} ({r['fix']}): applied as {r['applied_how']}{again}{_ran(doc, r)}")
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(), file=out)
-    writes = doc.get("cwd_writes") or {}
-    if writes.get("count"):
-        names = ", ".join(writes["files"][:5]) + (", ..." if writes["count"] > 5 else "")
-        notes.append(
-            f"the runs wrote {writes['count']} file(s) under the working directory, as the program "
-            f"does (no scratch copy): {names}"
+    if doc.get("baseline_steps") is not None and doc["baseline_steps"] < doc["steps"]:
+        notes.insert(
+            0, f"the baseline ended after {doc['baseline_steps']} steady steps of the {doc['steps']} asked"
         )
+    notes.extend(_writes(doc))
     if notes:
         print(file=out)
         for n in notes:
             print(f"  • {n}", file=out)
+
+
+def _ran(doc: Mapping[str, Any], row: Mapping[str, Any]) -> str:
+    """The trial's history id (for `pinchpoint diff`), and whether it ran short of the steps asked."""
+    text = ""
+    if row.get("stacked") and row["predicted"] is not None and row["interval"] is not None:
+        low, high = row["interval"]
+        verdict = (
+            "more than that: they help each other"
+            if low > row["predicted"]
+            else "less than that: they overlap"
+            if high < row["predicted"]
+            else "about that, as independent fixes do"
+        )
+        text += f"; predicted is the fixes' own gains multiplied (×{row['predicted']:.2f}); together gave {verdict}"
+    if row.get("not_again"):
+        text += f"; {row['not_again']}"
+    if row["steps"] and row["steps"] < doc["steps"] * row.get("pairs", 1):
+        text += f"; it ended after {row['steps']} steady steps of the {doc['steps']} asked"
+    base, run = doc.get("baseline_history_id"), row.get("history_id")
+    if run is not None:
+        text += f"; recorded as #{run}" + (f" (`pinchpoint diff #{base} #{run}`)" if base is not None else "")
+    return text
+
+
+def _names(files: list[str], count: int) -> str:
+    return ", ".join(files[:5]) + (", ..." if count > 5 else "")
+
+
+def _writes(doc: Mapping[str, Any]) -> list[str]:
+    """Where the runs' own outputs went: the baseline's into the working directory (as the program
+    writes them), the trials' into scratch copies of it."""
+    writes = doc.get("cwd_writes") or {}
+    lines = []
+    if writes.get("count"):
+        if writes.get("scratch"):
+            where = (
+                f"; the other runs ran in scratch copies of it ({writes['scratch_dir']}), so their "
+                "outputs are there and your files are as the baseline left them"
+            )
+        elif writes.get("reused"):
+            where = " (no scratch copy: the baseline was recorded earlier, so what it writes is not known)"
+        else:
+            where = " (the baseline wrote none, so no scratch copy was made)"
+        lines.append(
+            f"the runs wrote {writes['count']} file(s) under the working directory, as the program "
+            f"does: {_names(writes['files'], writes['count'])}{where}"
+        )
+    if writes.get("leaked_count"):
+        lines.append(
+            f"the scratch runs still wrote {writes['leaked_count']} file(s) under the working "
+            f"directory, through directories the baseline did not write: "
+            f"{_names(writes['leaked'], writes['leaked_count'])}"
+        )
+    return lines

@@ -103,7 +103,8 @@ def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
     accumulating = ddp is not None and comm.backward_calls >= ACCUMULATION_MIN
     # More than one blocked all-reduce a step: not all under no_sync (one that overlapped its backward
     # entirely is not seen, so "every backward waited" would miss accumulations that all-reduce each).
-    if accumulating and comm.synced_backwards >= ACCUMULATION_MIN:
+    no_sync = accumulating and comm.synced_backwards >= ACCUMULATION_MIN
+    if no_sync:
         remedy = _no_sync(comm, cost, step)
     elif on_cpu:
         remedy = _less_often(cost, step)
@@ -121,7 +122,10 @@ def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
         snippet=remedy.snippet,
         ranks=tuple(r.rank for r in rs),
         fix_kind=FixKind.NO_SYNC if accumulating or on_cpu else None,
-        fix_params=(("micro_batches", round(comm.backward_calls) if accumulating else 2),),
+        fix_params=(
+            ("micro_batches", round(comm.backward_calls) if accumulating else 2),
+            ("accumulating", int(no_sync)),
+        ),
     )
 
 
