@@ -32,6 +32,8 @@ CASES = [
     ("lightning_fit", "input.fetch", ["--fix"]),
     ("io_checkpoint", "io.checkpoint", ["--fix"]),
     ("host_dispatch", "host.dispatch", ["--fix"]),  # compile, against the code fix (batched ops)
+    ("stacked_fixes", "input.fetch", ["--fix", "input"]),
+    ("stacked_fixes", "io.checkpoint", ["--fix", "checkpoint"]),
 ]
 
 
