@@ -71,6 +71,7 @@ def main() -> int:
             "kineto",
             "bootstrap-noop",
             "stacks",
+            "native",
             "sampler-rare",
             "callback",
         ],
@@ -108,6 +109,8 @@ def main() -> int:
         arms["sampler rare"] = ["--interval", "60"]
     if "stacks" in args.arm:  # deep mode: py-spy samples the program's stacks at 100 Hz
         arms["stacks"] = ["--stacks"]
+    if "native" in args.arm:  # perf samples the program's native stacks at 99 Hz
+        arms["native"] = ["--native"]
     if "callback" in args.arm:  # the framework examples with pinchpoint's callback (--callback) as well
         arms["callback"] = ["ARG:--callback"]
     if "agent-only" in args.arm:  # the agent in the bare program: no launcher, no sampler, no window

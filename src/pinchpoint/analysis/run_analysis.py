@@ -17,6 +17,7 @@ from pinchpoint.analysis.memory import (
     memory_trend,
     page_faults,
 )
+from pinchpoint.analysis.native import NativeBreakdown, native_breakdown
 from pinchpoint.analysis.ops import OpStats, op_stats
 from pinchpoint.analysis.roofline import MemoryTraffic, memory_traffic
 from pinchpoint.analysis.stacks import StackSummary, stack_summary
@@ -44,6 +45,8 @@ class RankAnalysis:
     """Elementwise memory traffic and fusion chains in the op window."""
     stacks: StackSummary | None = None
     """Where the Python stack samples landed (`pinchpoint run --stacks`)."""
+    native: NativeBreakdown | None = None
+    """Where the native (perf) samples of the rank's processes went (`pinchpoint run --native`)."""
     comm: CommActivity | None = None
     """Collectives and DDP's gradient all-reduce wait per step (distributed programs)."""
     thread_trial: ThreadTrialResult | None = None
@@ -78,8 +81,13 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
     if run.stacks is not None and main is not None:
         workers = {p for c in rank.loaders for p in c.worker_pids} | {f.pid for f in rank.fetches}
         stacks = stack_summary(run.stacks, [main.pid], workers - {main.pid}, run.meta.cwd, main.loop)
+    native = None
+    if run.native is not None:
+        pids = {p.pid for p in rank.processes}
+        native = native_breakdown(run.native, pids if len(run.ranks) > 1 else None)
     return RankAnalysis(
         rank=rank.rank,
+        native=native,
         steps=stats,
         loader=loader,
         cpu=cpu,

@@ -19,6 +19,7 @@ from typing import Any
 
 from pinchpoint._version import __version__
 from pinchpoint.capture import environment
+from pinchpoint.capture import native as native_sampling
 from pinchpoint.capture.agent import OPWINDOW_ENV, RUN_DIR_ENV
 from pinchpoint.capture.annotate import ANNOTATE_ENV
 from pinchpoint.capture.opwindow import RECORDER_ENV
@@ -128,16 +129,20 @@ def launch(
     extra_env: Mapping[str, str] | None = None,
     mode: str = "run",
     cwd: Path | None = None,
+    native: bool = False,
 ) -> LaunchResult:
     """Run `command` to completion under capture, writing `run_dir`. Never raises for the child's sake.
 
     `stacks`: sample Python stacks of the whole process tree with py-spy (`capture/stacks.py`).
-    `cwd`: the program's working directory (`pinchpoint try`'s scratch copy), else ours."""
+    `cwd`: the program's working directory (`pinchpoint try`'s scratch copy), else ours.
+    `native`: sample native stacks with perf (`capture/native.py`)."""
     meta = start_run_dir(run_dir, command, mode, cwd)
     env = child_environment(run_dir, opwindow, kineto=kineto, stacks=stacks, annotate=annotate)
     env.update(extra_env or {})  # `pinchpoint try`: the fix's environment and the agent's step budget
     if cwd is not None:
         env["PWD"] = str(cwd)
+    if native:
+        env.update({k: v for k, v in native_sampling.JIT_PROFILE_ENV.items() if k not in env})
     try:
         proc = subprocess.Popen(command, env=env, cwd=cwd)
     except OSError as exc:
@@ -149,6 +154,7 @@ def launch(
     stack_sampler = (
         spawn_stack_sampler(run_dir, proc.pid, stacks_rate_hz or DEFAULT_RATE_HZ) if stacks else None
     )
+    native_sampler = native_sampling.spawn_native_sampler(run_dir, proc.pid) if native else None
 
     def forward(signum: int, frame: Any) -> None:
         if proc.poll() is None:
@@ -164,6 +170,7 @@ def launch(
         signal.signal(signal.SIGTERM, old_term)
         stop_sampler(sampler)
         stop_stack_sampler(stack_sampler)
+        native_sampling.stop_native_sampler(native_sampler, run_dir)
     sig_name = None
     if rc < 0:
         sig_name = signal.Signals(-rc).name

@@ -1,4 +1,5 @@
-"""pinchpoint analyze PATH: diagnose PyTorch profiler (Kineto) traces another tool wrote."""
+"""pinchpoint analyze PATH: diagnose files another profiler wrote: PyTorch profiler (Kineto) traces and
+Nsight Systems SQLite exports, the reader chosen by the file's content."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ PROGRESS_AFTER_S = 2.0
 
 class AnalyzeCommand:
     NAME = "analyze"
-    HELP = "diagnose PyTorch profiler traces (a .json/.json.gz file or a directory of per-rank traces)"
+    HELP = (
+        "diagnose profiler files: PyTorch profiler traces (a .json/.json.gz file or a directory of "
+        "per-rank traces), an Nsight Systems SQLite export (nsys export --type sqlite), perf script "
+        "text or folded stacks"
+    )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("path", help="a trace file, or a directory with one trace per rank")
@@ -45,6 +50,15 @@ class AnalyzeCommand:
         if args.workers < 0:
             raise UsageError("--workers must be 1 or more")
 
+        from pinchpoint.pipeline.stack_files import report_stack_file
+
+        stacks_doc = report_stack_file(Path(args.path), Path(args.json) if args.json else None)
+        if stacks_doc is not None:  # perf script text or folded stacks: no timeline, no steps
+            from pinchpoint.report.stacks_terminal import render_stacks
+
+            if not args.quiet:
+                render_stacks(stacks_doc, sys.stdout)
+            return 0
         bar = _ProgressBar(enabled=sys.stderr.isatty() and not args.quiet)
         try:
             report = report_traces(

@@ -24,6 +24,7 @@ FLAG_OPTIONS = {
     "--no-color",
     "--kineto",
     "--stacks",
+    "--native",
     "--no-trials",
     "-h",
     "--help",
@@ -59,6 +60,12 @@ class RunCommand:
             action="store_true",
             help="sample Python stacks of the program and its DataLoader workers with py-spy; writes "
             "flamegraph.svg and stacks.speedscope.json and names the hottest functions (~2%% slower at 20 Hz)",
+        )
+        parser.add_argument(
+            "--native",
+            action="store_true",
+            help="sample native stacks with perf (kernel, OpenMP, BLAS/oneDNN kernels): the report says "
+            "where CPU time went below Python (page faults, barrier spin, which kernel and instruction set)",
         )
         parser.add_argument(
             "--stacks-rate",
@@ -105,6 +112,7 @@ class RunCommand:
             stacks_rate_hz=args.stacks_rate,
             annotate=args.annotate,
             extra_env={TRIALS_ENV: "off"} if args.no_trials else None,
+            native=args.native,
         )  # interval None: the sampler's default
         if not result.started:
             shutil.rmtree(run_dir, ignore_errors=True)

@@ -24,6 +24,7 @@ from pinchpoint.diagnosis.merge import (
     sort_key,
     with_loader_verdict,
 )
+from pinchpoint.diagnosis.native_evidence import with_native_evidence
 from pinchpoint.diagnosis.notes import (
     CUDA_SOURCE,
     context_notes,
@@ -81,6 +82,7 @@ def diagnose_job(job: Job, rules: Sequence[Rule] = RULES) -> Diagnosis:
     findings = tuple(sorted(by_id.values(), key=sort_key))
     if job.runs:
         findings = on_a_shared_machine(_in_context(job, findings), job.runs)
+        findings = with_native_evidence(findings, job.runs, job.env)
         notes.extend(context_notes(job.runs))
     return Diagnosis(findings=findings, notes=unique(notes))
 

@@ -6,7 +6,6 @@ become `Run.warnings`, not errors. Only a directory with no meta.json at all is 
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
 import re
@@ -15,11 +14,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pinchpoint.errors import RunDirError, TraceError
+from pinchpoint.errors import RunDirError
 from pinchpoint.ingest import opwindow as opwindow_reader
 from pinchpoint.ingest.fields import as_dict, as_float, as_int, as_list, as_str, jsonl, load_json
 from pinchpoint.ingest.probes import read_probes
-from pinchpoint.ingest.stacks import read_folded
+from pinchpoint.ingest.run_stacks import run_native, run_stacks
 from pinchpoint.ingest.trials import (
     ALLOC_TRIAL_FILE,
     TRIAL_FILE,
@@ -54,7 +53,6 @@ from pinchpoint.trace.run import (
     ThreadSettings,
     TorchBuild,
 )
-from pinchpoint.trace.stacks import Stacks
 
 
 def read_run_dir(path: Path) -> Run:
@@ -77,42 +75,17 @@ def read_run_dir(path: Path) -> Run:
     if world != meta.world_size:
         meta = replace(meta, world_size=world)
     system = tuple(_system_sample(o) for o in jsonl(path / "system.jsonl", warnings))
-    stacks = _stacks(path, warnings)
+    stacks = run_stacks(path, warnings)
+    native = run_native(path, warnings)
     return Run(
         meta=meta,
         environment=environment,
         ranks=ranks,
         system=system,
         stacks=stacks,
+        native=native,
         warnings=tuple(warnings),
     )
-
-
-def _stacks(path: Path, warnings: list[str]) -> Stacks | None:
-    """`stacks.folded` (py-spy), when the run asked for stacks; what went wrong otherwise."""
-    meta = load_json(path / "stacks.json", []) if (path / "stacks.json").is_file() else None
-    if not isinstance(meta, dict):
-        return None
-    folded = path / "stacks.folded"
-    if not folded.is_file() or folded.stat().st_size == 0:
-        why = ""
-        with contextlib.suppress(OSError):
-            why = (path / "stacks.log").read_text(errors="replace").strip().splitlines()[-1]
-        warnings.append(f"stacks were asked for but none were recorded{': ' + why if why else ''}")
-        return None
-    rate = meta.get("rate_hz")
-    try:
-        stacks, bad = read_folded(
-            folded,
-            rate_hz=float(rate) if isinstance(rate, (int, float)) and rate > 0 else None,
-            source="py-spy",
-        )
-    except TraceError as exc:
-        warnings.append(str(exc))
-        return None
-    if bad:
-        warnings.append(f"{folded.name}: {bad} line(s) could not be read and were skipped")
-    return stacks
 
 
 def opwindow_file(rank_dir: Path) -> Path | None:

@@ -13,6 +13,7 @@ their frames are dropped so the stacks read as the program runs without pinchpoi
 
 from __future__ import annotations
 
+import codecs
 import re
 from pathlib import Path
 
@@ -36,10 +37,17 @@ def read_folded(path: Path, *, rate_hz: float | None = None, source: str = "") -
             raise TraceError(
                 f"{path}: {size >> 20} MiB of stacks is more than pinchpoint reads ({MAX_BYTES >> 20} MiB)"
             )
-        text = path.read_text(errors="replace")
+        data = path.read_bytes()
     except OSError as exc:
         raise TraceError(f"{path}: cannot read the stack samples ({exc.strerror})") from exc
-    return parse_folded(text, rate_hz=rate_hz, source=source or path.name)
+    return parse_folded(_decode(data), rate_hz=rate_hz, source=source or path.name)
+
+
+def _decode(data: bytes) -> str:
+    """UTF-8, or UTF-16 / UTF-8 after a byte-order mark (PowerShell's `>` writes UTF-16); CRLF is fine."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return data.decode("utf-16", errors="replace")
+    return data.decode("utf-8-sig", errors="replace")
 
 
 def parse_folded(text: str, *, rate_hz: float | None = None, source: str = "") -> tuple[Stacks, int]:

@@ -6,13 +6,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pinchpoint.analysis.gpu.trace_analysis import combine_ranks
+from pinchpoint.analysis.gpu.trace_analysis import analyze_trace, combine_ranks
 from pinchpoint.analysis.roofline import datasheet_ceilings
 from pinchpoint.analysis.views import RooflineView, roofline_view
 from pinchpoint.diagnosis.engine import diagnose_gpu
 from pinchpoint.errors import TraceError, UsageError
 from pinchpoint.ingest.kineto import trace_files
+from pinchpoint.ingest.nsys import read_nsys_ranks
 from pinchpoint.ingest.opwindow import read_opwindow
+from pinchpoint.ingest.sniff import is_sqlite
 from pinchpoint.pipeline.ranks import map_ranks
 from pinchpoint.report.gpu_report import build_gpu_report
 from pinchpoint.report.json_report import write_report
@@ -26,14 +28,19 @@ def report_traces(
     workers: int = 1,
     cluster: str | None = None,
 ) -> dict[str, Any]:
-    """Analyse a profiler trace (`.json`, `.json.gz`) or a directory of per-rank traces; return the
-    report (and write it to `json_path`). Ranks are analysed one by one here, on `workers` local
-    processes, or on the Dask cluster at `cluster` (`pipeline.ranks`), then compared."""
+    """Analyse a profiler trace (Kineto `.json`, `.json.gz`, or an Nsight Systems SQLite export, told
+    apart by content) or a directory of per-rank Kineto traces; return the report (and write it to
+    `json_path`). Ranks are analysed one by one here, on `workers` local processes, or on the Dask
+    cluster at `cluster` (`pipeline.ranks`), then compared. An Nsight export's GPU processes are its
+    ranks, read in one pass here."""
     if not path.exists():
         raise TraceError(f"{path}: no such file or directory")
     if path.is_dir() and (path / "meta.json").is_file() and (path / "ranks").is_dir():
         raise UsageError(f"{path} is a `pinchpoint run` directory: use `pinchpoint report {path}`")
-    ranks = map_ranks(path, workers=workers, cluster=cluster, progress=progress)
+    if path.is_file() and is_sqlite(path):
+        ranks = [analyze_trace(t) for t in read_nsys_ranks(path, progress=progress)]
+    else:
+        ranks = map_ranks(path, workers=workers, cluster=cluster, progress=progress)
     analysis = combine_ranks(ranks)
     report = build_gpu_report(analysis, diagnose_gpu(analysis), str(path))
     if json_path is not None:
@@ -49,6 +56,8 @@ def trace_roofline(path: Path) -> RooflineView | None:
     """The first readable trace (of at most two: rank 0's, else the next) as ops timed by their kernels,
     against the datasheet ceilings of its GPU: what `analyze --html` draws on a roofline. None when no
     trace has kernels linked to ops, names a known GPU, or is small enough to re-read."""
+    if path.is_file() and is_sqlite(path):
+        return None  # an Nsight export has no framework ops to place on a roofline
     try:
         files = [path] if path.is_file() else trace_files(path)[:2]
     except (OSError, TraceError):

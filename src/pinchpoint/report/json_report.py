@@ -198,6 +198,21 @@ def _stacks(rank: RankAnalysis) -> dict[str, Any] | None:
     return out
 
 
+def _native(rank: RankAnalysis) -> dict[str, Any] | None:
+    """Where the native samples of this rank went (`pinchpoint run --native`)."""
+    n = rank.native
+    if n is None:
+        return None
+    return {
+        "samples_weight": n.total,
+        "shares": {c: rounded(v, 3) for c, v in n.shares.items()},
+        "threads": n.threads,
+        "busy_threads": n.busy_threads,
+        "kernels": [{"kernel": k.family, "isa": k.isa, "share": rounded(k.share, 3)} for k in n.kernels],
+        "isa_shares": {k: rounded(v, 3) for k, v in n.isa_shares.items()},
+    }
+
+
 def build_report(analysis: RunAnalysis, diagnosis: Diagnosis) -> dict[str, Any]:
     run = analysis.run
     first = analysis.ranks[0] if analysis.ranks else None
@@ -223,6 +238,7 @@ def build_report(analysis: RunAnalysis, diagnosis: Diagnosis) -> dict[str, Any]:
         "ranks": [
             {"rank": r.rank, "steps": _steps(r.steps), "breakdown": _breakdown(r.steps), "memory": _memory(r)}
             | ({"stacks": _stacks(r)} if r.stacks is not None else {})
+            | ({"native": _native(r)} if r.native is not None else {})
             for r in analysis.ranks
         ],
         "findings": [finding_dict(f) for f in diagnosis.findings],

@@ -479,5 +479,8 @@ class Run:
     system: tuple[SystemSample, ...] = ()
     stacks: Stacks | None = None
     """Python stack samples of the whole process tree (`pinchpoint run --stacks`)."""
+    native: Stacks | None = None
+    """Native stack samples (perf: symbol as `Frame.function`, DSO as `Frame.file`, thread id as
+    `StackSample.thread`, weight the sample's period) of the process tree (`pinchpoint run --native`)."""
     warnings: tuple[str, ...] = ()
     """Problems met while reading the run directory (truncated files, missing parts)."""

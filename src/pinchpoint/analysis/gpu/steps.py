@@ -33,12 +33,14 @@ from pinchpoint.analysis.gpu._common import (
 )
 from pinchpoint.trace.kineto import EventTable, KinetoTrace
 
-STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+STEP_NAME = re.compile(r"^(?:ProfilerStep#|pinchpoint/step )(\d+)$")
+"""torch.profiler's step ranges, and pinchpoint's own (`pinchpoint run --annotate nvtx|itt`), which an
+Nsight Systems or VTune timeline of the run carries."""
 
 
 def is_dataloader_wait(name: str) -> bool:
     """The DataLoader iterator's `__next__` range, as PyTorch names it in every schema seen so far."""
-    return "DataLoader" in name and "__next__" in name
+    return ("DataLoader" in name and "__next__" in name) or name == "pinchpoint/data_wait"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,7 +155,14 @@ def step_stats(trace: KinetoTrace) -> StepStats:
     if numbers.size == 0:
         return StepStats(
             steps=(),
-            note="no ProfilerStep#N ranges in the trace (profile with torch.profiler and call prof.step())",
+            note="no ProfilerStep#N ranges in the trace ("
+            + (
+                "mark steps with NVTX ranges named ProfilerStep#N, or run under `pinchpoint run "
+                "--annotate nvtx` inside nsys"
+                if trace.meta.schema.startswith("nsys")
+                else "profile with torch.profiler and call prof.step()"
+            )
+            + ")",
             dataloader_ranges=n_loader,
         )
     busy = gpu_busy(ev)

@@ -21,6 +21,7 @@ from pinchpoint.report.phrases import (
     input,
     memory,
     merge,
+    native,
     notes,
     whatif,
 )
@@ -38,6 +39,7 @@ BOOKS: tuple[Mapping[str, Phrase], ...] = (
     input.PHRASES,
     memory.PHRASES,
     merge.PHRASES,
+    native.PHRASES,
     notes.PHRASES,
     whatif.PHRASES,
 )
