@@ -80,7 +80,9 @@ def main() -> None:
         code = statistics.median(ratios)
         speedup, interval = row.get("speedup"), row.get("interval")
         if not isinstance(speedup, float) or not isinstance(interval, list):
-            print(f"| {example} | {row.get('fix', '-')} | {row.get('error') or row.get('cannot')} | ×{code:.2f} | - |")
+            print(
+                f"| {example} | {row.get('fix', '-')} | {row.get('error') or row.get('cannot')} | ×{code:.2f} | - |"
+            )
             continue
         low, high = interval
         print(

@@ -126,6 +126,23 @@ def test_unreadable_lines_are_counted() -> None:
     assert bad == 2
 
 
+def test_hostile_long_lines_parse_without_backtracking_for_ever() -> None:
+    """Each line would take Python's regex engine minutes matched with the script's own patterns."""
+    n = 100_000
+    lines = [
+        "ab " + "1" * n + "x",
+        "a" + " " * n + "x",
+        "ab 1 " + ": 1" * n,
+        "    " + "a" * n,
+        "    a" + " (" * n,
+    ]
+    text = "ab 1 1.0: 1 cycles:\n" + "\n".join(lines) + "\n\t7f " + ".(" * n + "+0x1" * n + " (x)\n\n"
+    samples, bad = parse_counted(text)
+    assert len(samples) == 2  # `ab 1 : 1: 1...` is a header
+    assert bad == 4
+    assert sum(collapse(samples, all=True).values()) == 1
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.text(alphabet=st.sampled_from(list("ab 0123:/[]()+x;->\t\r\n#Lé")), max_size=300))
 def test_any_text_parses_and_folds_without_raising(text: str) -> None:

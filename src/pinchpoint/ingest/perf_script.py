@@ -32,18 +32,22 @@ from pinchpoint.errors import TraceError
 from pinchpoint.ingest.stacks import MAX_BYTES as _FOLDED_MAX_BYTES
 from pinchpoint.trace.stacks import Frame, Stacks, StackSample
 
-# The script's own line patterns, so edge cases fall the same way. Perl matches bytes: hence ASCII
-# classes, and a comm of at least two bytes (`\S.+?`), which one non-ASCII character already is. The
-# script's `(\d+)*` is `(\d+)?` here: the same matches, without Python's exponential backtracking.
-_HEADER = re.compile(r"^((?:[^\x00-\x7f]|\S.).*?)\s+(\d+)/*(\d+)?\s+", re.ASCII)
-_EVENT = re.compile(r":\s*(\d+)?\s+(\S+):\s*$", re.ASCII)
-_FRAME = re.compile(r"^\s*(\w+)\s*(.+) \((.*)\)", re.ASCII)
+# The script's line patterns are matched by hand below, with the same results in linear time (Python's
+# backtracking would take seconds on a hostile line): header `^(\S.+?)\s+(\d+)\/*(\d+)*\s+`, its end
+# `:\s*(\d+)*\s+(\S+):\s*$`, frame `^\s*(\w+)\s*(.+) \((.*)\)`. Perl matches bytes: ASCII classes.
+_WS = " \t\n\r\x0b\x0c"
+_DIGITS = "0123456789"
+_WS_RUN = re.compile(r"\s+", re.ASCII)
+_WS_RUN0 = re.compile(r"\s*", re.ASCII)
+_DIGIT_RUN = re.compile(r"\d*", re.ASCII)
+_SLASH_RUN = re.compile(r"/*")
+_WORD_RUN = re.compile(r"\w*", re.ASCII)
+_MAX_DIGITS = 19
+"""Longer numbers are not ids, periods or times (and Python refuses to convert thousands of digits)."""
 _DETAIL = re.compile(r"(?:\[(\d+)\]\s+)?(?:(\d+)\.(\d{1,9}):)?", re.ASCII)
 """What follows the ids: `[cpu]` and `seconds.fraction:`, both optional."""
 _OFFSET = re.compile(r"\+0x[\da-f]+$")
-_GO_METHOD = re.compile(r"\.\(.*\)\.")
 _ARGUMENTS = re.compile(r"\((?!anonymous namespace\)).*")
-_KERNEL_DSO = re.compile(r"(^\[|vmlinux$)")
 _JIT_DSO = re.compile(r"/tmp/perf-\d+\.map")
 _HEX_ADDRESS = re.compile(r"^\s*[0-9a-fA-F]+\s")
 _EVENT_NAME = re.compile(r"\S:(?:\s|$)")
@@ -130,26 +134,24 @@ def parse_counted(text: str) -> tuple[list[PerfSample], int]:
 
 def _header(line: str, number: int) -> PerfSample | None:
     """The sample a header line starts (no frames yet, not complete), or None if it is not one."""
-    m = _HEADER.match(line)
+    m = _match_header(line)
     if m is None:
         return None
-    first, second = int(m.group(2)), m.group(3)
+    comm, first, second, end = m
     cpu = seconds = fraction = None
-    if (detail := _DETAIL.match(line, m.end())) is not None:
+    if (detail := _DETAIL.match(line, end)) is not None:
         cpu, seconds, fraction = detail.groups()
     time_ns = None
-    if seconds is not None and fraction is not None:
-        time_ns = int(seconds) * 1_000_000_000 + int(fraction.ljust(9, "0"))
-    period = event = None
-    if (e := _EVENT.search(line)) is not None:
-        period, event = e.groups()
+    if (whole := _int(seconds)) is not None and fraction is not None:
+        time_ns = whole * 1_000_000_000 + int(fraction.ljust(9, "0"))
+    period, event = _match_event(line) or (None, None)
     return PerfSample(
-        comm=m.group(1),
+        comm=comm,
         pid=None if second is None else first,
-        tid=first if second is None else int(second),
-        cpu=None if cpu is None else int(cpu),
+        tid=first if second is None else second,
+        cpu=_int(cpu),
         time_ns=time_ns,
-        period=None if period is None else int(period),
+        period=_int(period),
         event=event,
         frames=(),
         complete=False,
@@ -157,11 +159,72 @@ def _header(line: str, number: int) -> PerfSample | None:
     )
 
 
-def _frame(line: str) -> PerfFrame | None:
-    m = _FRAME.match(line)
-    if m is None:
+def _end(run: re.Pattern[str], line: str, pos: int) -> int:
+    """Where a run (a pattern that matches the empty string too) starting at `pos` ends."""
+    m = run.match(line, pos)
+    return pos if m is None else m.end()
+
+
+def _int(text: str | None) -> int | None:
+    return None if text is None or len(text) > _MAX_DIGITS else int(text)
+
+
+def _match_header(line: str) -> tuple[str, int, int | None, int] | None:
+    """(comm, first id, second id, where the ids' whitespace ends), as the script's header pattern.
+
+    The comm is the shortest prefix of at least two bytes (one non-ASCII character is) followed by
+    whitespace, then `ID`, `ID/ID` or `ID/`, then whitespace.
+    """
+    if not line or line[0] in _WS:
         return None
-    return PerfFrame(address=m.group(1), symbol=m.group(2), dso=m.group(3))
+    shortest = 2 if line[0].isascii() else 1
+    for run in _WS_RUN.finditer(line, 1):
+        comm_end, digits = max(run.start(), shortest), run.end()
+        if comm_end >= digits or digits == len(line) or line[digits] not in _DIGITS:
+            continue
+        first_end = _end(_DIGIT_RUN, line, digits)
+        slashes = _end(_SLASH_RUN, line, first_end)
+        second_end = _end(_DIGIT_RUN, line, slashes)
+        if second_end < len(line) and line[second_end] in _WS:
+            first, second = _int(line[digits:first_end]), _int(line[slashes:second_end] or None)
+            if first is None or (second is None and second_end > slashes):
+                return None
+            end = _end(_WS_RUN0, line, second_end)
+            return line[:comm_end], first, second, end
+    return None
+
+
+def _match_event(line: str) -> tuple[str | None, str] | None:
+    """(period, event) from a header's end, `...: [PERIOD] EVENT:`, as the script's pattern reads it."""
+    body = line.rstrip(_WS)
+    colon = len(body) - 1
+    if colon < 1 or body[colon] != ":":
+        return None
+    name = max(body.rfind(c, 0, colon) for c in _WS) + 1
+    gap = len(body[:name].rstrip(_WS))
+    if name == colon or gap == name:
+        return None
+    digits = len(body[:gap].rstrip(_DIGITS))
+    before = len(body[:digits].rstrip(_WS)) if digits < gap else gap
+    if before == 0 or body[before - 1] != ":":
+        return None
+    return body[digits:gap] or None, body[name:colon]
+
+
+def _frame(line: str) -> PerfFrame | None:
+    """`address symbol (dso)`, as the script's frame pattern reads it: the dso is between the last ` (`
+    that a `)` follows and the last `)`; the address a word, which gives up characters to a symbol."""
+    start = _end(_WS_RUN0, line, 0)
+    word_end = _end(_WORD_RUN, line, start)
+    close = line.rfind(")")
+    paren = line.rfind(" (", 0, close) if close > 0 else -1
+    if word_end == start or paren < 0:
+        return None
+    symbol = min(_end(_WS_RUN0, line, word_end), paren - 1)
+    address_end = min(word_end, symbol)
+    if address_end <= start:
+        return None
+    return PerfFrame(address=line[start:address_end], symbol=line[symbol:paren], dso=line[paren + 2 : close])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -268,7 +331,7 @@ def _functions(frame: PerfFrame, process: str, options: _Options) -> list[str]:
         name = _tidy(part, frame, process, options)
         if names:
             name += "" if "_[i]" in name else "_[i]"
-        elif options.kernel and _KERNEL_DSO.search(frame.dso) and "unknown" not in frame.dso:
+        elif options.kernel and _is_kernel(frame.dso):
             name += "_[k]"
         elif options.jit and _JIT_DSO.search(frame.dso):
             name += "" if "_[j]" in name else "_[j]"
@@ -276,13 +339,18 @@ def _functions(frame: PerfFrame, process: str, options: _Options) -> list[str]:
     return names
 
 
+def _is_kernel(dso: str) -> bool:
+    return (dso.startswith("[") or dso.endswith("vmlinux")) and "unknown" not in dso
+
+
 def _tidy(name: str, frame: PerfFrame, process: str, options: _Options) -> str:
     if name == "[unknown]":
         known = frame.dso != "[unknown]"
-        module = re.sub(r".*/", "", frame.dso, count=1) if known else "unknown"
+        module = frame.dso.rsplit("/", 1)[-1] if known else "unknown"
         name = f"[{module} <{frame.address}>]" if options.addrs else f"[{module}]"
     name = name.replace(";", ":")
-    if not _GO_METHOD.search(name):  # `net/http.(*Client).Do` keeps its parentheses
+    go = name.find(".(")
+    if go < 0 or name.find(").", go + 2) < 0:  # `net/http.(*Client).Do` keeps its parentheses
         name = _ARGUMENTS.sub("", name, count=1)
     name = name.replace('"', "").replace("'", "")
     if process == "java" and "/" in name and name.startswith("L"):
@@ -313,9 +381,9 @@ def looks_like_perf_script(head: bytes) -> bool:
         if not line or line.startswith("#"):
             other += line.startswith(_PERF_REPORT_COMMENTS)
             continue
-        if (m := _HEADER.match(line)) and _EVENT_NAME.search(line, m.end()):
+        if (m := _match_header(line)) and _EVENT_NAME.search(line, m[3]):
             headers += 1
-        elif _FRAME.match(line) and _HEX_ADDRESS.match(line):
+        elif _frame(line) is not None and _HEX_ADDRESS.match(line):
             frames += 1
         else:
             other += 1
