@@ -116,6 +116,7 @@ def test_select_top_all_and_by_id(monkeypatch: pytest.MonkeyPatch) -> None:
     memory = try_fix.select(plans, "memory.pressure")
     assert [p.fix for p in memory] == ["glibc thresholds", "jemalloc preload", "tcmalloc preload"]
     assert [p.cannot is None for p in memory] == [True, False, False]
+    assert [p.fix for p in try_fix.select(plans, "memory.pressure:glibc")] == ["glibc thresholds"]
     assert try_fix.select(plans, "comm.exposed") == []
 
 

@@ -210,12 +210,16 @@ def plans(report: Mapping[str, Any]) -> list[Plan]:
 
 
 def select(all_plans: Sequence[Plan], which: str) -> list[Plan]:
-    """`top`: the first fix pinchpoint can apply; `all`: each; else the finding id (or its prefix)."""
+    """`top`: the first fix pinchpoint can apply; `all`: each; `ID:FIX`: that finding's fix whose name
+    starts with FIX (`memory.pressure:tcmalloc`); else the finding id (or its prefix), every fix of it."""
     if which == "all":
         return list(all_plans)
     if which == "top":
         first = next((p for p in all_plans if p.cannot is None), None)
         return [first] if first is not None else [p for p in all_plans[:1]]
+    if ":" in which:  # one of a finding's fixes: `memory.pressure:tcmalloc`
+        fid, fix = which.split(":", 1)
+        return [p for p in all_plans if p.id == fid and p.fix.startswith(fix)]
     return [p for p in all_plans if p.id == which or p.id.startswith(which + ".")]
 
 
