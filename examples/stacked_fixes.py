@@ -22,8 +22,9 @@ import statistics
 import time
 
 import torch
+from input_fetch import RemoteShardDataset, SeqClassifier  # the same data and model, one more plant
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torch.utils.data import DataLoader, RandomSampler
 
 CAUSES = ["input.fetch", "io.checkpoint"]
 """Its two causes (the examples suite does not run it: tests/test_try_e2e.py tests it through `pinchpoint try
@@ -32,42 +33,6 @@ CAUSES = ["input.fetch", "io.checkpoint"]
 # Mixed precision where the CPU multiplies bf16 natively (AVX512-BF16, AMX), as careful programs do:
 # elsewhere autocast emulates bf16, and its matmuls run ~40x slower than fp32 (seen on an AVX2 EPYC).
 BF16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
-
-
-class RemoteShardDataset(Dataset):
-    """Feature vectors that 'live' on remote storage; each read pays a round-trip."""
-
-    def __init__(self, n, seq, dim, classes, latency_s):
-        g = torch.Generator().manual_seed(0)
-        self.x = torch.randn(n, seq, dim, generator=g)
-        self.y = torch.randint(0, classes, (n,), generator=g)
-        self.latency_s = latency_s
-
-    def __len__(self):
-        return len(self.x)
-
-    def __getitem__(self, i):
-        time.sleep(self.latency_s)  # emulated object-store / network round-trip
-        return self.x[i], self.y[i]
-
-
-class Block(nn.Module):
-    def __init__(self, d):
-        super().__init__()
-        self.ln, self.fc1, self.fc2 = nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        return x + self.fc2(nn.functional.gelu(self.fc1(self.ln(x))))
-
-
-class SeqClassifier(nn.Module):
-    def __init__(self, d, n_blocks, classes):
-        super().__init__()
-        self.blocks = nn.Sequential(*[Block(d) for _ in range(n_blocks)])
-        self.head = nn.Linear(d, classes)
-
-    def forward(self, x):
-        return self.head(self.blocks(x).mean(dim=1))
 
 
 def main():
