@@ -8,7 +8,8 @@ from typing import Any, TextIO
 DOUBTS = {
     "noise": "not significant",
     "wide": "its 99% interval was wider than ×1.25",
-    "far": "more than ×1.3 from the prediction",
+    "below": "below the best of the fixes it stacks",
+    "far": "more than ×1.25 from the prediction",  # pipeline/try_fix.DOUBT_AGREE
 }
 
 
