@@ -17,12 +17,15 @@ class AnalyzeCommand:
     NAME = "analyze"
     HELP = (
         "diagnose profiler files: PyTorch profiler traces (a .json/.json.gz file or a directory of "
-        "per-rank traces), an Nsight Systems SQLite export (nsys export --type sqlite), perf script "
+        "per-rank traces), an Nsight Systems SQLite export (nsys export --type sqlite), an XProf "
+        "XSpace (.xplane.pb from TensorFlow or JAX, or a TensorBoard log directory of them), perf script "
         "text or folded stacks"
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("path", help="a trace file, or a directory with one trace per rank")
+        parser.add_argument(
+            "path", help="a trace file, or a directory with one trace per rank (or of *.xplane.pb files)"
+        )
         parser.add_argument("--json", help="also write report.json to this path")
         parser.add_argument("--no-color", action="store_true", help="plain text report")
         parser.add_argument("-q", "--quiet", action="store_true", help="no terminal report (use with --json)")

@@ -15,6 +15,7 @@ from pinchpoint.ingest.kineto import trace_files
 from pinchpoint.ingest.nsys import read_nsys_ranks
 from pinchpoint.ingest.opwindow import read_opwindow
 from pinchpoint.ingest.sniff import is_sqlite
+from pinchpoint.ingest.xprof import is_xspace, read_xprof_ranks, xspace_files
 from pinchpoint.pipeline.ranks import map_ranks
 from pinchpoint.report.gpu_report import build_gpu_report
 from pinchpoint.report.json_report import write_report
@@ -28,17 +29,19 @@ def report_traces(
     workers: int = 1,
     cluster: str | None = None,
 ) -> dict[str, Any]:
-    """Analyse a profiler trace (Kineto `.json`, `.json.gz`, or an Nsight Systems SQLite export, told
-    apart by content) or a directory of per-rank Kineto traces; return the report (and write it to
-    `json_path`). Ranks are analysed one by one here, on `workers` local processes, or on the Dask
+    """Analyse a profiler trace (Kineto `.json`, `.json.gz`, an Nsight Systems SQLite export or an XProf
+    `.xplane.pb`, told apart by content) or a directory of per-rank Kineto traces or of XProf files;
+    return the report (and write it to `json_path`). Ranks are analysed one by one here, on `workers` local processes, or on the Dask
     cluster at `cluster` (`pipeline.ranks`), then compared. An Nsight export's GPU processes are its
-    ranks, read in one pass here."""
+    ranks, read in one pass here; so are an XSpace's devices."""
     if not path.exists():
         raise TraceError(f"{path}: no such file or directory")
     if path.is_dir() and (path / "meta.json").is_file() and (path / "ranks").is_dir():
         raise UsageError(f"{path} is a `pinchpoint run` directory: use `pinchpoint report {path}`")
     if path.is_file() and is_sqlite(path):
         ranks = [analyze_trace(t) for t in read_nsys_ranks(path, progress=progress)]
+    elif _is_xprof(path):
+        ranks = [analyze_trace(t) for t in read_xprof_ranks(path)]
     else:
         ranks = map_ranks(path, workers=workers, cluster=cluster, progress=progress)
     analysis = combine_ranks(ranks)
@@ -46,6 +49,18 @@ def report_traces(
     if json_path is not None:
         write_report(report, json_path)
     return report
+
+
+def _is_xprof(path: Path) -> bool:
+    """An XSpace file, or a directory of them with no Kineto trace (a TensorBoard profile log)."""
+    if path.is_file():
+        return is_xspace(path)
+    if not xspace_files(path):
+        return False
+    try:
+        return not trace_files(path)
+    except TraceError:
+        return True
 
 
 MAX_ROOFLINE_TRACE_BYTES = 256 << 20
@@ -56,8 +71,8 @@ def trace_roofline(path: Path) -> RooflineView | None:
     """The first readable trace (of at most two: rank 0's, else the next) as ops timed by their kernels,
     against the datasheet ceilings of its GPU: what `analyze --html` draws on a roofline. None when no
     trace has kernels linked to ops, names a known GPU, or is small enough to re-read."""
-    if path.is_file() and is_sqlite(path):
-        return None  # an Nsight export has no framework ops to place on a roofline
+    if (path.is_file() and is_sqlite(path)) or _is_xprof(path):
+        return None  # an Nsight export or an XSpace has no framework ops to place on a roofline
     try:
         files = [path] if path.is_file() else trace_files(path)[:2]
     except (OSError, TraceError):

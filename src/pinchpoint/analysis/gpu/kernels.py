@@ -102,8 +102,17 @@ def kernel_function_name(name: str) -> str:
     return (m.group(0) if m else s).replace(_ANON, "(anonymous)")
 
 
+XLA_COLLECTIVE = re.compile(
+    r"^(?:all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast"
+    r"|send|recv)(?:-start|-done)?(?:[.-]\d+)*$"
+)
+"""XLA's HLO collectives, as TPU op rows name them (`all-reduce.1`, `all-gather-start.2`): not C++ names."""
+
+
 def is_communication_kernel(name: str) -> bool:
     """Whether a kernel name marks a collective or point-to-point transfer (see the module docstring)."""
+    if XLA_COLLECTIVE.match(name):
+        return True
     fn = kernel_function_name(name)
     return COMM_KERNEL.search(fn) is not None
 

@@ -147,6 +147,18 @@ def dataloader_intervals(ev: EventTable) -> iv.Intervals:
     return iv.union(ev.start_ns[m], ev.end_ns[m])
 
 
+def _how_to_mark(trace: KinetoTrace) -> str:
+    """How the tool that wrote `trace` marks steps."""
+    if trace.meta.schema.startswith("nsys"):
+        return "mark steps with NVTX ranges named ProfilerStep#N, or run under `pinchpoint run --annotate nvtx` inside nsys"
+    if trace.meta.schema.startswith("xprof"):
+        return (
+            "wrap each step in jax.profiler.StepTraceAnnotation('train', step_num=i), or TensorFlow's "
+            "tf.profiler.experimental.Trace('train', step_num=i, _r=1)"
+        )
+    return "profile with torch.profiler and call prof.step()"
+
+
 def step_stats(trace: KinetoTrace) -> StepStats:
     ev = trace.events
     numbers, starts, ends = step_bounds(ev)
@@ -155,14 +167,7 @@ def step_stats(trace: KinetoTrace) -> StepStats:
     if numbers.size == 0:
         return StepStats(
             steps=(),
-            note="no ProfilerStep#N ranges in the trace ("
-            + (
-                "mark steps with NVTX ranges named ProfilerStep#N, or run under `pinchpoint run "
-                "--annotate nvtx` inside nsys"
-                if trace.meta.schema.startswith("nsys")
-                else "profile with torch.profiler and call prof.step()"
-            )
-            + ")",
+            note=f"no ProfilerStep#N ranges in the trace ({_how_to_mark(trace)})",
             dataloader_ranges=n_loader,
         )
     busy = gpu_busy(ev)
