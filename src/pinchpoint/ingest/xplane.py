@@ -12,7 +12,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pinchpoint.ingest.protowire import FIXED64, LENGTH, VARINT, WireError, double, fields, signed, text
+from pinchpoint.ingest.protowire import (
+    FIXED32,
+    FIXED64,
+    LENGTH,
+    VARINT,
+    WireError,
+    double,
+    fields,
+    signed,
+    text,
+    varint,
+)
 
 StatValue = int | float | str
 
@@ -30,6 +41,10 @@ STAT_METADATA_ID, STAT_DOUBLE, STAT_UINT64, STAT_INT64, STAT_STR, STAT_BYTES, ST
 # XEventMetadata / XStatMetadata
 META_ID, META_NAME, META_DISPLAY_NAME, META_STATS = 1, 2, 4, 5
 MAP_KEY, MAP_VALUE = 1, 2
+
+
+NO_STATS: dict[str, StatValue] = {}
+"""The stats of an event that has none we use: one shared, never written, dict (most events)."""
 
 
 @dataclass(slots=True)
@@ -69,6 +84,13 @@ class XSpace:
 
 def decode_space(buf: bytes | memoryview) -> XSpace:
     """The XSpace in `buf`. Raises `WireError` on bytes that are not one."""
+    try:
+        return _space(buf)
+    except IndexError as exc:  # every read is bounded by its message; this is a last guard
+        raise WireError(f"a field runs past the end of the file ({exc})") from exc
+
+
+def _space(buf: bytes | memoryview) -> XSpace:
     planes: list[XPlane] = []
     errors: list[str] = []
     hostnames: list[str] = []
@@ -160,20 +182,66 @@ def _line(buf: bytes | memoryview, start: int, end: int, stat_names: dict[int, s
 
 
 def _event(buf: bytes | memoryview, start: int, end: int, stat_names: dict[int, str]) -> XEvent:
+    """One XEvent, on the hot path (most of a file's bytes): one-byte tags and varints are read inline,
+    and only the stats `WANTED_STATS` names are decoded (a line of the Python tracer carries thousands
+    of events; its allocator stats are skipped by length)."""
     metadata_id = offset = duration = 0
-    stats: dict[str, StatValue] = {}
-    for number, wire, a, b in fields(buf, start, end):
+    stats: dict[str, StatValue] = NO_STATS
+    pos = start
+    while pos < end:
+        tag = buf[pos]
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = varint(buf, pos, end)
+        wire = tag & 7
         if wire == VARINT:
-            if number == EVENT_METADATA_ID:
-                metadata_id = signed(a)
-            elif number == EVENT_OFFSET_PS:
-                offset = signed(a)
+            value = buf[pos] if pos < end else 0x80
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = varint(buf, pos, end)
+            number = tag >> 3
+            if number == EVENT_OFFSET_PS:
+                offset = signed(value)
             elif number == EVENT_DURATION_PS:
-                duration = signed(a)
-        elif number == EVENT_STATS and wire == LENGTH:
-            name, value = _stat(buf, a, b, stat_names)
-            stats[name] = value
+                duration = signed(value)
+            elif number == EVENT_METADATA_ID:
+                metadata_id = signed(value)
+        elif wire == LENGTH:
+            size, pos = varint(buf, pos, end)
+            if size > end - pos:
+                raise WireError(f"an event's field of {size} bytes runs past it at byte {pos}")
+            if tag >> 3 == EVENT_STATS and size and _wanted(buf, pos, pos + size, stat_names):
+                name, stat = _stat(buf, pos, pos + size, stat_names)
+                if stats is NO_STATS:
+                    stats = {}
+                stats[name] = stat
+            pos += size
+        elif wire in (FIXED64, FIXED32):
+            pos += 8 if wire == FIXED64 else 4
+        else:
+            raise WireError(f"wire type {wire} (a group, or not a protobuf) at byte {pos}")
+    if pos != end:
+        raise WireError(f"an event runs past its line at byte {pos}")
     return XEvent(metadata_id=metadata_id, offset_ps=offset, duration_ps=max(duration, 0), stats=stats)
+
+
+WANTED_STATS = frozenset(
+    {
+        "correlation_id", "memcpy_details", "memset_details", "step_num",
+        "allocator_name", "allocation_bytes", "bytes_allocated",
+    }
+)  # fmt: skip
+"""The event stats the trace model uses (`ingest/xprof.py`); the rest are skipped undecoded."""
+
+
+def _wanted(buf: bytes | memoryview, pos: int, end: int, stat_names: dict[int, str]) -> bool:
+    """Whether the XStat in `buf[pos:end]` (its metadata id comes first, as XProf writes it) is one we use."""
+    if buf[pos] != STAT_METADATA_ID << 3:
+        return True  # not in the usual order: decode it whole
+    key, _ = varint(buf, pos + 1, end)
+    return stat_names.get(key) in WANTED_STATS
 
 
 def _stat(buf: bytes | memoryview, start: int, end: int, stat_names: dict[int, str]) -> tuple[str, StatValue]:

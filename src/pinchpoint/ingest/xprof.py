@@ -22,7 +22,7 @@ Picoseconds are rounded down to nanoseconds.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,20 +128,20 @@ def _space(path: Path) -> XSpace:
 
 @dataclass
 class _Columns:
-    """Rows of one trace, appended as Python ints, made arrays once."""
+    """Rows of one trace, appended to int64 arrays (8 bytes a value, not a Python int), made numpy once."""
 
-    kind: list[int] = field(default_factory=list)
-    name: list[int] = field(default_factory=list)
-    pid: list[int] = field(default_factory=list)
-    tid: list[int] = field(default_factory=list)
-    start: list[int] = field(default_factory=list)
-    dur: list[int] = field(default_factory=list)
-    corr: list[int] = field(default_factory=list)
-    device: list[int] = field(default_factory=list)
-    stream: list[int] = field(default_factory=list)
-    copy: list[int] = field(default_factory=list)
-    host: list[int] = field(default_factory=list)
-    nbytes: list[int] = field(default_factory=list)
+    kind: array[int] = field(default_factory=lambda: array("q"))
+    name: array[int] = field(default_factory=lambda: array("q"))
+    pid: array[int] = field(default_factory=lambda: array("q"))
+    tid: array[int] = field(default_factory=lambda: array("q"))
+    start: array[int] = field(default_factory=lambda: array("q"))
+    dur: array[int] = field(default_factory=lambda: array("q"))
+    corr: array[int] = field(default_factory=lambda: array("q"))
+    device: array[int] = field(default_factory=lambda: array("q"))
+    stream: array[int] = field(default_factory=lambda: array("q"))
+    copy: array[int] = field(default_factory=lambda: array("q"))
+    host: array[int] = field(default_factory=lambda: array("q"))
+    nbytes: array[int] = field(default_factory=lambda: array("q"))
 
     def add(self, kind: Kind, name: int, pid: int, tid: int, start: int, dur: int, corr: int, *,
             device: int = MISSING, copy: CopyKind = CopyKind.NONE, nbytes: int = MISSING) -> None:  # fmt: skip
@@ -176,7 +176,7 @@ def _device_traces(path: Path, space: XSpace, first_rank: int) -> list[KinetoTra
         ((m.group(1), int(m.group(2)), p) for p in space.planes if (m := DEVICE_PLANE.match(p.name))),
         key=lambda d: (d[0], d[1]),
     )
-    host = next((p for p in space.planes if p.name == HOST_PLANE), None)
+    host = _host_events(next((p for p in space.planes if p.name == HOST_PLANE), None))
     out: list[KinetoTrace] = []
     device_of: dict[int, int] = {}  # correlation id -> device index, for the host's runtime calls
     built = []
@@ -191,8 +191,8 @@ def _device_traces(path: Path, space: XSpace, first_rank: int) -> list[KinetoTra
         built.append((kind, index, plane, names, cols, steps))
     for kind, index, plane, names, cols, steps in built:
         marked = len(cols.kind)
-        memory = _host_rows(host, index, device_of, names, cols) if host is not None else _memory([])
-        if Kind.USER_ANNOTATION not in cols.kind[marked:]:  # the host marked no steps: the device's
+        memory = _host_rows(host, index, device_of, names, cols)
+        if Kind.USER_ANNOTATION not in cols.kind[marked:].tolist():  # the host marked no steps: the device's
             for number, tid, start, dur in steps:
                 cols.add(
                     Kind.USER_ANNOTATION, names(f"ProfilerStep#{number}"), HOST_PID, tid, start, dur, MISSING
@@ -245,35 +245,56 @@ def _gpu_kind(name: str, stats: dict[str, StatValue]) -> tuple[Kind, CopyKind, i
     return Kind.KERNEL, CopyKind.NONE, MISSING
 
 
-def _host_rows(
-    host: XPlane, index: int, device_of: dict[int, int], names: _Names, cols: _Columns
-) -> MemoryTable:
-    memory: list[tuple[int, int, int]] = []
-    for line in host.lines:
+_HostRow = tuple[Kind, str, int, int, int, int]
+"""(kind, name, thread, start ns, duration ns, correlation id) of a host event."""
+_MemoryRow = tuple[int, int, int, int]
+"""(device, time ns, bytes allocated (+) or freed (-), the allocator's total after) of a BFC event."""
+
+
+def _host_events(host: XPlane | None) -> tuple[list[_HostRow], list[_MemoryRow]]:
+    """The host plane's events, classified once (every device's trace takes them)."""
+    rows: list[_HostRow] = []
+    memory: list[_MemoryRow] = []
+    for line in host.lines if host is not None else []:
         for ev in line.events:
-            name = host.event_names.get(ev.metadata_id, f"event#{ev.metadata_id}")
+            name = host.event_names.get(ev.metadata_id, f"event#{ev.metadata_id}") if host else ""
             start, dur = _times(line, ev)
             stats = ev.stats
             if "bytes_allocated" in stats and name in ("MemoryAllocation", "MemoryDeallocation"):
                 m = ALLOCATOR.match(str(stats.get("allocator_name", "")))
-                if m is not None and int(m.group(1)) == index:
+                if m is not None:
                     size = _int(stats.get("allocation_bytes"))
                     delta = size if name == "MemoryAllocation" else -size
-                    memory.append((start, delta, _int(stats.get("bytes_allocated"))))
+                    memory.append((int(m.group(1)), start, delta, _int(stats.get("bytes_allocated"))))
                 continue
-            corr = _int(stats.get("correlation_id"))
-            if RUNTIME_CALL.match(name) or DRIVER_CALL.match(name):
-                if device_of.get(corr, index) != index:
-                    continue  # its work ran on another device
-                kind = Kind.RUNTIME if RUNTIME_CALL.match(name) else Kind.DRIVER
+            if RUNTIME_CALL.match(name):
+                kind = Kind.RUNTIME
+            elif DRIVER_CALL.match(name):
+                kind = Kind.DRIVER
             elif name.startswith("$"):
                 kind = Kind.PYTHON_FUNCTION
             elif STEP_STAT in stats:
                 kind, name = Kind.USER_ANNOTATION, f"ProfilerStep#{_int(stats[STEP_STAT])}"
             else:
                 kind = Kind.CPU_OP
-            cols.add(kind, names(name), HOST_PID, line.id, start, dur, corr)
-    return _memory(memory, index)
+            rows.append((kind, name, line.id, start, dur, _int(stats.get("correlation_id"))))
+    return rows, memory
+
+
+def _host_rows(
+    host: tuple[list[_HostRow], list[_MemoryRow]],
+    index: int,
+    device_of: dict[int, int],
+    names: _Names,
+    cols: _Columns,
+) -> MemoryTable:
+    """Device `index`'s share of the host: every event but the runtime calls whose work ran elsewhere."""
+    rows, memory = host
+    for kind, name, tid, start, dur, corr in rows:
+        if kind in (Kind.RUNTIME, Kind.DRIVER) and device_of.get(corr, index) != index:
+            continue  # its work ran on another device
+        cols.add(kind, names(name), HOST_PID, tid, start, dur, corr)
+    return _memory([(t, d, total) for dev, t, d, total in memory if dev == index], index)
 
 
 def _times(line: XLine, ev: XEvent) -> tuple[int, int]:
@@ -291,11 +312,11 @@ def _int(value: StatValue | str | None) -> int:
 
 
 def _table(c: _Columns, names: _Names) -> EventTable:
-    start, dur = np.array(c.start, dtype=np.int64), np.array(c.dur, dtype=np.int64)
+    start, dur = np.frombuffer(c.start, dtype=np.int64), np.frombuffer(c.dur, dtype=np.int64)
     order = np.lexsort((-dur, start))
 
-    def col(values: Iterable[int], dtype: type) -> npt.NDArray[Any]:
-        return np.array(list(values), dtype=dtype)[order]
+    def col(values: array[int], dtype: type) -> npt.NDArray[Any]:
+        return np.frombuffer(values, dtype=np.int64)[order].astype(dtype)
 
     return EventTable(
         kind=col(c.kind, np.int8),
