@@ -1,5 +1,6 @@
 """pinchpoint analyze PATH: diagnose files another profiler wrote: PyTorch profiler (Kineto) traces and
-Nsight Systems SQLite exports, the reader chosen by the file's content."""
+Nsight Systems SQLite exports, stack files (perf script, folded stacks, VTune CSV reports), the reader chosen
+by the file's content."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ class AnalyzeCommand:
         from pinchpoint.pipeline.stack_files import report_stack_file
 
         stacks_doc = report_stack_file(Path(args.path), Path(args.json) if args.json else None)
-        if stacks_doc is not None:  # perf script text or folded stacks: no timeline, no steps
+        if stacks_doc is not None:  # perf script, folded stacks, VTune CSV: no timeline, no steps
             from pinchpoint.report.stacks_terminal import render_stacks
 
             if not args.quiet:

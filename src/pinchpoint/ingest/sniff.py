@@ -1,5 +1,5 @@
 """Which reader a file needs, from its first bytes (never its name): Nsight SQLite, `perf script` text,
-folded stacks, else Kineto JSON."""
+a VTune CSV report, folded stacks, else Kineto JSON."""
 
 from __future__ import annotations
 
@@ -44,8 +44,9 @@ def is_folded(path: Path) -> bool:
 
 
 def stack_file_kind(path: Path) -> str | None:
-    """ "perf script", "folded", or None (another format: a trace or an export)."""
+    """ "perf script", "vtune", "folded", or None (another format: a trace or an export)."""
     from pinchpoint.ingest.perf_script import looks_like_perf_script
+    from pinchpoint.ingest.vtune import looks_like_vtune_csv
 
     if not path.is_file() or is_sqlite(path):
         return None
@@ -56,4 +57,6 @@ def stack_file_kind(path: Path) -> str | None:
         return None
     if looks_like_perf_script(head):
         return "perf script"
+    if looks_like_vtune_csv(head):
+        return "vtune"
     return "folded" if is_folded(path) else None

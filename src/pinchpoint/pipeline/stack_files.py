@@ -1,11 +1,12 @@
-"""`pinchpoint analyze` on a stack file another tool wrote: `perf script` text or folded stacks
-(FlameGraph's `stackcollapse-*`, py-spy's raw output). No steps or GPU timeline: the report is where
+"""`pinchpoint analyze` on a stack file another tool wrote: `perf script` text, folded stacks
+(FlameGraph's `stackcollapse-*`, py-spy's raw output) or a VTune CSV report (hotspots or top-down). No steps or GPU timeline: the report is where
 the samples went, below Python (`analysis/native.py`) and by hottest leaf function."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +14,15 @@ from pinchpoint.analysis.native import KERNEL_DSO, native_breakdown
 from pinchpoint.ingest.perf_script import read_perf_script
 from pinchpoint.ingest.sniff import stack_file_kind
 from pinchpoint.ingest.stacks import read_folded
+from pinchpoint.ingest.vtune import read_vtune
 from pinchpoint.trace.stacks import Frame, Stacks, StackSample
 
 SCHEMA = "pinchpoint.stacks/1"
 TOP_LEAVES = 10
 KERNEL_SUFFIX = "_[k]"
 """FlameGraph's mark on a kernel frame in folded stacks (`stackcollapse-perf.pl --kernel`)."""
+VTUNE_KERNEL_MODULES = ("vmlinux", "[vmlinux]")
+"""The modules VTune names the Linux kernel's code by."""
 
 
 def _kernel_marked(stacks: Stacks) -> Stacks:
@@ -29,6 +33,21 @@ def _kernel_marked(stacks: Stacks) -> Stacks:
             return Frame(function=f.function[: -len(KERNEL_SUFFIX)], file=KERNEL_DSO)
         return f
 
+    return _map_frames(stacks, frame)
+
+
+def _vtune_kernel(stacks: Stacks) -> Stacks:
+    """VTune's `vmlinux` frames as kernel frames, as perf names them, for the causes that live there."""
+
+    def frame(f: Frame) -> Frame:
+        if f.file.rsplit("/", 1)[-1] in VTUNE_KERNEL_MODULES:
+            return Frame(function=f.function, file=KERNEL_DSO, line=f.line)
+        return f
+
+    return _map_frames(stacks, frame)
+
+
+def _map_frames(stacks: Stacks, frame: Callable[[Frame], Frame]) -> Stacks:
     samples = tuple(
         StackSample(frames=tuple(frame(f) for f in s.frames), count=s.count, pid=s.pid, thread=s.thread)
         for s in stacks.samples
@@ -43,6 +62,9 @@ def report_stack_file(path: Path, json_path: Path | None = None) -> dict[str, An
         return None
     if kind == "perf script":
         stacks, bad = read_perf_script(path)
+    elif kind == "vtune":
+        stacks, bad = read_vtune(path)
+        stacks = _vtune_kernel(stacks)
     else:
         stacks, bad = read_folded(path)
         stacks = _kernel_marked(stacks)
