@@ -20,7 +20,7 @@ class AnalyzeCommand:
         "diagnose profiler files: PyTorch profiler traces (a .json/.json.gz file or a directory of "
         "per-rank traces), an Nsight Systems SQLite export (nsys export --type sqlite), an XProf "
         "XSpace (.xplane.pb from TensorFlow or JAX, or a TensorBoard log directory of them), perf script "
-        "text or folded stacks"
+        "text, folded stacks, or a VTune CSV report (vtune -report hotspots|top-down -format csv)"
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
