@@ -22,7 +22,7 @@ from pinchpoint.analysis.gpu.breakdown import gpu_breakdown
 from pinchpoint.analysis.gpu.steps import step_stats
 from pinchpoint.errors import TraceError
 from pinchpoint.ingest import protowire
-from pinchpoint.ingest.xprof import is_xspace, read_xprof_ranks
+from pinchpoint.ingest.xprof import is_xprof, is_xspace, read_xprof_ranks
 from pinchpoint.pipeline.traces import report_traces
 from pinchpoint.trace.kineto import CopyKind, Kind, KinetoTrace
 
@@ -289,3 +289,59 @@ def test_protowire_basics() -> None:
     assert protowire.signed(got[2][2]) == -5 and protowire.double(buf, got[3][2]) == 1.5
     with pytest.raises(protowire.WireError, match="field number 0"):
         list(protowire.fields(b"\x00\x01"))
+
+
+# --- the trace viewer's JSON (`*.trace.json.gz`), written here from the real XSpace ----------------
+
+
+def trace_viewer_json(space_path: Path) -> bytes:
+    """What XProf's `trace_events_to_json` writes for an XSpace, made here from the decoded protobuf:
+    a pid per plane (named by `process_name`), a tid per line, µs times with 5 decimals, stats as
+    string args, a trailing `{}`."""
+    from pinchpoint.ingest.xplane import decode_space
+
+    space = decode_space(space_path.read_bytes())
+    out = ['{"displayTimeUnit":"ns","metadata":{"highres-ticks":true},"traceEvents":[']
+    for pid, plane in enumerate(space.planes, start=1):
+        out.append(
+            json.dumps({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": plane.name}}) + ","
+        )
+        for line in plane.lines:
+            out.append(json.dumps({"ph": "M", "pid": pid, "tid": line.id, "name": "thread_name",
+                                   "args": {"name": line.name}}) + ",")  # fmt: skip
+    for pid, plane in enumerate(space.planes, start=1):
+        for line in plane.lines:
+            for ev in line.events:
+                ts = (line.timestamp_ns * 1000 + ev.offset_ps) / 1e6
+                args = {k: str(v) for k, v in ev.stats.items()}
+                name = json.dumps(plane.event_names[ev.metadata_id])
+                out.append(f'{{"pid":{pid},"tid":{line.id},"ts":{ts:.5f},"name":{name},"ph":"X",'
+                           f'"dur":{ev.duration_ps / 1e6:.5f},"args":{json.dumps(args)}}},')  # fmt: skip
+    out.append("{}]}")
+    return "\n".join(out).encode()
+
+
+def test_the_trace_viewer_json_reads_as_its_xspace(tmp_path: Path, legacy: list[KinetoTrace]) -> None:
+    import gzip
+
+    path = tmp_path / "host.trace.json.gz"
+    path.write_bytes(gzip.compress(trace_viewer_json(LEGACY)))
+    assert is_xprof(path) and not is_xspace(path)
+    traces = read_xprof_ranks(path)
+    assert [t.meta.devices[0].index for t in traces] == [0, 7]
+    for got, want in zip(traces, legacy, strict=True):
+        assert got.events.kind.tolist() == want.events.kind.tolist()
+        assert got.events.start_ns.tolist() == want.events.start_ns.tolist()  # µs with 5 decimals: exact ns
+        assert got.events.dur_ns.tolist() == want.events.dur_ns.tolist()
+        assert got.events.correlation.tolist() == want.events.correlation.tolist()
+    assert kernels(traces[1]) == kernels(legacy[1])
+    logdir = tmp_path / "logs" / "plugins" / "profile" / "run1"
+    logdir.mkdir(parents=True)
+    shutil.copyfile(path, logdir / "host.trace.json.gz")
+    report = report_traces(tmp_path / "logs")
+    assert {g["rank"]: g["compute"] for g in report["gpu"]}[1] == pytest.approx(0.2276, abs=0.001)
+    kineto = next((Path(__file__).parent / "data" / "traces").rglob("*.json.gz"))
+    assert not is_xprof(kineto)  # a PyTorch profiler trace is not taken for one
+    cut = tmp_path / "cut.trace.json"
+    cut.write_bytes(trace_viewer_json(LEGACY)[:200_000])
+    assert any("truncated" in w for w in read_xprof_ranks(cut)[0].warnings)

@@ -33,6 +33,7 @@ import numpy.typing as npt
 from pinchpoint.errors import TraceError
 from pinchpoint.ingest.protowire import WireError
 from pinchpoint.ingest.xplane import StatValue, XEvent, XLine, XPlane, XSpace, decode_space
+from pinchpoint.ingest.xprof_json import looks_like_xprof_json, read_xprof_json
 from pinchpoint.trace.kineto import (
     MISSING,
     CopyKind,
@@ -45,9 +46,9 @@ from pinchpoint.trace.kineto import (
     TraceMeta,
 )
 
-__all__ = ["is_xspace", "read_xprof_ranks", "xspace_files"]
+__all__ = ["is_xprof", "is_xspace", "read_xprof_ranks", "xspace_files"]
 
-DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU):(\d+)$")
+DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU):(\d+)(?:\s.*)?$")
 HOST_PLANE = "/host:CPU"
 STREAM_LINE = "Stream #"
 TPU_OPS_LINE, STEPS_LINE = "XLA Ops", "Steps"
@@ -61,6 +62,11 @@ MAX_FILE_BYTES = 8 << 30
 COPY_KINDS = {"htod": CopyKind.H2D, "dtoh": CopyKind.D2H, "dtod": CopyKind.D2D, "hosttodevice": CopyKind.H2D}
 COPY_KINDS |= {"devicetohost": CopyKind.D2H, "devicetodevice": CopyKind.D2D}
 FIELD = re.compile(r"(\w+):(\S+)")
+
+
+def is_xprof(path: Path) -> bool:
+    """An XSpace protobuf or a trace-viewer JSON made from one."""
+    return is_xspace(path) or looks_like_xprof_json(path)
 
 
 def is_xspace(path: Path) -> bool:
@@ -89,10 +95,14 @@ def is_xspace(path: Path) -> bool:
 
 def xspace_files(path: Path) -> list[Path]:
     """`path` itself, or the `*.xplane.pb` files under a directory (a TensorBoard log directory holds
-    them in `plugins/profile/RUN/HOST.xplane.pb`), in name order."""
-    if path.is_dir():
-        return sorted(p for p in path.rglob("*.xplane.pb") if p.is_file())
-    return [path]
+    them in `plugins/profile/RUN/HOST.xplane.pb`), in name order; where there are none, its trace-viewer
+    JSON files (`HOST.trace.json.gz`, TensorFlow 2.2–2.3)."""
+    if not path.is_dir():
+        return [path]
+    found = sorted(p for p in path.rglob("*.xplane.pb") if p.is_file())
+    return found or sorted(
+        p for p in path.rglob("*.trace.json.gz") if p.is_file() and looks_like_xprof_json(p)
+    )
 
 
 def read_xprof_ranks(path: Path) -> list[KinetoTrace]:
@@ -103,7 +113,11 @@ def read_xprof_ranks(path: Path) -> list[KinetoTrace]:
         raise TraceError(f"{path}: no *.xplane.pb files in this directory")
     traces: list[KinetoTrace] = []
     for f in files:
-        traces.extend(_device_traces(f, _space(f), first_rank=len(traces)))
+        if looks_like_xprof_json(f):
+            space, repaired = read_xprof_json(f)
+        else:
+            space, repaired = _space(f), []
+        traces.extend(_device_traces(f, space, len(traces), repaired))
     if not traces:
         raise TraceError(f"{path}: the XSpace has no device with events (no GPU or TPU plane recorded work)")
     return traces
@@ -171,12 +185,12 @@ class _Names:
         return self.ids.setdefault(name, len(self.ids))
 
 
-def _device_traces(path: Path, space: XSpace, first_rank: int) -> list[KinetoTrace]:
+def _device_traces(path: Path, space: XSpace, first_rank: int, repaired: list[str]) -> list[KinetoTrace]:
     devices = sorted(
         ((m.group(1), int(m.group(2)), p) for p in space.planes if (m := DEVICE_PLANE.match(p.name))),
         key=lambda d: (d[0], d[1]),
     )
-    host = _host_events(next((p for p in space.planes if p.name == HOST_PLANE), None))
+    host = _host_events(next((p for p in space.planes if p.name.startswith(HOST_PLANE)), None))
     out: list[KinetoTrace] = []
     device_of: dict[int, int] = {}  # correlation id -> device index, for the host's runtime calls
     built = []
@@ -197,7 +211,7 @@ def _device_traces(path: Path, space: XSpace, first_rank: int) -> list[KinetoTra
                 cols.add(
                     Kind.USER_ANNOTATION, names(f"ProfilerStep#{number}"), HOST_PID, tid, start, dur, MISSING
                 )
-        warnings = tuple(f"XSpace: {e}" for e in space.errors[:5])
+        warnings = (*repaired, *(f"XSpace: {e}" for e in space.errors[:5]))
         meta = TraceMeta(path=str(path), rank=first_rank + len(out), devices=(_device_info(kind, index, plane),),
                          schema=f"xprof-{kind.lower()}", trace_bytes=path.stat().st_size)  # fmt: skip
         out.append(KinetoTrace(meta=meta, events=_table(cols, names), memory=memory, warnings=warnings))

@@ -15,7 +15,7 @@ from pinchpoint.ingest.kineto import trace_files
 from pinchpoint.ingest.nsys import read_nsys_ranks
 from pinchpoint.ingest.opwindow import read_opwindow
 from pinchpoint.ingest.sniff import is_sqlite
-from pinchpoint.ingest.xprof import is_xspace, read_xprof_ranks, xspace_files
+from pinchpoint.ingest.xprof import is_xprof, read_xprof_ranks, xspace_files
 from pinchpoint.pipeline.ranks import map_ranks
 from pinchpoint.report.gpu_report import build_gpu_report
 from pinchpoint.report.json_report import write_report
@@ -54,7 +54,7 @@ def report_traces(
 def _is_xprof(path: Path) -> bool:
     """An XSpace file, or a directory of them with no Kineto trace (a TensorBoard profile log)."""
     if path.is_file():
-        return is_xspace(path)
+        return is_xprof(path)
     if not xspace_files(path):
         return False
     try:
