@@ -280,3 +280,31 @@ def test_read_folded_reads_utf16_and_crlf(tmp_path: Path, encoding: str) -> None
         ("main", "work", "leaf"),
         ("main", "other"),
     }
+
+
+@pytest.mark.parametrize("reader", ["perf script", "folded"])
+def test_random_damage_gives_a_report_or_one_trace_error(tmp_path: Path, reader: str) -> None:
+    """Fuzz: a real file with bytes overwritten at random and cut at random, through the whole stack-file
+    report `analyze` prints: it reads, or refuses in one line; nothing else escapes."""
+    import random
+
+    from pinchpoint.pipeline.stack_files import report_stack_file
+
+    folded = [p for p in ORACLES if b";" in p.read_bytes()[:4096] and b"CDDL" not in p.read_bytes()[:4096]]
+    source = TORCH if reader == "perf script" else max(folded, key=lambda p: p.stat().st_size)
+    data = source.read_bytes()[:200_000]
+    rng = random.Random(19)
+    outcomes: Counter[str] = Counter()
+    for i in range(30):
+        damaged = bytearray(data)
+        for _ in range(20):
+            damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+        path = tmp_path / f"damaged-{i}.txt"
+        path.write_bytes(bytes(damaged[: rng.randrange(len(damaged) // 2, len(damaged) + 1)]))
+        try:
+            doc = report_stack_file(path)
+            outcomes["read" if doc is not None else "not a stack file"] += 1
+        except TraceError as exc:
+            assert "\n" not in str(exc)
+            outcomes["refused"] += 1
+    assert outcomes["read"] > 0, outcomes  # most damage leaves most of the samples readable
