@@ -411,3 +411,18 @@ def test_read_nsys_raises_trace_error_only(tmp_path: Path) -> None:
             read_nsys(path)
     with pytest.raises(TraceError, match="directory"):
         read_nsys(tmp_path)
+
+
+def test_a_directory_of_per_rank_exports_is_one_report(tmp_path: Path) -> None:
+    """`nsys profile -o rank%q{RANK}` writes one report per rank: each export's GPU process is a rank,
+    numbered across the files in natural order (rank2 before rank10)."""
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for name in ("rank10.sqlite", "rank2.sqlite"):
+        shutil.copyfile(EXPORT, ranks / name)
+    link = variant(tmp_path, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = end + 1000000", name="rank1.sqlite")
+    shutil.move(link, ranks / "rank1.sqlite")
+    report = report_traces(ranks)
+    spans = [g["span_ms"] for g in report["gpu"]]
+    assert [g["rank"] for g in report["gpu"]] == [0, 1, 2]
+    assert spans[0] > spans[1] == pytest.approx(342.4, abs=0.1) and spans[2] == spans[1]  # rank1 first

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,15 +33,18 @@ def report_traces(
 ) -> dict[str, Any]:
     """Analyse a profiler trace (Kineto `.json`, `.json.gz`, an Nsight Systems SQLite export or an XProf
     `.xplane.pb`, told apart by content) or a directory of per-rank Kineto traces or of XProf files;
-    return the report (and write it to `json_path`). Ranks are analysed one by one here, on `workers` local processes, or on the Dask
-    cluster at `cluster` (`pipeline.ranks`), then compared. An Nsight export's GPU processes are its
-    ranks, read in one pass here; so are an XSpace's devices."""
+    return the report (and write it to `json_path`). Ranks are analysed one by one here, on `workers`
+    local processes, or on the Dask cluster at `cluster` (`pipeline.ranks`), then compared. An Nsight
+    export's GPU processes are its ranks, read in one pass here (a directory of exports: one file after
+    another); so are an XSpace's devices."""
     if not path.exists():
         raise TraceError(f"{path}: no such file or directory")
     if path.is_dir() and (path / "meta.json").is_file() and (path / "ranks").is_dir():
         raise UsageError(f"{path} is a `pinchpoint run` directory: use `pinchpoint report {path}`")
     if path.is_file() and is_sqlite(path):
         ranks = [analyze_trace(t) for t in read_nsys_ranks(path, progress=progress)]
+    elif exports := _nsys_exports(path):
+        ranks = _ranks_of_exports(exports)
     elif _is_xprof(path):
         ranks = [analyze_trace(t) for t in read_xprof_ranks(path)]
     else:
@@ -49,6 +54,32 @@ def report_traces(
     if json_path is not None:
         write_report(report, json_path)
     return report
+
+
+def _nsys_exports(path: Path) -> list[Path]:
+    """A directory's Nsight exports, one per rank (`nsys profile -o rank%q{RANK}` then `nsys export`),
+    in natural name order (rank2 before rank10); none when it holds Kineto traces."""
+    if not path.is_dir():
+        return []
+    found = [p for p in path.glob("*.sqlite") if p.is_file() and is_sqlite(p)]
+    if not found:
+        return []
+    try:
+        if trace_files(path):
+            return []
+    except TraceError:
+        pass
+    return sorted(found, key=lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)])
+
+
+def _ranks_of_exports(exports: list[Path]) -> list[Any]:
+    """Each export's GPU processes, numbered on across the files, analysed one file at a time."""
+    ranks: list[Any] = []
+    for export in exports:
+        for trace in read_nsys_ranks(export):
+            meta = dataclasses.replace(trace.meta, rank=len(ranks))
+            ranks.append(analyze_trace(dataclasses.replace(trace, meta=meta)))
+    return ranks
 
 
 def _is_xprof(path: Path) -> bool:
