@@ -407,3 +407,30 @@ def test_pageable_copies_block_even_when_the_call_returns_first() -> None:
     ]
     s = memcpy_stats(make(rows))
     assert (s.sync_copies, s.sync_host_ns, s.pageable_async) == (1, 90, 2)
+
+
+def test_idle_host_ops_are_self_times_on_the_launching_thread() -> None:
+    """Two kernels with a 100 µs gap. On the main thread the gap is spent in `forward` (40 µs of its
+    own) and `aten::addmm` (60 µs, nested in it); a `ProfilerStep#1` range opens inside
+    `record_function`'s enter call and outlives it (crossed, as real traces have it). A monitor thread
+    sleeps in `wait` throughout: it launched nothing, so it is not the one quoted."""
+    from pinchpoint.analysis.gpu.host_evidence import idle_host_ops
+    from pinchpoint.analysis.gpu.idle import gpu_idle
+    from pinchpoint.trace.kineto import Kind, events_from_rows
+
+    us = 1000
+    main, monitor = {"pid": 1, "tid": 1}, {"pid": 1, "tid": 2}
+    rows = [
+        {"kind": Kind.CPU_OP, "name": "enter", "start_ns": 0, "dur_ns": 5 * us, **main},
+        {"kind": Kind.USER_ANNOTATION, "name": "ProfilerStep#1", "start_ns": 2 * us, "dur_ns": 300 * us, **main},
+        {"kind": Kind.CPU_OP, "name": "forward", "start_ns": 10 * us, "dur_ns": 200 * us, **main},
+        {"kind": Kind.RUNTIME, "name": "cudaLaunchKernel", "start_ns": 12 * us, "dur_ns": 2 * us, "correlation": 1, **main},
+        {"kind": Kind.CPU_OP, "name": "aten::addmm", "start_ns": 60 * us, "dur_ns": 60 * us, **main},
+        {"kind": Kind.RUNTIME, "name": "cudaLaunchKernel", "start_ns": 150 * us, "dur_ns": 2 * us, "correlation": 2, **main},
+        {"kind": Kind.PYTHON_FUNCTION, "name": "wait", "start_ns": 0, "dur_ns": 400 * us, **monitor},
+        {"kind": Kind.KERNEL, "name": "k", "start_ns": 20 * us, "dur_ns": 20 * us, "correlation": 1, "pid": 0, "tid": 7, "device": 0, "stream": 7},
+        {"kind": Kind.KERNEL, "name": "k", "start_ns": 140 * us, "dur_ns": 20 * us, "correlation": 2, "pid": 0, "tid": 7, "device": 0, "stream": 7},
+    ]  # fmt: skip
+    ev = events_from_rows(rows)
+    ops = dict(idle_host_ops(ev, gpu_idle(ev)))
+    assert ops == {"aten::addmm": pytest.approx(0.6), "forward": pytest.approx(0.4)}

@@ -8,7 +8,13 @@ from dataclasses import dataclass
 from pinchpoint.analysis.gpu import intervals as iv
 from pinchpoint.analysis.gpu._common import gpu_busy
 from pinchpoint.analysis.gpu.breakdown import GpuBreakdown, gpu_breakdown
-from pinchpoint.analysis.gpu.host_evidence import LoaderEvidence, h2d_exposed_ns, loader_evidence, step_kind
+from pinchpoint.analysis.gpu.host_evidence import (
+    LoaderEvidence,
+    h2d_exposed_ns,
+    idle_host_ops,
+    loader_evidence,
+    step_kind,
+)
 from pinchpoint.analysis.gpu.idle import GpuIdle, gpu_idle
 from pinchpoint.analysis.gpu.kernels import KernelBreakdown, kernel_breakdown
 from pinchpoint.analysis.gpu.launch import LaunchStats, launch_stats
@@ -64,6 +70,8 @@ class GpuRankAnalysis:
     memory: MemoryStats
     tensor_cores: TensorCoreUse
     split: StepTimeSplit | None
+    idle_host_ops: tuple[tuple[str, float], ...] = ()
+    """The host ranges the GPU idled on (name, share of the idle time, self time): `idle_host_ops`."""
 
     @property
     def rank(self) -> int:
@@ -130,6 +138,7 @@ def analyze_trace(trace: KinetoTrace) -> GpuRankAnalysis:
         memory=memory_stats(trace),
         tensor_cores=tensor_core_use(trace),
         split=step_time_split(trace, steps),
+        idle_host_ops=idle_host_ops(ev, idle),
     )
 
 

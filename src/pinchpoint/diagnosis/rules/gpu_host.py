@@ -112,6 +112,10 @@ class GpuHostBound(Rule):
         ]
         if la.kernels == 0:
             evidence = evidence[:1]
+        if rank.idle_host_ops:
+            evidence.append(
+                Fact("gpu.host.idle_ops", ops=tuple((n, round(v, 4)) for n, v in rank.idle_host_ops))
+            )
         if la.launch_bound:
             yield Finding(
                 id=Category.HOST_DISPATCH,

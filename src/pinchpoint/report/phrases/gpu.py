@@ -92,6 +92,11 @@ PHRASES: dict[str, Callable[..., str]] = {
         f"({_time(idle_ns, per_step)}), not counting input waits and syncs"
     ),
     "gpu.host.kernels": _kernels,
+    "gpu.host.idle_ops": lambda ops: (
+        "While the GPU sat idle, the host thread it waits on was in "
+        + ", ".join(f"{name} {pct(share)}" for name, share in ops)
+        + " of that time (self time)"
+    ),
     "gpu.host.dispatch_title": lambda: "Launch-bound: tiny kernels, the host cannot launch them fast enough",
     "gpu.host.dispatch_fix": lambda: (
         "Launch fewer, bigger kernels: capture the step in a CUDA graph or use "
