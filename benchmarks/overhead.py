@@ -72,6 +72,7 @@ def main() -> int:
             "bootstrap-noop",
             "stacks",
             "native",
+            "stacks-native",
             "sampler-rare",
             "callback",
         ],
@@ -111,6 +112,8 @@ def main() -> int:
         arms["stacks"] = ["--stacks"]
     if "native" in args.arm:  # perf samples the program's native stacks at 99 Hz
         arms["native"] = ["--native"]
+    if "stacks-native" in args.arm:  # both, py-spy unwinding native frames (it pauses the program each sample)
+        arms["stacks+native"] = ["--stacks", "--native"]
     if "callback" in args.arm:  # the framework examples with pinchpoint's callback (--callback) as well
         arms["callback"] = ["ARG:--callback"]
     if "agent-only" in args.arm:  # the agent in the bare program: no launcher, no sampler, no window

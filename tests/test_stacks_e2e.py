@@ -117,3 +117,29 @@ def test_python_api_samples_stacks_and_stops_the_sampler(tmp_path: Path) -> None
     host = report["ranks"][0]["stacks"]["host"]
     assert host["top"][0]["function"].startswith("tally (api_prog.py:"), host
     assert (out / "flamegraph.svg").is_file() and (out / "stacks.speedscope.json").is_file()
+
+
+def test_native_stacks_merge_native_frames_under_the_python_lines(tmp_path: Path) -> None:
+    """`run --stacks --native`: py-spy unwinds native frames too, so the flame graph shows the matmul
+    kernels under the Python line that called them; the report still names Python lines."""
+    out, report = _run(tmp_path, "--native", str(EXAMPLES / "host_python.py"), "--steps", "30")
+    assert json.loads((out / "stacks.json").read_text())["native"] is True
+    merged = 0
+    for line in (out / "stacks.folded").read_text().splitlines():
+        frames = line.rsplit(" ", 1)[0].split(";")
+        py = [i for i, f in enumerate(frames) if re.search(r"\.py:\d+\)$", f)]
+        native = [i for i, f in enumerate(frames) if re.search(r"\.so[.\d]*\)$", f)]
+        merged += bool(py and native and max(native) > min(py))
+    assert merged > 0  # native frames below Python ones in one stack
+    host = report["ranks"][0]["stacks"]["host"]
+    assert host["top"][0]["function"].startswith("python_metrics ("), host  # not a .so frame
+    svg = ET.parse(out / "flamegraph.svg").getroot()
+    titles = [t.text or "" for t in svg.iter("{http://www.w3.org/2000/svg}title")]
+    assert any("libtorch_cpu.so" in t for t in titles), titles[:20]  # the native tail is drawn
+    from pinchpoint.ingest.run_stacks import run_stacks
+
+    stacks = run_stacks(out, [])
+    assert stacks is not None and stacks.samples
+    for sample in stacks.samples:  # the interpreter's own C frames (libc's start, the eval loop) are gone
+        python = [i for i, f in enumerate(sample.frames) if not f.native]
+        assert python == list(range(len(python))), sample.frames[:4]

@@ -67,7 +67,7 @@ class StackSummary:
 
 
 def is_library(frame: Frame) -> bool:
-    return not frame.file or _LIBRARY.search(frame.file) is not None
+    return not frame.file or frame.native or _LIBRARY.search(frame.file) is not None
 
 
 def stack_summary(

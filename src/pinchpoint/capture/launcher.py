@@ -152,7 +152,9 @@ def launch(
     write_json_atomic(run_dir / "meta.json", meta)
     sampler = spawn_sampler(run_dir, proc.pid, sample_interval_s or DEFAULT_INTERVAL_S)
     stack_sampler = (
-        spawn_stack_sampler(run_dir, proc.pid, stacks_rate_hz or DEFAULT_RATE_HZ) if stacks else None
+        spawn_stack_sampler(run_dir, proc.pid, stacks_rate_hz or DEFAULT_RATE_HZ, native=native)
+        if stacks
+        else None
     )
     native_sampler = native_sampling.spawn_native_sampler(run_dir, proc.pid) if native else None
 

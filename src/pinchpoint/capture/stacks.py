@@ -38,19 +38,26 @@ def find_py_spy() -> str | None:
 
 
 def spawn_stack_sampler(
-    run_dir: Path, pid: int, rate_hz: int = DEFAULT_RATE_HZ
+    run_dir: Path, pid: int, rate_hz: int = DEFAULT_RATE_HZ, *, native: bool = False
 ) -> subprocess.Popen[bytes] | None:
-    """Start py-spy on `pid` and its descendants; None (and a line in stacks.log) if it can't start."""
+    """Start py-spy on `pid` and its descendants; None (and a line in stacks.log) if it can't start.
+
+    `native` (`run --stacks --native`): py-spy unwinds the native frames below each Python frame too
+    (`--native`), so the flame graph shows the C++ op, BLAS or oneDNN kernel and OpenMP call under the
+    Python line that ran it. py-spy cannot unwind a running thread, so each sample then pauses the
+    program (no `--nonblocking`): the cost is in `benchmarks/README.md`."""
     exe = find_py_spy()
     log = run_dir / LOG_FILE
     if exe is None:
         log.write_text("py-spy not found: pip install py-spy\n")
         return None
     cmd = [
-        exe, "record", "--pid", str(pid), "--subprocesses", "--nonblocking", "--rate", str(rate_hz),
-        "--format", "raw", "--full-filenames", "--output", str(run_dir / FOLDED_FILE),
+        exe, "record", "--pid", str(pid), "--subprocesses", "--native" if native else "--nonblocking",
+        "--rate", str(rate_hz), "--format", "raw", "--full-filenames", "--output", str(run_dir / FOLDED_FILE),
     ]  # fmt: skip
-    (run_dir / META_FILE).write_text(f'{{"sampler": "py-spy", "rate_hz": {rate_hz}, "idle": false}}\n')
+    (run_dir / META_FILE).write_text(
+        f'{{"sampler": "py-spy", "rate_hz": {rate_hz}, "idle": false, "native": {str(native).lower()}}}\n'
+    )
     with open(log, "ab") as err:
         try:
             return subprocess.Popen(

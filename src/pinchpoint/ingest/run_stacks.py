@@ -5,6 +5,7 @@ stacks (`native.txt.gz`, perf script, `run --native`). A run that asked for them
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from pathlib import Path
 
 from pinchpoint.errors import TraceError
@@ -35,7 +36,22 @@ def run_stacks(path: Path, warnings: list[str]) -> Stacks | None:
         return None
     if bad:
         warnings.append(f"{folded.name}: {bad} line(s) could not be read and were skipped")
-    return stacks
+    return _native_tails(stacks) if meta.get("native") is True else stacks
+
+
+def _native_tails(stacks: Stacks) -> Stacks:
+    """py-spy's native mode puts the interpreter's own C frames around the Python ones (libc's start,
+    `Py_RunMain`, the eval loop between calls): keep the Python frames and, below the last of them,
+    the native frames that ran for it (the op, BLAS or oneDNN kernel, OpenMP). The Python view is then
+    the one `--stacks` alone gives, with what the leaf line was doing in native code beneath it."""
+    samples = []
+    for s in stacks.samples:
+        py = [i for i, f in enumerate(s.frames) if not f.native]
+        if not py:
+            continue  # a thread with no Python frame (an OpenMP or allocator thread): perf covers it
+        frames = tuple(s.frames[i] for i in py) + s.frames[py[-1] + 1 :]
+        samples.append(dataclasses.replace(s, frames=frames))
+    return dataclasses.replace(stacks, samples=tuple(samples))
 
 
 def _none_recorded(what: str, log: Path) -> str:

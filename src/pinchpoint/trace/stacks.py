@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+_NATIVE = re.compile(r"(\.so(\.[\d.]+)?$)|(^\?$)|(^\[)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -11,6 +14,12 @@ class Frame:
     file: str = ""
     """As the sampler wrote it: a path, or a short file name."""
     line: int | None = None
+
+    @property
+    def native(self) -> bool:
+        """A frame of native code (`sgemm_ (.../libtorch_cpu.so)`, `0x7f.. (?)`, `[kernel.kallsyms]`):
+        what `run --stacks --native` and perf add below the Python frames."""
+        return _NATIVE.search(self.file) is not None
 
     @property
     def label(self) -> str:
