@@ -311,7 +311,7 @@ def trace_viewer_json(space_path: Path) -> bytes:
                                    "args": {"name": line.name}}) + ",")  # fmt: skip
     for pid, plane in enumerate(space.planes, start=1):
         for line in plane.lines:
-            for ev in line.events:
+            for ev in line.iter_events():
                 ts = (line.timestamp_ns * 1000 + ev.offset_ps) / 1e6
                 args = {k: str(v) for k, v in ev.stats.items()}
                 name = json.dumps(plane.event_names[ev.metadata_id])

@@ -24,7 +24,13 @@ from pinchpoint.capture.agent import OPWINDOW_ENV, RUN_DIR_ENV
 from pinchpoint.capture.annotate import ANNOTATE_ENV
 from pinchpoint.capture.opwindow import RECORDER_ENV
 from pinchpoint.capture.sampler import DEFAULT_INTERVAL_S, spawn_sampler, stop_sampler
-from pinchpoint.capture.stacks import DEFAULT_RATE_HZ, STACKS_ENV, spawn_stack_sampler, stop_stack_sampler
+from pinchpoint.capture.stacks import (
+    DEFAULT_RATE_HZ,
+    NATIVE_RATE_HZ,
+    STACKS_ENV,
+    spawn_stack_sampler,
+    stop_stack_sampler,
+)
 from pinchpoint.capture.writer import write_json_atomic
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
@@ -152,7 +158,12 @@ def launch(
     write_json_atomic(run_dir / "meta.json", meta)
     sampler = spawn_sampler(run_dir, proc.pid, sample_interval_s or DEFAULT_INTERVAL_S)
     stack_sampler = (
-        spawn_stack_sampler(run_dir, proc.pid, stacks_rate_hz or DEFAULT_RATE_HZ, native=native)
+        spawn_stack_sampler(
+            run_dir,
+            proc.pid,
+            stacks_rate_hz or (NATIVE_RATE_HZ if native else DEFAULT_RATE_HZ),
+            native=native,
+        )
         if stacks
         else None
     )

@@ -29,6 +29,12 @@ DEFAULT_RATE_HZ = 20
 50 Hz by 4.4-5.6%, 20 Hz by ~2%. Twenty a second still gives a thousand samples a minute."""
 
 
+NATIVE_RATE_HZ = 5
+"""Samples per second when py-spy also unwinds native frames (`run --stacks --native`): each sample
+pauses the program, and at 20 Hz `healthy.py`'s steps were ×1.17 slower (`benchmarks/overhead.py --arm
+stacks-native`); a quarter of the rate for a quarter of the cost."""
+
+
 def find_py_spy() -> str | None:
     """The py-spy executable: beside this Python (a venv's bin/) or on PATH."""
     here = Path(sys.executable).with_name("py-spy")

@@ -67,7 +67,7 @@ class RunCommand:
             help="sample native stacks with perf (kernel, OpenMP, BLAS/oneDNN kernels): the report says "
             "where CPU time went below Python (page faults, barrier spin, which kernel and instruction set); "
             "with --stacks, the flame graph also shows the native frames under each Python line (py-spy "
-            "--native, which pauses the program at each sample)",
+            "--native, which pauses the program at each sample: 5 Hz unless --stacks-rate is given)",
         )
         parser.add_argument(
             "--stacks-rate",

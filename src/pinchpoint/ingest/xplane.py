@@ -10,6 +10,7 @@ metadata maps: an event names its `XEventMetadata` by id, a stat its `XStatMetad
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from pinchpoint.ingest.protowire import (
@@ -61,6 +62,19 @@ class XLine:
     name: str
     timestamp_ns: int
     events: list[XEvent] = field(default_factory=list)
+    """Events held as objects (the trace viewer's JSON, tests); a decoded protobuf keeps `raw` instead."""
+    raw: tuple[bytes | memoryview, int, int, dict[int, str]] | None = None
+    """(buffer, start, end, stat names) of the line's message: its events are decoded as they are
+    walked (`iter_events`), one at a time, never all held (a line can carry millions)."""
+
+    def iter_events(self) -> Iterator[XEvent]:
+        """The line's events, in file order. Raises `WireError` on a damaged event."""
+        yield from self.events
+        if self.raw is not None:
+            buf, start, end, stat_names = self.raw
+            for number, wire, a, b in fields(buf, start, end):
+                if number == LINE_EVENTS and wire == LENGTH:
+                    yield _event(buf, a, b, stat_names)
 
 
 @dataclass(slots=True)
@@ -172,12 +186,13 @@ def _line(buf: bytes | memoryview, start: int, end: int, stat_names: dict[int, s
         elif wire != LENGTH:
             continue
         elif number == LINE_EVENTS:
-            line.events.append(_event(buf, a, b, stat_names))
+            continue  # decoded as walked (`XLine.iter_events`)
         elif number == LINE_NAME:
             line.name = text(buf, a, b)
         elif number == LINE_DISPLAY_NAME:
             display = text(buf, a, b)
     line.name = line.name or display
+    line.raw = (buf, start, end, stat_names)
     return line
 
 

@@ -10,13 +10,9 @@ anything else a kernel; the stream is the line's id. A TPU has no streams: its `
 on the core (as kernels, stream = the line id), its `Steps` line the steps. Derived rows (`XLA Modules`,
 `TensorFlow Ops`, name scopes, source code) repeat what those hold, and are left out.
 
-The host plane (`/host:CPU`) is shared: its lines are threads. CUDA/HIP runtime calls (`cuda*`, `hip*`;
-`cu*` as driver calls) carry a `correlation_id` that names their GPU work; a call whose work ran on
-another device goes to that device's trace only. Python tracer events (`$file:line name`) are Python
-functions; an event with a `step_num` stat (`jax.profiler.StepTraceAnnotation`, TF's `Trace(step_num=)`)
-is a step, `ProfilerStep#N`; the rest (XLA and PjRt TraceMe ranges, TF ops) are host ops.
-`MemoryAllocation`/`MemoryDeallocation` events of a `GPU_N_bfc` allocator become that device's memory rows.
-Picoseconds are rounded down to nanoseconds.
+The host plane (`/host:CPU`) is shared: classified once (`ingest/xprof_host.py`), every device's trace
+takes it, except the runtime calls whose work (by `correlation_id`) ran on another device. A line's
+events are decoded as they are walked, never all held. Picoseconds are rounded down to nanoseconds.
 """
 
 from __future__ import annotations
@@ -32,7 +28,8 @@ import numpy.typing as npt
 
 from pinchpoint.errors import TraceError
 from pinchpoint.ingest.protowire import WireError
-from pinchpoint.ingest.xplane import StatValue, XEvent, XLine, XPlane, XSpace, decode_space
+from pinchpoint.ingest.xplane import StatValue, XPlane, XSpace, decode_space
+from pinchpoint.ingest.xprof_host import STEP_STAT, HostColumns, as_int, host_columns, times
 from pinchpoint.ingest.xprof_json import looks_like_xprof_json, read_xprof_json
 from pinchpoint.trace.kineto import (
     MISSING,
@@ -52,10 +49,7 @@ DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU):(\d+)(?:\s.*)?$")
 HOST_PLANE = "/host:CPU"
 STREAM_LINE = "Stream #"
 TPU_OPS_LINE, STEPS_LINE = "XLA Ops", "Steps"
-RUNTIME_CALL = re.compile(r"^(?:cuda|hip)[A-Z]")
-DRIVER_CALL = re.compile(r"^cu[A-Z]")
-STEP_STAT = "step_num"
-ALLOCATOR = re.compile(r"^GPU_(\d+)_")
+_I64 = npt.NDArray[np.int64]
 HOST_PID = 1 << 40
 """The host's `pid` (XProf records no process id): apart from any device index."""
 MAX_FILE_BYTES = 8 << 30
@@ -117,7 +111,12 @@ def read_xprof_ranks(path: Path) -> list[KinetoTrace]:
             space, repaired = read_xprof_json(f)
         else:
             space, repaired = _space(f), []
-        traces.extend(_device_traces(f, space, len(traces), repaired))
+        try:  # a protobuf's events are decoded here, as its lines are walked
+            traces.extend(_device_traces(f, space, len(traces), repaired))
+        except (WireError, IndexError, RecursionError, UnicodeError) as exc:
+            raise TraceError(
+                f"{f}: not a readable XProf XSpace protobuf ({exc}); it may be truncated"
+            ) from exc
     if not traces:
         raise TraceError(f"{path}: the XSpace has no device with events (no GPU or TPU plane recorded work)")
     return traces
@@ -157,6 +156,20 @@ class _Columns:
     host: array[int] = field(default_factory=lambda: array("q"))
     nbytes: array[int] = field(default_factory=lambda: array("q"))
 
+    def extend(
+        self, *, kind: _I64, name: _I64, pid: _I64, tid: _I64, start: _I64, dur: _I64, corr: _I64
+    ) -> None:
+        """Host rows, as arrays (no device, copy kind or bytes)."""
+        n = int(kind.size)
+        for column, values in ((self.kind, kind), (self.name, name), (self.pid, pid), (self.tid, tid),
+                               (self.start, start), (self.dur, dur), (self.corr, corr)):  # fmt: skip
+            column.frombytes(np.ascontiguousarray(values, dtype=np.int64).tobytes())
+        missing = np.full(n, MISSING, dtype=np.int64).tobytes()
+        for column in (self.device, self.stream, self.nbytes):
+            column.frombytes(missing)
+        for column in (self.copy, self.host):
+            column.frombytes(bytes(8 * n))  # CopyKind.NONE, HostMemory.UNKNOWN
+
     def add(self, kind: Kind, name: int, pid: int, tid: int, start: int, dur: int, corr: int, *,
             device: int = MISSING, copy: CopyKind = CopyKind.NONE, nbytes: int = MISSING) -> None:  # fmt: skip
         self.kind.append(kind)
@@ -190,7 +203,7 @@ def _device_traces(path: Path, space: XSpace, first_rank: int, repaired: list[st
         ((m.group(1), int(m.group(2)), p) for p in space.planes if (m := DEVICE_PLANE.match(p.name))),
         key=lambda d: (d[0], d[1]),
     )
-    host = _host_events(next((p for p in space.planes if p.name.startswith(HOST_PLANE)), None))
+    host = host_columns(next((p for p in space.planes if p.name.startswith(HOST_PLANE)), None))
     out: list[KinetoTrace] = []
     device_of: dict[int, int] = {}  # correlation id -> device index, for the host's runtime calls
     built = []
@@ -226,16 +239,16 @@ def _device_rows(kind: str, index: int, plane: XPlane, names: _Names, cols: _Col
     else:
         lines = [ln for ln in plane.lines if ln.name.startswith(STREAM_LINE)]
     for line in lines:
-        for ev in line.events:
+        for ev in line.iter_events():
             name = plane.event_names.get(ev.metadata_id, f"event#{ev.metadata_id}")
-            start, dur = _times(line, ev)
+            start, dur = times(line, ev)
             if line.name == STEPS_LINE:
                 step = name if name.isdigit() else str(ev.stats.get(STEP_STAT, ""))
                 if step.isdigit():
                     steps.append((int(step), line.id, start, dur))
                 continue
             stats = {**plane.event_stats.get(ev.metadata_id, {}), **ev.stats}
-            corr = _int(stats.get("correlation_id"))
+            corr = as_int(stats.get("correlation_id"))
             what, copy, nbytes = _gpu_kind(name, stats)
             cols.add(
                 what, names(name), index, line.id, start, dur, corr, device=index, copy=copy, nbytes=nbytes
@@ -251,78 +264,27 @@ def _gpu_kind(name: str, stats: dict[str, StatValue]) -> tuple[Kind, CopyKind, i
         if copy is None:
             low = name.lower()
             copy = next((v for k, v in COPY_KINDS.items() if k in low), CopyKind.OTHER)
-        return Kind.MEMCPY, copy, _int(info.get("size"))
+        return Kind.MEMCPY, copy, as_int(info.get("size"))
     memset = stats.get("memset_details")
     if isinstance(memset, str) or "memset" in name.lower():
-        size = _int(dict(FIELD.findall(memset)).get("size")) if isinstance(memset, str) else MISSING
+        size = as_int(dict(FIELD.findall(memset)).get("size")) if isinstance(memset, str) else MISSING
         return Kind.MEMSET, CopyKind.NONE, size
     return Kind.KERNEL, CopyKind.NONE, MISSING
 
 
-_HostRow = tuple[Kind, str, int, int, int, int]
-"""(kind, name, thread, start ns, duration ns, correlation id) of a host event."""
-_MemoryRow = tuple[int, int, int, int]
-"""(device, time ns, bytes allocated (+) or freed (-), the allocator's total after) of a BFC event."""
-
-
-def _host_events(host: XPlane | None) -> tuple[list[_HostRow], list[_MemoryRow]]:
-    """The host plane's events, classified once (every device's trace takes them)."""
-    rows: list[_HostRow] = []
-    memory: list[_MemoryRow] = []
-    for line in host.lines if host is not None else []:
-        for ev in line.events:
-            name = host.event_names.get(ev.metadata_id, f"event#{ev.metadata_id}") if host else ""
-            start, dur = _times(line, ev)
-            stats = ev.stats
-            if "bytes_allocated" in stats and name in ("MemoryAllocation", "MemoryDeallocation"):
-                m = ALLOCATOR.match(str(stats.get("allocator_name", "")))
-                if m is not None:
-                    size = _int(stats.get("allocation_bytes"))
-                    delta = size if name == "MemoryAllocation" else -size
-                    memory.append((int(m.group(1)), start, delta, _int(stats.get("bytes_allocated"))))
-                continue
-            if RUNTIME_CALL.match(name):
-                kind = Kind.RUNTIME
-            elif DRIVER_CALL.match(name):
-                kind = Kind.DRIVER
-            elif name.startswith("$"):
-                kind = Kind.PYTHON_FUNCTION
-            elif STEP_STAT in stats:
-                kind, name = Kind.USER_ANNOTATION, f"ProfilerStep#{_int(stats[STEP_STAT])}"
-            else:
-                kind = Kind.CPU_OP
-            rows.append((kind, name, line.id, start, dur, _int(stats.get("correlation_id"))))
-    return rows, memory
-
-
 def _host_rows(
-    host: tuple[list[_HostRow], list[_MemoryRow]],
-    index: int,
-    device_of: dict[int, int],
-    names: _Names,
-    cols: _Columns,
+    host: HostColumns, index: int, device_of: dict[int, int], names: _Names, cols: _Columns
 ) -> MemoryTable:
-    """Device `index`'s share of the host: every event but the runtime calls whose work ran elsewhere."""
-    rows, memory = host
-    for kind, name, tid, start, dur, corr in rows:
-        if kind in (Kind.RUNTIME, Kind.DRIVER) and device_of.get(corr, index) != index:
-            continue  # its work ran on another device
-        cols.add(kind, names(name), HOST_PID, tid, start, dur, corr)
-    return _memory([(t, d, total) for dev, t, d, total in memory if dev == index], index)
-
-
-def _times(line: XLine, ev: XEvent) -> tuple[int, int]:
-    return line.timestamp_ns + ev.offset_ps // 1000, ev.duration_ps // 1000
-
-
-def _int(value: StatValue | str | None) -> int:
-    if isinstance(value, bool) or value is None:
-        return MISSING
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value)
-    return int(value) if value.strip().isdigit() else MISSING
+    """Device `index`'s share of the host (every event but the runtime calls whose work ran on another
+    device) appended to `cols`, and its allocator's memory rows."""
+    keep = host.rows_for(index, device_of)
+    remap = np.array([names(n) for n in host.names] or [0], dtype=np.int64)
+    n = int(keep.sum())
+    cols.extend(
+        kind=host.kind[keep], name=remap[host.name[keep]], pid=np.full(n, HOST_PID, dtype=np.int64),
+        tid=host.tid[keep], start=host.start[keep], dur=host.dur[keep], corr=host.corr[keep],
+    )  # fmt: skip
+    return _memory([(t, d, total) for dev, t, d, total in host.memory if dev == index], index)
 
 
 def _table(c: _Columns, names: _Names) -> EventTable:
@@ -371,13 +333,13 @@ def _device_info(kind: str, index: int, plane: XPlane) -> DeviceInfo:
         if kind == "TPU"
         else ("amd" if "amd" in vendor_text else "nvidia" if "nvidia" in vendor_text else "unknown")
     )
-    major, minor = _int(s.get("compute_cap_major")), _int(s.get("compute_cap_minor"))
+    major, minor = as_int(s.get("compute_cap_major")), as_int(s.get("compute_cap_minor"))
     name = str(s.get("device_type_string") or s.get("device_name") or "")
     if not name:
-        cores = _int(s.get("core_count"))
+        cores = as_int(s.get("core_count"))
         name = f"{s.get('device_vendor') or kind} {kind}" + (f" ({cores} cores)" if cores > 0 else "")
-    memory = _int(s.get("memory_size"))
-    cores = _int(s.get("core_count"))
+    memory = as_int(s.get("memory_size"))
+    cores = as_int(s.get("core_count"))
     return DeviceInfo(
         index=index,
         name=name,
