@@ -426,3 +426,28 @@ def test_a_directory_of_per_rank_exports_is_one_report(tmp_path: Path) -> None:
     spans = [g["span_ms"] for g in report["gpu"]]
     assert [g["rank"] for g in report["gpu"]] == [0, 1, 2]
     assert spans[0] > spans[1] == pytest.approx(342.4, abs=0.1) and spans[2] == spans[1]  # rank1 first
+
+
+def test_emit_nvtx_op_ranges_are_framework_ops(tmp_path: Path) -> None:
+    """`torch.autograd.profiler.emit_nvtx()` pushes a range per op, `aten::addmm, seq = 12, sizes = [...]`:
+    those become CPU ops named by the op alone; other ranges stay annotations."""
+    texts = [
+        "aten::addmm, seq = 12, sizes = [[64, 8], [8, 4]]",
+        "aten::addmm, seq = 13",
+        "aten::relu",
+        "my phase",
+    ]
+    path = variant(
+        tmp_path,
+        NVTX_TABLE,
+        *(
+            f"INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) "
+            f"VALUES ({600_000_000 + i * 1000}, {600_000_500 + i * 1000}, 59, '{t}', {MAIN_TID})"
+            for i, t in enumerate(texts)
+        ),
+    )
+    trace = read_nsys(path)
+    ops = [(n, s) for s, _, n, _, _ in rows(trace, Kind.CPU_OP)]
+    assert ops == [("aten::addmm", 600_000_000), ("aten::addmm", 600_001_000), ("aten::relu", 600_002_000)]
+    assert [n for _, _, n, _, _ in rows(trace, Kind.USER_ANNOTATION)] == ["my phase"]
+    assert trace.events.names.count("aten::addmm") == 1

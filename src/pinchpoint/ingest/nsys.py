@@ -17,6 +17,7 @@ API calls or NVTX ranges. GPU rows carry the device as `pid` and the stream as `
 from __future__ import annotations
 
 import dataclasses
+import re
 import sqlite3
 import warnings
 from collections.abc import Callable
@@ -284,6 +285,7 @@ class _Reader:
         self.cols = {}
         driver = np.array([n.startswith("cu") and not n.startswith("cuda") for n in names] or [False])
         c["kind"][(c["kind"] == Kind.RUNTIME) & driver[c["name"]]] = Kind.DRIVER
+        names = _emit_nvtx_ops(c, names)
         keys = (-c["dur_ns"], c["start_ns"], *((c["proc"],) if "proc" in c else ()))
         order = np.lexsort(keys)
         del keys
@@ -317,6 +319,29 @@ class _Reader:
             )
             out.append(KinetoTrace(meta=meta, events=events, memory=empty_memory(), warnings=tuple(warnings)))
         return out
+
+
+EMIT_NVTX_OP = re.compile(
+    r"^((?:aten|prim|c10d|torchvision|quantized|_c10d_functional)::\w+)(?:, seq = \d+|, op_id = \d+|, sizes = .*)*$"
+)
+"""`torch.autograd.profiler.emit_nvtx()`'s range per op: `aten::addmm, seq = 12, sizes = [[64, 8], ...]`."""
+
+
+def _emit_nvtx_ops(c: dict[str, _I64], names: tuple[str, ...]) -> tuple[str, ...]:
+    """NVTX ranges that `emit_nvtx()` pushed for each op become the framework ops they are (CPU_OP,
+    named by the op alone, its `seq`/`sizes` suffix dropped): the op-level analyses then see them as
+    in a Kineto trace. Returns the names the table then uses (each op name once)."""
+    match = [EMIT_NVTX_OP.match(n) for n in names]
+    if not any(match):
+        return names
+    out: dict[str, int] = {}
+    remap = np.empty(len(names), dtype=np.int32)
+    for i, (n, m) in enumerate(zip(names, match, strict=True)):
+        remap[i] = out.setdefault(m.group(1) if m is not None else n, len(out))
+    is_op = np.array([m is not None for m in match])
+    c["kind"][(c["kind"] == Kind.USER_ANNOTATION) & is_op[c["name"]]] = Kind.CPU_OP
+    c["name"][:] = remap[c["name"]]
+    return tuple(out)
 
 
 def _parse_block(path: Path, q: Query, count: int, text: str) -> dict[str, _I64]:
