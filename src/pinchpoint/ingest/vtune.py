@@ -135,6 +135,8 @@ def time_ns(cell: str) -> int | None:
     value = cell.strip()
     if not value:
         return 0
+    if value.isascii() and value.replace(".", "", 1).isdigit():  # the common case: plain seconds
+        return round(float(value) * 1e9) if float(value) * 1e9 <= MAX_NS else None
     m = _TIME.fullmatch(value)
     if m is None:
         return None
@@ -167,7 +169,8 @@ def _rows(lines: list[str], layout: _Layout, ends_cut: bool) -> Iterator[list[st
         yield cells
 
 
-_Key = tuple[int | None, str | None, tuple[Frame, ...]]
+_Key = tuple[int | None, str | None, tuple[tuple[str, str], ...]]
+"""(pid, thread, the path's (function, module) pairs): strings hash once and are cached, Frames not."""
 
 
 @dataclass(slots=True)
@@ -215,7 +218,7 @@ def _flat(rows: Iterator[list[str] | None], layout: _Layout, tally: _Tally) -> N
         key = (
             int(pid_text) if pid_text.isascii() and pid_text.isdigit() and len(pid_text) < 10 else None,
             _cell(cells, thread).strip() or None,
-            (Frame(name, _cell(cells, module).strip()),),
+            ((name, _cell(cells, module).strip()),),
         )
         tally.add(key, ns)
 
@@ -223,7 +226,7 @@ def _flat(rows: Iterator[list[str] | None], layout: _Layout, tally: _Tally) -> N
 def _top_down(rows: Iterator[list[str] | None], layout: _Layout, tally: _Tally) -> None:
     """A top-down report: each row's path from the indentation above it, a sample of its self time."""
     stack, time, module = layout.columns[_STACK], layout.columns[_SELF[0]], layout.index((_MODULE,))
-    ancestors: list[tuple[int, Frame]] = []
+    ancestors: list[tuple[int, tuple[tuple[str, str], ...]]] = []  # (depth, the path down to it)
     first = True
     for cells in rows:
         tally.rows += 1
@@ -245,9 +248,10 @@ def _top_down(rows: Iterator[list[str] | None], layout: _Layout, tally: _Tally) 
         if len(ancestors) >= MAX_DEPTH:
             tally.bad += 1
             continue
-        ancestors.append((depth, Frame(name, _cell(cells, module).strip())))
+        path = (ancestors[-1][1] if ancestors else ()) + ((name, _cell(cells, module).strip()),)
+        ancestors.append((depth, path))
         if (ns := tally.time(cells[time])) is not None:
-            tally.add((None, None, tuple(frame for _, frame in ancestors)), ns)
+            tally.add((None, None, path), ns)
 
 
 def read_vtune(path: Path) -> tuple[Stacks, int]:
@@ -278,9 +282,15 @@ def read_vtune(path: Path) -> tuple[Stacks, int]:
             f"{path}: a VTune {layout.kind} report with no CPU time in its {tally.rows} row(s) "
             f"({tally.bad} unreadable)"
         )
+    frame_of: dict[tuple[str, str], Frame] = {}
     samples = tuple(
-        StackSample(frames=frames, count=count, pid=pid, thread=thread)
-        for (pid, thread, frames), count in tally.merged.items()
+        StackSample(
+            frames=tuple(frame_of.get(f) or frame_of.setdefault(f, Frame(*f)) for f in path),
+            count=count,
+            pid=pid,
+            thread=thread,
+        )
+        for (pid, thread, path), count in tally.merged.items()
     )
     return Stacks(samples=samples, rate_hz=1e9, source=path.name, idle_included=False), tally.bad
 
