@@ -73,6 +73,7 @@ def main() -> int:
             "stacks",
             "native",
             "stacks-native",
+            "live",
             "sampler-rare",
             "callback",
         ],
@@ -114,6 +115,8 @@ def main() -> int:
         arms["native"] = ["--native"]
     if "stacks-native" in args.arm:  # both, py-spy unwinding native frames (it pauses the program each sample)
         arms["stacks+native"] = ["--stacks", "--native"]
+    if "live" in args.arm:  # the live panel beside the program (forced: the benchmark has no terminal)
+        arms["live"] = ["--live", "ENV:PINCHPOINT_LIVE_FORCE=1"]
     if "callback" in args.arm:  # the framework examples with pinchpoint's callback (--callback) as well
         arms["callback"] = ["ARG:--callback"]
     if "agent-only" in args.arm:  # the agent in the bare program: no launcher, no sampler, no window

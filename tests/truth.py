@@ -38,6 +38,25 @@ def sections() -> dict[str, dict[str, dict[str, tuple[float, float]]]]:
     return out
 
 
+@functools.cache
+def baseline_ms(example: str, kind: str | None = None) -> float | None:
+    """The example's planted median step (ms) in this machine kind's truth rows: the speed the machine
+    ran at when its truth was measured."""
+    kind = kind or machine_kind()
+    section = ""
+    for line in TRUTH.read_text().splitlines():
+        if line.startswith("## Machine: "):
+            section = line.removeprefix("## Machine: ").strip()
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if section == kind and len(cells) >= 7 and cells[0] == example and cells[2].startswith("`"):
+            try:
+                return float(cells[3])
+            except ValueError:
+                return None
+    return None
+
+
 def machine_truth(kind: str | None = None, what: int = 1) -> dict[str, dict[str, float]]:
     """example -> {fix label: measured share (what=1) or speedup (what=0)} for this machine kind: its own
     section's rows, then, for examples it lacks, the nearest kind's (same bf16 class first: the examples

@@ -136,12 +136,14 @@ def launch(
     mode: str = "run",
     cwd: Path | None = None,
     native: bool = False,
+    output: Path | None = None,
 ) -> LaunchResult:
     """Run `command` to completion under capture, writing `run_dir`. Never raises for the child's sake.
 
     `stacks`: sample Python stacks of the whole process tree with py-spy (`capture/stacks.py`).
     `cwd`: the program's working directory (`pinchpoint try`'s scratch copy), else ours.
-    `native`: sample native stacks with perf (`capture/native.py`)."""
+    `native`: sample native stacks with perf (`capture/native.py`).
+    `output`: the program's stdout and stderr go to this file (`run --live` shows its last lines)."""
     meta = start_run_dir(run_dir, command, mode, cwd)
     env = child_environment(run_dir, opwindow, kineto=kineto, stacks=stacks, annotate=annotate)
     env.update(extra_env or {})  # `pinchpoint try`: the fix's environment and the agent's step budget
@@ -149,9 +151,12 @@ def launch(
         env["PWD"] = str(cwd)
     if native:
         env.update({k: v for k, v in native_sampling.JIT_PROFILE_ENV.items() if k not in env})
+    sink = open(output, "ab") if output is not None else None  # noqa: SIM115 (closed after the program)
     try:
-        proc = subprocess.Popen(command, env=env, cwd=cwd)
+        proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=sink, stderr=sink)
     except OSError as exc:
+        if sink is not None:
+            sink.close()
         finish_run_dir(run_dir, meta, 127, None)
         return LaunchResult(exit_code=127, signal=None, started=False, error=f"{exc.strerror}: {command[0]}")
     meta["child_pid"] = proc.pid
@@ -184,6 +189,8 @@ def launch(
         stop_sampler(sampler)
         stop_stack_sampler(stack_sampler)
         native_sampling.stop_native_sampler(native_sampler, run_dir)
+        if sink is not None:
+            sink.close()
     sig_name = None
     if rc < 0:
         sig_name = signal.Signals(-rc).name

@@ -9,7 +9,16 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import pinchpoint
-from pinchpoint.cli import analyze_cmd, calibrate_cmd, diff_cmd, export_cmd, report_cmd, run_cmd, try_cmd
+from pinchpoint.cli import (
+    analyze_cmd,
+    calibrate_cmd,
+    diff_cmd,
+    export_cmd,
+    report_cmd,
+    run_cmd,
+    try_cmd,
+    watch_cmd,
+)
 from pinchpoint.errors import PinchpointError
 
 
@@ -33,6 +42,7 @@ COMMANDS: tuple[Command, ...] = (
     diff_cmd.RunsCommand(),
     diff_cmd.ShowCommand(),
     export_cmd.ExportCommand(),
+    watch_cmd.WatchCommand(),
 )
 
 

@@ -10,6 +10,7 @@ import argparse
 import datetime as dt
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +26,7 @@ FLAG_OPTIONS = {
     "--kineto",
     "--stacks",
     "--native",
+    "--live",
     "--no-trials",
     "-h",
     "--help",
@@ -92,6 +94,13 @@ class RunCommand:
         parser.add_argument(
             "--interval", type=float, default=None, help="system sampling interval, seconds (default 0.5)"
         )
+        parser.add_argument(
+            "--live",
+            action="store_true",
+            help="a live panel while the program runs (steps, trend, phases, the leading finding, cores, "
+            "memory, the program's last lines; its output goes to output.log in the run directory); "
+            "nothing on a non-terminal",
+        )
         parser.add_argument("-q", "--quiet", action="store_true", help="don't print the report")
         parser.add_argument("--no-color", action="store_true", help="plain text report")
 
@@ -104,6 +113,7 @@ class RunCommand:
 
         command: list[str] = args.target
         run_dir = _run_dir(args.out, command, args.force)
+        watcher = _start_watcher(run_dir) if args.live else None
         result = launch(
             command,
             run_dir,
@@ -115,7 +125,9 @@ class RunCommand:
             annotate=args.annotate,
             extra_env={TRIALS_ENV: "off"} if args.no_trials else None,
             native=args.native,
+            output=run_dir / LIVE_OUTPUT if watcher is not None else None,
         )  # interval None: the sampler's default
+        _stop_watcher(watcher)
         if not result.started:
             shutil.rmtree(run_dir, ignore_errors=True)
             raise UsageError(f"could not start the program: {result.error}")
@@ -144,6 +156,38 @@ class RunCommand:
             print(f"pinchpoint: {missing}", file=sys.stderr)
             return NO_STEPS_EXIT
         return result.exit_code
+
+
+LIVE_OUTPUT = "output.log"
+"""Where `run --live` sends the program's output (the panel shows its last lines)."""
+WATCHER_WAIT_S = 15.0
+
+
+def _start_watcher(run_dir: Path) -> subprocess.Popen[bytes] | None:
+    """`pinchpoint watch RUN_DIR --no-report` beside the program, at the lowest CPU priority, drawing on
+    our terminal; None (the run goes on without it) when the output is no terminal."""
+    from pinchpoint.cli.watch_cmd import LIVE_FORCE_ENV
+
+    if not (sys.stderr.isatty() or os.environ.get(LIVE_FORCE_ENV)):
+        return None
+    cmd = [sys.executable, "-m", "pinchpoint", "watch", str(run_dir), "--no-report"]
+    try:
+        return subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=sys.stderr, preexec_fn=lambda: os.nice(19)
+        )
+    except OSError:
+        return None
+
+
+def _stop_watcher(watcher: subprocess.Popen[bytes] | None) -> None:
+    """The watcher ends by itself once the run is marked ended; waited for, then stopped if it lingers."""
+    if watcher is None:
+        return
+    try:
+        watcher.wait(timeout=WATCHER_WAIT_S)
+    except subprocess.TimeoutExpired:
+        watcher.terminate()
+        watcher.wait()
 
 
 def _run_dir(out: str | None, command: list[str], force: bool) -> Path:
