@@ -70,7 +70,7 @@ def test_run_live_draws_a_panel_that_updates_then_prints_the_report(tmp_path: Pa
     run_dir = tmp_path / "run"
     code, out = _in_pty(
         [sys.executable, "-m", "pinchpoint", "run", "--live", "--no-color", "-o", str(run_dir), "--",
-         sys.executable, str(EXAMPLES / "input_fetch.py"), "--steps", "60"],
+         sys.executable, str(EXAMPLES / "input_fetch.py"), "--steps", "45"],
         tmp_path,
     )  # fmt: skip
     assert code == 0, out[-3000:]
@@ -90,7 +90,7 @@ def test_watch_follows_a_run_started_elsewhere_and_prints_its_report(tmp_path: P
     run_dir = tmp_path / "run"
     program = subprocess.Popen(
         [sys.executable, "-m", "pinchpoint", "run", "-q", "-o", str(run_dir), "--",
-         sys.executable, str(EXAMPLES / "input_fetch.py"), "--steps", "60"],
+         sys.executable, str(EXAMPLES / "input_fetch.py"), "--steps", "45"],
         cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:

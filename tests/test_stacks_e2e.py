@@ -122,7 +122,7 @@ def test_python_api_samples_stacks_and_stops_the_sampler(tmp_path: Path) -> None
 def test_native_stacks_merge_native_frames_under_the_python_lines(tmp_path: Path) -> None:
     """`run --stacks --native`: py-spy unwinds native frames too, so the flame graph shows the matmul
     kernels under the Python line that called them; the report still names Python lines."""
-    out, report = _run(tmp_path, "--native", str(EXAMPLES / "host_python.py"), "--steps", "30")
+    out, report = _run(tmp_path, "--native", str(EXAMPLES / "host_python.py"), "--steps", "15")
     assert json.loads((out / "stacks.json").read_text())["native"] is True
     merged = 0
     for line in (out / "stacks.folded").read_text().splitlines():

@@ -166,7 +166,7 @@ WATCHER_WAIT_S = 15.0
 def _start_watcher(run_dir: Path) -> subprocess.Popen[bytes] | None:
     """`pinchpoint watch RUN_DIR --no-report` beside the program, at the lowest CPU priority, drawing on
     our terminal; None (the run goes on without it) when the output is no terminal."""
-    from pinchpoint.cli.watch_cmd import LIVE_FORCE_ENV
+    from pinchpoint.pipeline.live import LIVE_FORCE_ENV
 
     if not (sys.stderr.isatty() or os.environ.get(LIVE_FORCE_ENV)):
         return None

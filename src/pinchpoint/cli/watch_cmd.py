@@ -12,9 +12,8 @@ import time
 from pathlib import Path
 
 from pinchpoint.errors import UsageError
+from pinchpoint.pipeline.live import LIVE_FORCE_ENV
 
-LIVE_FORCE_ENV = "PINCHPOINT_LIVE_FORCE"
-"""Set: draw the panel even when the output is no terminal (benchmarks measure its cost that way)."""
 LEAD_EVERY_S = 10.0
 """How often the leading finding is recomputed (the whole pipeline over the partial run directory)."""
 APPEAR_S = 30.0

@@ -18,6 +18,8 @@ from typing import Any
 from pinchpoint.errors import PinchpointError
 from pinchpoint.trace.live import WINDOW_STEPS, Leading, Snapshot
 
+LIVE_FORCE_ENV = "PINCHPOINT_LIVE_FORCE"
+"""Set: draw the live panel even when the output is no terminal (benchmarks measure its cost that way)."""
 TAIL_BYTES = 1 << 20
 """Bytes read from the end of a `.jsonl` file each refresh: a long run's files are never read whole."""
 
