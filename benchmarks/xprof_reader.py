@@ -21,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from pinchpoint.ingest.protowire import LENGTH, VARINT, fields  # noqa: E402
+from pinchpoint.ingest.protowire import LENGTH, VARINT, fields
+from pinchpoint.ingest.protowire import encode_varint as _varint
 
 SOURCE = Path(__file__).resolve().parents[1] / "tests/data/xprof/jax_conv_legacy.xplane.pb"
 CHILD = """
@@ -37,14 +38,11 @@ print(json.dumps({"s": dt, "events": sum(len(t.events) for t in traces), "rss_kb
 """
 
 
-def _varint(n: int) -> bytes:
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
+def _copy(buf: bytes, number: int, wire: int, x: int, y: int) -> bytes:
+    """One field as `fields` yielded it, written again (a varint's value is `x`)."""
+    if wire == VARINT:
+        return _varint(number << 3) + _varint(x)
+    return _varint(number << 3 | wire) + (_varint(y - x) if wire == LENGTH else b"") + buf[x:y]
 
 
 def _field(number: int, payload: bytes) -> bytes:
@@ -54,10 +52,7 @@ def _field(number: int, payload: bytes) -> bytes:
 def _event_copy(buf: bytes, a: int, b: int, shift_ps: int) -> bytes:
     out = bytearray()
     for number, wire, x, y in fields(buf, a, b):
-        if wire == VARINT:
-            out += _varint(number << 3) + _varint(x + shift_ps if number == 2 else x)
-        else:
-            out += _varint(number << 3 | wire) + (_varint(y - x) if wire == LENGTH else b"") + buf[x:y]
+        out += _copy(buf, number, wire, x + shift_ps if number == 2 and wire == VARINT else x, y)
     return bytes(out)
 
 
@@ -67,10 +62,8 @@ def _line(buf: bytes, a: int, b: int, copies: int, span_ps: int) -> bytes:
     for number, wire, x, y in fields(buf, a, b):
         if number == 4 and wire == LENGTH:
             events.append((x, y))
-        elif wire == VARINT:
-            head += _varint(number << 3) + _varint(x)
         else:
-            head += _varint(number << 3 | wire) + (_varint(y - x) if wire == LENGTH else b"") + buf[x:y]
+            head += _copy(buf, number, wire, x, y)
     body = bytearray(head)
     for k in range(copies):
         for x, y in events:
@@ -91,10 +84,8 @@ def build(source: Path, out: Path, size_mb: float) -> None:
             for n2, w2, x, y in fields(buf, a, b):
                 if n2 == 3 and w2 == LENGTH:
                     plane += _field(3, _line(buf, x, y, copies, span_ps))
-                elif w2 == VARINT:
-                    plane += _varint(n2 << 3) + _varint(x)
                 else:
-                    plane += _varint(n2 << 3 | w2) + (_varint(y - x) if w2 == LENGTH else b"") + buf[x:y]
+                    plane += _copy(buf, n2, w2, x, y)
             f.write(_field(1, bytes(plane)))
 
 
@@ -109,8 +100,11 @@ def main() -> None:
         build(args.source, big, args.size_mb)
         mb = big.stat().st_size / 1e6
         runs = [
-            json.loads(subprocess.run([sys.executable, "-c", CHILD, str(big)], capture_output=True, text=True,
-                                      check=True).stdout)  # fmt: skip
+            json.loads(
+                subprocess.run(
+                    [sys.executable, "-c", CHILD, str(big)], capture_output=True, text=True, check=True
+                ).stdout
+            )
             for _ in range(args.repeat)
         ]
     best = min(runs, key=lambda r: r["s"])

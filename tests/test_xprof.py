@@ -134,14 +134,7 @@ def test_analyze_end_to_end_and_a_tensorboard_log_directory(tmp_path: Path) -> N
 # --- a TPU XSpace, written here with the wire format -----------------------------------------------
 
 
-def _varint(n: int) -> bytes:
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
+_varint = protowire.encode_varint
 
 
 def _f(number: int, value: int | bytes | str | float) -> bytes:

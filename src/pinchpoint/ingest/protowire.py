@@ -36,6 +36,18 @@ def varint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
     raise WireError(f"a varint runs past its message at byte {pos}")
 
 
+def encode_varint(value: int) -> bytes:
+    """`value` as a varint (negative int64s as their 64-bit two's complement): for the tests and
+    benchmarks that write XSpace files, the reader's inverse."""
+    value &= _U64 - 1
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
 def signed(value: int) -> int:
     """An int64 field's value: varints carry negative numbers as their 64-bit two's complement."""
     value &= _U64 - 1
