@@ -26,3 +26,9 @@ class TraceError(PinchpointError):
     """A trace file cannot be read."""
 
     exit_code = 3
+
+
+class AttachError(PinchpointError):
+    """`pinchpoint attach` cannot join the process (none, not Python, not ours to trace, no debugger)."""
+
+    exit_code = 4

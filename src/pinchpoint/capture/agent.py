@@ -26,6 +26,7 @@ from typing import Any
 
 from pinchpoint.capture import (
     appliers,
+    attached,
     cuda_hooks,
     dist_hooks,
     frameworks,
@@ -34,12 +35,13 @@ from pinchpoint.capture import (
     loop_shapes,
     opwindow,
 )
-from pinchpoint.capture.annotate import ANNOTATE_ENV, make_annotator
+from pinchpoint.capture.annotate import annotator_from_environment
 from pinchpoint.capture.loop_site import loop_site
+from pinchpoint.capture.patches import PATCHES
 from pinchpoint.capture.procfs import ProcFile, forget_thread_files, statm_rss
 from pinchpoint.capture.step_state import Counters, DeviceMarks, StepState, read_counters
 from pinchpoint.capture.trials import Trials, trials_enabled
-from pinchpoint.capture.writer import JsonlWriter, agent_log, write_json_atomic
+from pinchpoint.capture.writer import JsonlWriter, write_json_atomic
 
 RUN_DIR_ENV = "PINCHPOINT_RUN_DIR"
 OPWINDOW_ENV = "PINCHPOINT_OPWINDOW"  # "START:STEPS", or "off"
@@ -116,6 +118,9 @@ class Agent:
         self.closed = False
         self.annot: Any = None
         """An `annotate.Annotator` with `--annotate nvtx|itt`: phases as native-profiler ranges."""
+        self.attached = False
+        """Started by `pinchpoint attach` in a running process (`capture/attached.py`), which detaches it."""
+        self.detach_requested = False
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -123,29 +128,19 @@ class Agent:
         """Called once `torch` is importable: wrap its entry points and write process-{pid}.json."""
         self.torch = torch
         hooks.install_hooks(self, torch)
-        torch.autograd.backward = dist_hooks.blocked_backward(self, torch.autograd.backward)
-        torch.autograd.grad = dist_hooks.blocked_backward(self, torch.autograd.grad)
+        for name in ("backward", "grad"):
+            PATCHES.set(
+                torch.autograd, name, dist_hooks.blocked_backward(self, getattr(torch.autograd, name))
+            )
         cuda_hooks.install(self, torch)
         if self.applier is not None:
             with contextlib.suppress(Exception):
                 self.applier.apply(torch)
         dist_hooks.install(self, torch, hooks.timed)
-        self._start_annotations(torch)
+        self.annot = annotator_from_environment(self.run_dir, torch)
         self.write_process_info()
         os.register_at_fork(after_in_child=self._after_fork)
         atexit.register(self.close)
-
-    def _start_annotations(self, torch: Any) -> None:
-        kind = os.environ.get(ANNOTATE_ENV)
-        if not kind:
-            return
-        try:
-            self.annot = make_annotator(kind, torch)
-        except Exception as exc:
-            message = f"--annotate {kind}: {exc}; running without annotations"
-            agent_log(self.run_dir, message)
-            with contextlib.suppress(OSError):
-                sys.stderr.write(f"pinchpoint: {message}\n")
 
     def begin(self, phase: str) -> None:
         """A phase starts now on the training thread (only with `--annotate`)."""
@@ -159,6 +154,8 @@ class Agent:
     def _after_fork(self) -> None:
         # A forked child (usually a DataLoader worker) keeps the hooks but records only its fetches;
         # the loader probe's worker records nothing.
+        if self.role == "detached":
+            return
         self.role = "probe" if loader_probe.ACTIVE else "worker"
         self.tid = threading.get_ident()
         forget_thread_files()
@@ -221,7 +218,8 @@ class Agent:
     def _writers(self) -> tuple[JsonlWriter, ...]:
         return (self.steps, self.loaders, self.fetches, self.distributed)
 
-    def close(self) -> None:
+    def close(self, keep_partial: bool = True) -> None:
+        """Stop recording and flush; `keep_partial`: write the unfinished step (a crash), unless detaching."""
         if self.closed:
             return
         self.closed = True
@@ -234,7 +232,8 @@ class Agent:
             with contextlib.suppress(Exception):
                 loop_shapes.declare_manual(self)  # a short loop that never called an optimizer
         if (
-            self.step.start_ns is not None
+            keep_partial
+            and self.step.start_ns is not None
             and self.intervals
             and self.role == "main"
             and self.mode != "unknown"
@@ -267,6 +266,8 @@ class Agent:
     def end_step(
         self, kind: str, end_ns: int | None = None, partial: bool = False, counters: Counters | None = None
     ) -> None:
+        if self.role == "detached":
+            return  # (a hook that was running when the agent detached)
         end = _now() if end_ns is None else end_ns
         now = counters if counters is not None else self.counters()
         record = self._step_record(kind, end, partial, now)
@@ -354,6 +355,8 @@ class Agent:
 
     def data_wait_begins(self) -> None:
         """The program asks its DataLoader for a batch: after a backward, maybe a new step."""
+        if self.detach_requested and attached.detach_here(self):
+            return
         if self.await_boundary:
             loop_shapes.boundary(self, _now())
         self.begin("data_wait")
@@ -365,6 +368,8 @@ class Agent:
 
     def forward_begins(self) -> None:
         """A top-level module call (the calls inside it pass through): after a backward, maybe a new step."""
+        if self.detach_requested and attached.detach_here(self):
+            return
         self.in_module = True
         if self.autocast_dtype is None:
             self.note_autocast()
@@ -376,6 +381,8 @@ class Agent:
         """The top-level call of `module` returned (or raised): it may end an inference step, or an
         evaluation step inside training; in an unknown loop it may show which kind the loop is."""
         self.in_module = False
+        if self.role == "detached":
+            return
         self.interval("forward", start_ns, end_ns)
         self.end()
         if self.mode == "inference":
@@ -423,6 +430,8 @@ class Agent:
 
     def optimizer_ended(self, opt_id: int, end_ns: int) -> None:
         """Optimizer `opt_id` finished a step: the loop trains, and the lead optimizer ends its step."""
+        if self.role == "detached":
+            return
         self.in_optimizer = False
         self.interval("optimizer", self.opt_start_ns or end_ns, end_ns)
         self.end()
@@ -439,12 +448,16 @@ class Agent:
     def record_fetch(self, record: dict[str, Any]) -> None:
         """A batch fetched in this process (any process). Workers flush per batch (they can be killed
         at any time); the main process at each step's end."""
+        if self.role == "detached":
+            return
         self.fetches.add(record)
         if self.role == "worker":
             self.fetches.flush()
 
     def record_loader(self, record: dict[str, Any]) -> None:
         """The settings of a DataLoader iterator, when it yields its first batch."""
+        if self.role == "detached":
+            return
         self.loaders.add(record)
         self.loaders.flush()
 

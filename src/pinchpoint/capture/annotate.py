@@ -11,8 +11,14 @@ part of `backward`). Off by default: it costs a call into the tool's library per
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+from pinchpoint.capture.writer import agent_log
 
 ANNOTATE_ENV = "PINCHPOINT_ANNOTATE"
 KINDS = ("nvtx", "itt")
@@ -65,3 +71,19 @@ def make_annotator(kind: str, torch: Any) -> Annotator:
             raise RuntimeError(f"NVTX is not available in this torch build ({exc})") from None
         return Annotator(nvtx.range_push, nvtx.range_pop)
     raise RuntimeError(f"unknown annotation kind {kind!r} (choose from {', '.join(KINDS)})")
+
+
+def annotator_from_environment(run_dir: Path, torch: Any) -> Annotator | None:
+    """The annotator `--annotate` asked for ($PINCHPOINT_ANNOTATE), or None; one that cannot start says
+    why (agent.log and stderr) and the run goes on without it."""
+    kind = os.environ.get(ANNOTATE_ENV)
+    if not kind:
+        return None
+    try:
+        return make_annotator(kind, torch)
+    except Exception as exc:
+        message = f"--annotate {kind}: {exc}; running without annotations"
+        agent_log(run_dir, message)
+        with contextlib.suppress(OSError):
+            sys.stderr.write(f"pinchpoint: {message}\n")
+        return None

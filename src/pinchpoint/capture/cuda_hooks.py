@@ -34,12 +34,14 @@ def install(agent: Any, torch: Any) -> bool:
         target = kwargs.get("device", args[0] if args else None)
         return "cuda" in str(target)
 
-    torch.cuda.synchronize = timed(agent, "sync_wait", torch.cuda.synchronize)
-    torch.cuda.Stream.synchronize = timed(agent, "sync_wait", torch.cuda.Stream.synchronize)
-    torch.cuda.Event.synchronize = timed(agent, "sync_wait", torch.cuda.Event.synchronize)
+    from pinchpoint.capture.patches import PATCHES
+
+    for owner in (torch.cuda, torch.cuda.Stream, torch.cuda.Event):
+        PATCHES.set(owner, "synchronize", timed(agent, "sync_wait", owner.synchronize))
     tensor = torch.Tensor
     for name in ("item", "tolist", "cpu"):
-        setattr(tensor, name, timed(agent, "sync_wait", getattr(tensor, name), on_cuda))
-    tensor.to = timed(agent, "h2d_copy", tensor.to, cpu_to_cuda)
-    tensor.cuda = timed(agent, "h2d_copy", tensor.cuda, lambda t, *a, **k: not getattr(t, "is_cuda", True))
+        PATCHES.set(tensor, name, timed(agent, "sync_wait", getattr(tensor, name), on_cuda))
+    PATCHES.set(tensor, "to", timed(agent, "h2d_copy", tensor.to, cpu_to_cuda))
+    to_cuda = timed(agent, "h2d_copy", tensor.cuda, lambda t, *a, **k: not getattr(t, "is_cuda", True))
+    PATCHES.set(tensor, "cuda", to_cuda)
     return True

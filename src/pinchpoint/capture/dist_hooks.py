@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pinchpoint.capture import loop_shapes
+from pinchpoint.capture.patches import PATCHES
 from pinchpoint.capture.procfs import thread_schedstat
 
 if TYPE_CHECKING:
@@ -62,10 +63,10 @@ def install(agent: Agent, torch: Any, timed: Callable[..., Callable[..., Any]]) 
     for name in COLLECTIVES:
         fn = getattr(dist, name, None)
         if callable(fn):
-            setattr(dist, name, timed(agent, "comm", fn))
+            PATCHES.set(dist, name, timed(agent, "comm", fn))
     init = getattr(dist, "init_process_group", None)
     if callable(init):
-        dist.init_process_group = _after_init(agent, dist, init)
+        PATCHES.set(dist, "init_process_group", _after_init(agent, dist, init))
     with contextlib.suppress(Exception):
         import importlib
 
@@ -74,10 +75,10 @@ def install(agent: Agent, torch: Any, timed: Callable[..., Callable[..., Any]]) 
         for mod in (mp_spawn, torch.multiprocessing):
             start = getattr(mod, "start_processes", None)
             if callable(start):
-                setattr(mod, "start_processes", _launching(agent, start))  # noqa: B010
+                PATCHES.set(mod, "start_processes", _launching(agent, start))
     with contextlib.suppress(Exception):  # a pybind class may refuse new attributes
         work = torch._C._distributed_c10d.Work
-        work.wait = timed(agent, "comm", work.wait)
+        PATCHES.set(work, "wait", timed(agent, "comm", work.wait))
     with contextlib.suppress(Exception):
         from torch.nn.parallel import DistributedDataParallel as ddp_cls
 
@@ -129,8 +130,8 @@ def _wrap_ddp(agent: Agent, ddp_cls: Any) -> None:
                 agent.distributed.flush()
         return result
 
-    ddp_cls.__init__ = init_wrapper
-    ddp_cls.register_comm_hook = hook_wrapper
+    PATCHES.set(ddp_cls, "__init__", init_wrapper)
+    PATCHES.set(ddp_cls, "register_comm_hook", hook_wrapper)
 
 
 def _name_of(fn: Any) -> str:

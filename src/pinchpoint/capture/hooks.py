@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from pinchpoint.capture import loader_probe
+from pinchpoint.capture.patches import PATCHES
 from pinchpoint.capture.procfs import thread_schedstat
 from pinchpoint.capture.trials import Trials
 
@@ -86,7 +87,7 @@ def install_hooks(agent: HookedAgent, torch: Any) -> None:
     _wrap_loader(agent)
     _wrap_fetchers(agent, torch)
     _wrap_module_call(agent, torch)
-    torch.save = timed(agent, "checkpoint_io", torch.save)
+    PATCHES.set(torch, "save", timed(agent, "checkpoint_io", torch.save))
     _register_optimizer_hooks(agent)
 
 
@@ -115,7 +116,7 @@ def _wrap_loader(agent: HookedAgent) -> None:
                 self._pinchpoint_seen = True
                 _record_loader(agent, self)
 
-    setattr(it_cls, "__next__", next_wrapper)  # noqa: B010 (mypy: assigning to a method)
+    PATCHES.set(it_cls, "__next__", next_wrapper)
 
 
 def _wrap_fetchers(agent: HookedAgent, torch: Any) -> None:
@@ -125,7 +126,7 @@ def _wrap_fetchers(agent: HookedAgent, torch: Any) -> None:
     for name in ("_MapDatasetFetcher", "_IterableDatasetFetcher"):
         cls = getattr(fetch_mod, name, None)
         if cls is not None:
-            cls.fetch = _fetch_wrapper(agent, torch, cls.fetch)
+            PATCHES.set(cls, "fetch", _fetch_wrapper(agent, torch, cls.fetch))
 
 
 def _wrap_module_call(agent: HookedAgent, torch: Any) -> None:
@@ -143,7 +144,7 @@ def _wrap_module_call(agent: HookedAgent, torch: Any) -> None:
         finally:
             agent.forward_ended(self, t0, _now())
 
-    module_cls.__call__ = call_wrapper
+    PATCHES.set(module_cls, "__call__", call_wrapper)
 
 
 def _register_optimizer_hooks(agent: HookedAgent) -> None:
@@ -161,8 +162,8 @@ def _register_optimizer_hooks(agent: HookedAgent) -> None:
             return
         agent.optimizer_ended(id(opt), _now())
 
-    opt_mod.register_optimizer_step_pre_hook(pre_hook)
-    opt_mod.register_optimizer_step_post_hook(post_hook)
+    PATCHES.handle(opt_mod.register_optimizer_step_pre_hook(pre_hook))
+    PATCHES.handle(opt_mod.register_optimizer_step_post_hook(post_hook))
 
 
 def _with_timed_closure(agent: HookedAgent, args: Any, kwargs: Any) -> tuple[Any, Any] | None:

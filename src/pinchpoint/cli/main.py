@@ -11,6 +11,7 @@ from typing import Protocol
 import pinchpoint
 from pinchpoint.cli import (
     analyze_cmd,
+    attach_cmd,
     calibrate_cmd,
     diff_cmd,
     export_cmd,
@@ -43,6 +44,7 @@ COMMANDS: tuple[Command, ...] = (
     diff_cmd.ShowCommand(),
     export_cmd.ExportCommand(),
     watch_cmd.WatchCommand(),
+    attach_cmd.AttachCommand(),
 )
 
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pinchpoint.errors import PinchpointError, UsageError
 
@@ -108,11 +109,9 @@ class RunCommand:
         from pinchpoint.capture.launcher import launch
         from pinchpoint.capture.trials import TRIALS_ENV
         from pinchpoint.pipeline.rundir import report_run_dir
-        from pinchpoint.report.model import Report
-        from pinchpoint.report.terminal import render
 
         command: list[str] = args.target
-        run_dir = _run_dir(args.out, command, args.force)
+        run_dir = new_run_dir(args.out, command, args.force)
         watcher = _start_watcher(run_dir) if args.live else None
         result = launch(
             command,
@@ -136,26 +135,33 @@ class RunCommand:
         except PinchpointError as exc:
             print(f"pinchpoint: no report: {exc}; the run directory is kept at {run_dir}", file=sys.stderr)
             return result.exit_code or exc.exit_code
-        if not args.quiet:
-            print(file=sys.stderr)
-            render(Report(document=report), sys.stderr, color=False if args.no_color else None)
-        html = run_dir / "report.html"
-        charts = f", charts: {html}" if html.exists() else ""
-        print(
-            f"pinchpoint: run directory {run_dir}  (report: {run_dir / 'report.json'}{charts})",
-            file=sys.stderr,
-        )
-        if report.get("history_id") is not None:
-            print(
-                f"pinchpoint: recorded as #{report['history_id']} (`pinchpoint runs`; compare with "
-                f"`pinchpoint diff #{report['history_id']} NEXT`)",
-                file=sys.stderr,
-            )
+        print_report(report, run_dir, quiet=args.quiet, color=False if args.no_color else None)
         missing = report["steps"].get("missing")
         if missing and result.exit_code == 0:
             print(f"pinchpoint: {missing}", file=sys.stderr)
             return NO_STEPS_EXIT
         return result.exit_code
+
+
+def print_report(report: dict[str, Any], run_dir: Path, *, quiet: bool, color: bool | None) -> None:
+    """The report on stderr (unless `quiet`), then where the run directory and its history entry are."""
+    from pinchpoint.report.model import Report
+    from pinchpoint.report.terminal import render
+
+    if not quiet:
+        print(file=sys.stderr)
+        render(Report(document=report), sys.stderr, color=color)
+    html = run_dir / "report.html"
+    charts = f", charts: {html}" if html.exists() else ""
+    print(
+        f"pinchpoint: run directory {run_dir}  (report: {run_dir / 'report.json'}{charts})", file=sys.stderr
+    )
+    if report.get("history_id") is not None:
+        print(
+            f"pinchpoint: recorded as #{report['history_id']} (`pinchpoint runs`; compare with "
+            f"`pinchpoint diff #{report['history_id']} NEXT`)",
+            file=sys.stderr,
+        )
 
 
 LIVE_OUTPUT = "output.log"
@@ -190,7 +196,7 @@ def _stop_watcher(watcher: subprocess.Popen[bytes] | None) -> None:
         watcher.wait()
 
 
-def _run_dir(out: str | None, command: list[str], force: bool) -> Path:
+def new_run_dir(out: str | None, command: list[str], force: bool) -> Path:
     if out:
         path = Path(out)
         if path.exists() and any(path.iterdir()) if path.is_dir() else path.exists():

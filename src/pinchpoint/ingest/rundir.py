@@ -28,6 +28,7 @@ from pinchpoint.ingest.trials import (
     worker_trial,
 )
 from pinchpoint.trace.run import (
+    Attach,
     CpuInfo,
     CudaDevice,
     DdpConfig,
@@ -137,6 +138,21 @@ def _meta(o: dict[str, Any]) -> RunMeta:
         signal=as_str(o.get("signal")),
         world_size=as_int(o.get("world_size"), 1) or 1,
         mode=str(o.get("mode") or "run"),
+        attach=_attach(o.get("attach")),
+    )
+
+
+def _attach(o: Any) -> Attach | None:
+    if not isinstance(o, dict):
+        return None
+    detached = as_dict(o.get("detached"))
+    left = [*as_list(detached.get("not_restored")), *as_list(detached.get("inert_hooks"))]
+    return Attach(
+        pid=as_int(o.get("pid"), 0) or 0,
+        duration_s=as_float(o.get("duration_s"), 0.0) or 0.0,
+        ended=as_str(o.get("ended")),
+        restored=as_int(detached.get("patches")) if detached else None,
+        left=tuple(str(x) for x in left),
     )
 
 

@@ -11,7 +11,7 @@ from pinchpoint.analysis.steps import StepStats
 from pinchpoint.diagnosis.engine import Diagnosis
 from pinchpoint.diagnosis.finding import Finding
 from pinchpoint.report.phrases import say, say_all
-from pinchpoint.trace.run import HOST_OTHER, Phase, ProcessInfo, Run
+from pinchpoint.trace.run import HOST_OTHER, Attach, Phase, ProcessInfo, Run
 
 SCHEMA = "pinchpoint.report/1"
 MIB = 1 << 20
@@ -230,7 +230,8 @@ def build_report(analysis: RunAnalysis, diagnosis: Diagnosis) -> dict[str, Any]:
             "ended_at": run.meta.ended_at,
             "world_size": run.meta.world_size,
             "complete": run.meta.ended_at is not None and run.meta.exit_code == 0,
-        },
+        }
+        | _attach(run.meta.attach),
         "environment": env,
         "steps": _steps(first.steps if first else None)
         | ({"missing": analysis.no_steps} if analysis.no_steps else {}),
@@ -252,3 +253,18 @@ def write_report(report: dict[str, Any], path: Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(report, indent=2) + "\n")
     tmp.replace(path)
+
+
+def _attach(attach: Attach | None) -> dict[str, Any]:
+    """`pinchpoint attach`'s run: the process, how long, how it ended, what the agent left behind."""
+    if attach is None:
+        return {}
+    return {
+        "attach": {
+            "pid": attach.pid,
+            "duration_s": attach.duration_s,
+            "ended": attach.ended,
+            "restored": attach.restored,
+            "left": list(attach.left),
+        }
+    }

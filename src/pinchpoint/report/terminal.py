@@ -116,6 +116,18 @@ def _print_run_gpu(console: Console, report: dict[str, Any]) -> None:
     console.print()
 
 
+def _attached_line(attach: dict[str, Any]) -> str:
+    what = f"attached to process {attach['pid']} for {attach['duration_s']:g} s"
+    ended = attach.get("ended")
+    if ended == "exited":
+        return f"{what}; it ended during the attach: partial report\n"
+    if attach.get("restored") is None:
+        return f"{what}; its agent did not confirm the detach (it detaches by itself)\n"
+    left = attach.get("left") or []
+    kept = f", left inert: {', '.join(left)}" if left else ""
+    return f"{what}, then detached ({attach['restored']} patches put back{kept}); it runs on\n"
+
+
 def _header(report: dict[str, Any]) -> Text:
     if report["run"].get("mode") == "analyze":
         return _analyze_header(report)
@@ -125,7 +137,9 @@ def _header(report: dict[str, Any]) -> Text:
     t.append("pinchpoint", style="bold")
     t.append(f"  {cmd}\n")
     status = run.get("exit_code")
-    if run.get("signal"):
+    if run.get("attach"):
+        t.append(_attached_line(run["attach"]), style="bold")
+    elif run.get("signal"):
         t.append(f"program killed by {run['signal']} (exit {status}): partial report\n", style="bold red")
     elif status not in (0, None):
         t.append(f"program exited with {status}: partial report\n", style="bold yellow")

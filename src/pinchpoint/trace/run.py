@@ -458,6 +458,18 @@ class Environment:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Attach:
+    """`pinchpoint attach`: the program ran before and after; this run covers `duration_s` of it."""
+
+    pid: int
+    duration_s: float
+    ended: str | None
+    """"detached" (it runs on), "exited" (it ended during the attach), "interrupted", None (in progress)."""
+    restored: int | None  # patches the agent put back when it detached (None: it did not confirm)
+    left: tuple[str, ...] = ()  # what stayed: hooks left registered and inert, attributes not put back
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunMeta:
     command: tuple[str, ...]
     started_at: str
@@ -469,6 +481,7 @@ class RunMeta:
     signal: str | None = None
     world_size: int = 1
     mode: str = "run"
+    attach: Attach | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,0 +1,115 @@
+"""The agent inside a process that `pinchpoint attach` joined while it ran (`capture/inject.py` put it there).
+
+It runs the hooks `pinchpoint run` installs at start-up, for a while, then detaches: every patched
+attribute and registered hook is put back (`capture/patches.py`), the op window and any trial end, and
+what was recorded stays in the run directory. It detaches when the attacher asks (a `detach` file in
+the run directory), or by itself at its deadline if the attacher is gone.
+
+Detaching removes the optimizer's global hooks, which torch iterates inside `Optimizer.step`: that is
+safe only on the training thread outside a step's optimizer, so the agent detaches at the next
+DataLoader fetch or top-level module call. A loop that makes neither within `SAFE_WAIT_S` is detached
+from the watchdog thread, leaving those two hooks registered and inert.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from pinchpoint.capture.writer import write_json_atomic
+
+DETACH_FILE = "detach"
+"""The attacher's request, in the run directory."""
+POLL_S = 0.2
+SAFE_WAIT_S = 5.0
+"""How long the watchdog waits for the training thread to detach at a safe point."""
+
+_LOCK = threading.Lock()
+
+
+def start(run_dir: str, deadline_wall_s: float, opwindow: str | None, trials: bool) -> None:
+    """Called once in the target's main thread (a pending call); never raises into the program."""
+    root = Path(run_dir)
+    try:
+        _start(root, deadline_wall_s, opwindow, trials)
+    except Exception:
+        with contextlib.suppress(OSError):
+            (root / f"attach-error-{os.getpid()}.txt").write_text(traceback.format_exc())
+
+
+def _start(root: Path, deadline_wall_s: float, opwindow: str | None, trials: bool) -> None:
+    from pinchpoint.capture import agent as agent_mod
+
+    if (root / DETACH_FILE).exists() or time.time() > deadline_wall_s:
+        raise RuntimeError("the attacher gave up before this process ran the agent")
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "nn"):
+        raise RuntimeError("torch is not imported in this process: nothing to hook")
+    if agent_mod.AGENT is not None:
+        raise RuntimeError("this process already runs a pinchpoint agent")
+    if not trials:
+        from pinchpoint.capture.trials import TRIALS_ENV
+
+        os.environ[TRIALS_ENV] = "off"
+    agent = agent_mod.start(root, window=opwindow or None)
+    agent.attached = True
+    threading.Thread(
+        target=_watch, args=(agent, root, deadline_wall_s), daemon=True, name="pinchpoint"
+    ).start()
+
+
+def _watch(agent: Any, root: Path, deadline_wall_s: float) -> None:
+    while not (root / DETACH_FILE).exists() and time.time() < deadline_wall_s:
+        time.sleep(POLL_S)
+        if agent.role == "detached":
+            return
+    agent.detach_requested = True
+    waited = time.monotonic() + SAFE_WAIT_S
+    while agent.role != "detached" and time.monotonic() < waited:
+        time.sleep(POLL_S / 4)
+    detach(agent, safe=False)
+
+
+def detach_here(agent: Any) -> bool:
+    """The attacher is done: detach now if this is the training thread outside an optimizer step."""
+    if agent.in_optimizer or agent.role != "main" or threading.get_ident() != agent.tid:
+        return False
+    detach(agent, safe=True)
+    return True
+
+
+def detach(agent: Any, *, safe: bool) -> None:
+    """Put torch back and close the agent's files; `safe`: on the training thread, outside a step's
+    optimizer (the optimizer hooks can go too). Idempotent."""
+    from pinchpoint.capture import agent as agent_mod
+    from pinchpoint.capture.patches import PATCHES
+
+    with _LOCK:
+        if agent.role == "detached":
+            return
+        role = agent.role
+        agent.close(keep_partial=False)  # the op window and trials end; files flushed
+        agent.role = "detached"
+        patched = len(PATCHES)
+        failed = PATCHES.undo(handles=safe)
+        atexit.unregister(agent.close)
+        agent_mod.AGENT = None
+        write_json_atomic(
+            agent.rank_dir / f"detached-{os.getpid()}.json",
+            {
+                "pid": os.getpid(),
+                "role": role,
+                "t_ns": time.monotonic_ns(),
+                "patches": patched,
+                "not_restored": failed,
+                "inert_hooks": [] if safe else ["optimizer step pre-hook", "optimizer step post-hook"],
+                "steps": agent.step.index,
+            },
+        )
