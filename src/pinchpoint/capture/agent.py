@@ -20,13 +20,13 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from pinchpoint.capture import (
     appliers,
-    attached,
     cuda_hooks,
     dist_hooks,
     frameworks,
@@ -120,7 +120,9 @@ class Agent:
         """An `annotate.Annotator` with `--annotate nvtx|itt`: phases as native-profiler ranges."""
         self.attached = False
         """Started by `pinchpoint attach` in a running process (`capture/attached.py`), which detaches it."""
-        self.detach_requested = False
+        self.detach_at_safe_point: Callable[[Agent], bool] | None = None
+        """Set by `capture/attached.py` when the attacher asks to detach: called at the next safe point on
+        the training thread (a batch asked for, a forward begun), True once detached."""
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -355,7 +357,7 @@ class Agent:
 
     def data_wait_begins(self) -> None:
         """The program asks its DataLoader for a batch: after a backward, maybe a new step."""
-        if self.detach_requested and attached.detach_here(self):
+        if self.detach_at_safe_point is not None and self.detach_at_safe_point(self):
             return
         if self.await_boundary:
             loop_shapes.boundary(self, _now())
@@ -368,7 +370,7 @@ class Agent:
 
     def forward_begins(self) -> None:
         """A top-level module call (the calls inside it pass through): after a backward, maybe a new step."""
-        if self.detach_requested and attached.detach_here(self):
+        if self.detach_at_safe_point is not None and self.detach_at_safe_point(self):
             return
         self.in_module = True
         if self.autocast_dtype is None:

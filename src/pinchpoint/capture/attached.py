@@ -9,6 +9,11 @@ Detaching removes the optimizer's global hooks, which torch iterates inside `Opt
 safe only on the training thread outside a step's optimizer, so the agent detaches at the next
 DataLoader fetch or top-level module call. A loop that makes neither within `SAFE_WAIT_S` is detached
 from the watchdog thread, leaving those two hooks registered and inert.
+
+What stays after a detach: pinchpoint's modules in `sys.modules` (none of their code runs again), the
+torch modules the op window imported (importing `torch._dynamo`, which its dispatch mode does, makes
+torch wrap `torch.manual_seed` in its compile-disable decorator: torch's own change, as when the
+program imports it), and a `_pinchpoint_seen` flag on each DataLoader iterator the agent saw.
 """
 
 from __future__ import annotations
@@ -34,14 +39,30 @@ SAFE_WAIT_S = 5.0
 _LOCK = threading.Lock()
 
 
-def start(run_dir: str, deadline_wall_s: float, opwindow: str | None, trials: bool) -> None:
-    """Called once in the target's main thread (a pending call); never raises into the program."""
+_ADDED_PATH: list[str] = []
+"""The entry the bootstrap added to sys.path for pinchpoint's package: removed again on detach."""
+
+
+def start(
+    run_dir: str, deadline_wall_s: float, opwindow: str | None, trials: bool, added: str | None
+) -> None:
+    """Called once in the target's main thread (a pending call); never raises into the program.
+    `added`: the sys.path entry the bootstrap added, removed when the agent fails to start or detaches."""
     root = Path(run_dir)
     try:
         _start(root, deadline_wall_s, opwindow, trials)
+        if added is not None:
+            _ADDED_PATH.append(added)
     except Exception:
+        if added is not None:
+            _forget_path(added)
         with contextlib.suppress(OSError):
             (root / f"attach-error-{os.getpid()}.txt").write_text(traceback.format_exc())
+
+
+def _forget_path(path: str) -> None:
+    with contextlib.suppress(ValueError):
+        sys.path.remove(path)
 
 
 def _start(root: Path, deadline_wall_s: float, opwindow: str | None, trials: bool) -> None:
@@ -70,7 +91,7 @@ def _watch(agent: Any, root: Path, deadline_wall_s: float) -> None:
         time.sleep(POLL_S)
         if agent.role == "detached":
             return
-    agent.detach_requested = True
+    agent.detach_at_safe_point = detach_here
     waited = time.monotonic() + SAFE_WAIT_S
     while agent.role != "detached" and time.monotonic() < waited:
         time.sleep(POLL_S / 4)
@@ -101,6 +122,8 @@ def detach(agent: Any, *, safe: bool) -> None:
         failed = PATCHES.undo(handles=safe)
         atexit.unregister(agent.close)
         agent_mod.AGENT = None
+        while _ADDED_PATH:
+            _forget_path(_ADDED_PATH.pop())
         write_json_atomic(
             agent.rank_dir / f"detached-{os.getpid()}.json",
             {

@@ -62,12 +62,18 @@ def python_target(pid: int) -> Target:
 def bootstrap_source(pkg_parent: Path, run_dir: Path, deadline_wall_s: float, opwindow: str | None,
                      trials: bool) -> str:  # fmt: skip
     """What the target runs: pinchpoint's package on its path, then `capture.attached.start`."""
+    path = str(pkg_parent)
     return (
         "import sys\n"
-        f"if {str(pkg_parent)!r} not in sys.path:\n"
-        f"    sys.path.append({str(pkg_parent)!r})\n"
-        "from pinchpoint.capture import attached\n"
-        f"attached.start({str(run_dir)!r}, {deadline_wall_s!r}, {opwindow!r}, {trials!r})\n"
+        f"added = {path!r} not in sys.path\n"
+        f"if added:\n    sys.path.append({path!r})\n"
+        "try:\n"
+        "    from pinchpoint.capture import attached\n"
+        f"    attached.start({str(run_dir)!r}, {deadline_wall_s!r}, {opwindow!r}, {trials!r},"
+        f" {path!r} if added else None)\n"
+        "except BaseException:\n"
+        f"    if added and {path!r} in sys.path:\n        sys.path.remove({path!r})\n"
+        "    raise\n"
     )
 
 

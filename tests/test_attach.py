@@ -1,0 +1,204 @@
+"""`pinchpoint attach PID`: a program started without pinchpoint is joined through gdb, diagnosed from
+the same hooks as `run`, and left running exactly as it was (tests/attach_target.py checks from inside).
+Bad input: no such process, not Python, not ours to trace, no torch, and a program that exits
+mid-attach each give one line and an exit code, and leave nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pinchpoint.capture import inject
+from pinchpoint.errors import AttachError
+from programs import EXAMPLES
+
+HERE = Path(__file__).resolve().parent
+TARGET = HERE / "attach_target.py"
+needs_gdb = pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed")
+
+
+def _start(*args: str, ready: str = "attach-target: ready") -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PINCHPOINT_")}
+    proc = subprocess.Popen(
+        [sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert ready in line, line
+    return proc
+
+
+def _attach(pid: int, tmp_path: Path, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pinchpoint", "attach", str(pid), "-o", str(tmp_path / "run"),
+         "--json", str(tmp_path / "report.json"), "--no-color", *extra],
+        capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def _stop(proc: subprocess.Popen[str]) -> str:
+    """Ask the target whether torch is as it was, and collect its output."""
+    proc.send_signal(signal.SIGUSR1)
+    out, _ = proc.communicate(timeout=30)
+    return out
+
+
+@pytest.mark.e2e
+@needs_gdb
+@pytest.mark.parametrize(
+    ("example", "args", "seconds", "finding"),
+    [
+        ("input_fetch", ["--steps", "5000"], 10, "input.fetch"),
+        ("host_python", ["--steps", "5000"], 12, "host.python"),
+        ("cpu_oversubscription", ["--steps", "5000"], 20, "cpu.oversubscription"),
+    ],
+)
+def test_attach_names_the_cause_and_leaves_the_program_running_as_it_was(
+    example: str, args: list[str], seconds: int, finding: str, tmp_path: Path
+) -> None:
+    proc = _start(str(TARGET), str(EXAMPLES / f"{example}.py"), *args)
+    try:
+        time.sleep(3)  # in its loop
+        res = _attach(proc.pid, tmp_path, "--duration", str(seconds))
+        assert res.returncode == 0, res.stderr[-3000:]
+        time.sleep(1)
+        assert proc.poll() is None, "the program ended"
+        out = _stop(proc)
+    finally:
+        proc.kill()
+    assert "unchanged=True" in out, out[-2000:]
+    report: dict[str, Any] = json.loads((tmp_path / "report.json").read_text())
+    attach = report["run"]["attach"]
+    assert (
+        attach["pid"] == proc.pid
+        and attach["ended"] == "detached"
+        and attach["restored"]
+        and not attach["left"]
+    )
+    assert report["steps"]["count"] >= 10, report["steps"]
+    ids = [f["id"] for f in report["findings"]]
+    assert ids and ids[0] == finding, ids
+    assert f"attached to process {proc.pid}" in res.stderr
+    assert not (tmp_path / "run" / "ranks" / "rank0" / f"attach-error-{proc.pid}.txt").exists()
+
+
+def _one_line_error(res: subprocess.CompletedProcess[str], words: str) -> None:
+    assert res.returncode == AttachError.exit_code, (res.returncode, res.stderr)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in res.stderr, res.stderr
+
+
+def test_no_such_process(tmp_path: Path) -> None:
+    pid = 2**22 + 12345  # above the default pid_max
+    _one_line_error(_attach(pid, tmp_path, "--duration", "1"), f"no process {pid}")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_process_that_is_not_python(tmp_path: Path) -> None:
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        _one_line_error(_attach(proc.pid, tmp_path, "--duration", "1"), "is not a Python process")
+    finally:
+        proc.kill()
+    assert not (tmp_path / "run").exists()
+
+
+IDLE_PYTHON = """
+import ctypes, os, sys, time
+if sys.argv[1:] == ["undumpable"]:
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: only CAP_SYS_PTRACE may trace it
+print("idle: ready", flush=True)
+while True:
+    time.sleep(0.05)
+    if sys.stdin.closed:
+        break
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+def test_a_process_that_is_not_ours_to_trace(tmp_path: Path) -> None:
+    proc = _start("-c", IDLE_PYTHON, "undumpable", ready="idle: ready")
+    try:
+        res = subprocess.run(
+            ["setpriv", "--inh-caps=-sys_ptrace", "--bounding-set=-sys_ptrace", "--",
+             sys.executable, "-m", "pinchpoint", "attach", str(proc.pid), "-o", str(tmp_path / "run")],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        _one_line_error(res, "not ours to trace")
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+    assert not (tmp_path / "run").exists()
+
+
+@needs_gdb
+def test_a_python_without_torch_is_left_as_it_was(tmp_path: Path) -> None:
+    check = IDLE_PYTHON.replace(
+        "    if sys.stdin.closed:", "    if os.path.exists(sys.argv[2]):\n"
+        "        print('modules', sorted(m for m in sys.modules if m.startswith('pinchpoint')), flush=True)\n"
+        "        print('path', [p for p in sys.path if 'src' in p or 'pinchpoint' in p], flush=True)\n"
+        "        break\n    if sys.stdin.closed:",
+    )  # fmt: skip
+    flag = tmp_path / "stop"
+    env_path = [p for p in sys.path if p.endswith("src")]
+    proc = _start("-c", check, "plain", str(flag), ready="idle: ready")
+    try:
+        res = _attach(proc.pid, tmp_path, "--duration", "2")
+        _one_line_error(res, "torch is not imported")
+        assert proc.poll() is None
+        flag.touch()
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    path_line = next(ln for ln in out.splitlines() if ln.startswith("path"))
+    assert path_line == f"path {env_path}", (path_line, env_path)  # the bootstrap took its entry back
+    assert not (tmp_path / "run").exists()
+
+
+SHORT_LOOP = """
+import time, torch
+model = torch.nn.Linear(64, 64)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+print("loop: ready", flush=True)
+end = time.monotonic() + 8
+while time.monotonic() < end:
+    opt.zero_grad()
+    model(torch.randn(32, 64)).sum().backward()
+    opt.step()
+    time.sleep(0.02)
+"""
+
+
+@needs_gdb
+def test_a_program_that_exits_mid_attach_keeps_what_was_recorded(tmp_path: Path) -> None:
+    proc = _start("-c", SHORT_LOOP, ready="loop: ready")
+    try:
+        res = _attach(proc.pid, tmp_path, "--duration", "30")
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    assert res.returncode == 5, res.stderr[-2000:]
+    assert f"process {proc.pid} ended during the attach" in res.stderr.splitlines()[-1]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["run"]["attach"]["ended"] == "exited" and report["steps"]["total"] > 20
+
+
+def test_python_target_reads_the_interpreter_from_proc() -> None:
+    target = inject.python_target(os.getpid())
+    assert target.pid == os.getpid()
+    assert target.libpython is None or "libpython3" in target.libpython
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        with pytest.raises(AttachError, match="is not a Python process"):
+            inject.python_target(proc.pid)
+    finally:
+        proc.kill()
