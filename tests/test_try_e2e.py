@@ -118,11 +118,23 @@ def test_fix_all_stacks_the_fixes_that_paid_and_names_what_leads_after(tmp_path:
     assert doc is not None
     rows = {r["id"]: r for r in doc["tried"]}
     fetch, ckpt = rows["input.fetch"], rows["io.checkpoint"]
-    (together,) = [
-        r for r in doc["tried"] if "input.fetch" in r["id"] and "io.checkpoint" in r["id"] and "+" in r["id"]
-    ]
-    for row in (fetch, ckpt, together):
-        assert row["applied"] and row["speedup"] is not None and row["significant"], row
+    for row in (fetch, ckpt):
+        assert row["applied"] and row["speedup"] is not None, row
+    stacked = [r for r in doc["tried"] if "input.fetch" in r["id"] and "io.checkpoint" in r["id"]]
+    if not (fetch["significant"] and ckpt["significant"]):
+        # Only the fixes that paid are stacked. Each pays on a machine in its truth's state; on a
+        # slower or busier one a fixed cost's share shrinks and its gain may drown in the noise (CI
+        # once found no row to stack): then nothing is stacked, and the reason is the machine's.
+        baseline = json.loads((Path(doc["baseline"]) / "report.json").read_text())
+        truth_ms = baseline_ms("stacked_fixes")
+        other_state = foreign_cores(baseline) >= CONTENDED_CORES or (
+            truth_ms is not None and baseline["steps"]["median_ms"] > SLOWER_THAN_TRUTH * truth_ms
+        )
+        assert other_state and not stacked, (rows, baseline["steps"]["median_ms"], truth_ms)
+        assert fetch["significant"] or ckpt["significant"], rows
+        return
+    (together,) = stacked
+    assert together["applied"] and together["speedup"] is not None and together["significant"], together
     assert together["speedup"] > max(fetch["speedup"], ckpt["speedup"]), rows  # the gains stack
     assert together["next_limit"] and not together["next_limit"].startswith(("input.", "io.")), together
     assert "together" in res.stderr and together["next_limit"] in res.stdout
