@@ -11,6 +11,10 @@ neither arm always runs first (the first run of a series was measurably faster h
 `--arm callback` (interleaved mode) runs the framework examples under `pinchpoint run` with their
 `--callback` flag, so pinchpoint's Lightning/Trainer callback marks the steps.
 
+`--arm attached` (interleaved mode) starts the bare program and joins it after 3 s with `pinchpoint
+attach --opwindow off --no-trials` until it ends: an idle attached agent's cost (its hooks and the
+sampler), most of the program's steps running attached.
+
 `--arm opwindow-off` adds a third arm, `pinchpoint run --opwindow off`, to split the op window's share
 of the overhead from the hooks' and the sampler's.
 
@@ -64,6 +68,7 @@ def main() -> int:
         default=[],
         choices=[
             "opwindow-off",
+            "attached",
             "aa",
             "sampler-normal",
             "no-sampler",
@@ -113,12 +118,16 @@ def main() -> int:
         arms["stacks"] = ["--stacks"]
     if "native" in args.arm:  # perf samples the program's native stacks at 99 Hz
         arms["native"] = ["--native"]
-    if "stacks-native" in args.arm:  # both, py-spy unwinding native frames (it pauses the program each sample)
+    if (
+        "stacks-native" in args.arm
+    ):  # both, py-spy unwinding native frames (it pauses the program each sample)
         arms["stacks+native"] = ["--stacks", "--native"]
     if "live" in args.arm:  # the live panel beside the program (forced: the benchmark has no terminal)
         arms["live"] = ["--live", "ENV:PINCHPOINT_LIVE_FORCE=1"]
     if "callback" in args.arm:  # the framework examples with pinchpoint's callback (--callback) as well
         arms["callback"] = ["ARG:--callback"]
+    if "attached" in args.arm:  # the bare program, joined after start-up by `pinchpoint attach` (no window)
+        arms["attached"] = ["ATTACH"]
     if "agent-only" in args.arm:  # the agent in the bare program: no launcher, no sampler, no window
         arms["agent only"] = ["BARE", "ENV:PINCHPOINT_OPWINDOW=off"]
     print(f"{args.quads} ABBA quads per arm, --steps {args.steps}, {args.malloc} malloc")
@@ -182,6 +191,8 @@ def interleaved(
         for name in order:
             if name in ("bare", "A/A"):
                 got[name] = step_ms([py, *prog], env)
+            elif "ATTACH" in arms[name]:
+                got[name] = attached_step_ms([py, *prog], pinchpoint, env)
             elif "BARE" in arms[name]:
                 extra = dict(o[4:].split("=", 1) for o in arms[name] if o.startswith("ENV:"))
                 with tempfile.TemporaryDirectory() as tmp:
@@ -227,6 +238,34 @@ def interleaved(
             flush=True,
         )
     return worst
+
+
+ATTACH_AFTER_S = 3.0
+"""The attach begins this long after the program starts (torch imported, the loop running)."""
+
+
+def attached_step_ms(cmd: list[str], pinchpoint: str, env: dict[str, str]) -> float:
+    """The program started bare and joined by `pinchpoint attach` (no op window, no trials) until it
+    ends: its own median step, most of whose steps ran with the attached agent and the sampler."""
+    import time
+
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+    )
+    time.sleep(ATTACH_AFTER_S)
+    with tempfile.TemporaryDirectory() as tmp:
+        att = subprocess.run(
+            [pinchpoint, "attach", str(proc.pid), "--duration", "3600", "--opwindow", "off", "--no-trials",
+             "-q", "-o", f"{tmp}/run"],
+            capture_output=True, text=True, env=env,
+        )  # fmt: skip
+    out, _ = proc.communicate()
+    if att.returncode != 5:  # the program ended during the attach, as it should
+        raise RuntimeError(f"attach ended with {att.returncode}: {att.stderr[-500:]}")
+    m = PATTERN.search(out)
+    if m is None:
+        raise RuntimeError(f"no median_step_ms in output of {cmd}")
+    return float(m.group(1))
 
 
 def window_ratio(run_dir: Path) -> float | None:

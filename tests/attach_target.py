@@ -71,7 +71,8 @@ def _changes() -> list[str]:
 
 def _report(signum: int, frame: Any) -> None:
     changes = _changes()
-    print(f"attach-target: unchanged={not changes} {' '.join(changes)}", flush=True)
+    ours = sum(1 for m in sys.modules if m.startswith("pinchpoint"))
+    print(f"attach-target: unchanged={not changes} pinchpoint_modules={ours} {' '.join(changes)}", flush=True)
     os._exit(0)
 
 

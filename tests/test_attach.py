@@ -202,3 +202,51 @@ def test_python_target_reads_the_interpreter_from_proc() -> None:
             inject.python_target(proc.pid)
     finally:
         proc.kill()
+
+
+@pytest.mark.e2e
+def test_outside_names_the_wait_and_puts_nothing_in_the_process(tmp_path: Path) -> None:
+    """`--outside`: py-spy and /proc only. The latency-bound loader shows as the main thread's wait;
+    what needs the agent is listed as not judged; the program never loads pinchpoint."""
+    proc = _start(str(TARGET), str(EXAMPLES / "input_fetch.py"), "--steps", "5000")
+    try:
+        time.sleep(3)
+        res = _attach(proc.pid, tmp_path, "--duration", "8", "--outside")
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert proc.poll() is None, "the program ended"
+        out = _stop(proc)
+    finally:
+        proc.kill()
+    assert "unchanged=True pinchpoint_modules=0" in out, out[-2000:]
+    doc: dict[str, Any] = json.loads((tmp_path / "report.json").read_text())
+    assert doc["schema"] == "pinchpoint.outside/1" and doc["run"]["attach"]["pid"] == proc.pid
+    main = doc["main_thread"]
+    assert main is not None and main["samples"] >= 100, main
+    assert abs(sum(main["shares"].values()) - 1) < 1e-3 and main["shares"]["data_wait"] >= 0.10, main
+    assert doc["findings"] and doc["findings"][0]["id"] == "input.fetch", doc["findings"]
+    assert any("compute.math" in item["what"] for item in doc["not_judged"])
+    assert "from outside" in res.stderr and "Not judged from outside" in res.stderr
+    assert not (tmp_path / "run" / "attach.py").exists()  # nothing was prepared for injection
+
+
+def test_without_a_debugger_it_watches_from_outside(tmp_path: Path) -> None:
+    """No gdb on PATH: one line says why, then the process is watched from outside (exit 0); a loop
+    that only sleeps is not called Python work."""
+    proc = _start("-c", IDLE_PYTHON, "plain", ready="idle: ready")
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent)}  # the venv's bin: py-spy, no gdb
+    try:
+        res = subprocess.run(
+            [sys.executable, "-m", "pinchpoint", "attach", str(proc.pid), "--duration", "2",
+             "-o", str(tmp_path / "run"), "--json", str(tmp_path / "out.json")],
+            capture_output=True, text=True, timeout=60, env=env,
+        )  # fmt: skip
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "gdb is not installed" in res.stderr.splitlines()[0] and "Traceback" not in res.stderr
+    doc = json.loads((tmp_path / "out.json").read_text())
+    assert doc["run"]["reason"].startswith("gdb is not installed")
+    assert all(f["id"] != "host.python" for f in doc["findings"]), doc["findings"]
+    if doc["main_thread"] is not None:  # py-spy may be refused where ptrace is restricted
+        assert doc["main_thread"]["shares"]["loop"] > 0.5 and any("waits there" in n for n in doc["notes"])

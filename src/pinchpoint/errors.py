@@ -32,3 +32,8 @@ class AttachError(PinchpointError):
     """`pinchpoint attach` cannot join the process (none, not Python, not ours to trace, no debugger)."""
 
     exit_code = 4
+
+
+class InjectError(AttachError):
+    """The agent cannot be put into a process that may still be watched from outside (no gdb, gdb
+    failed, the interpreter never ran the agent): `pinchpoint attach` falls back to py-spy and /proc."""

@@ -4,7 +4,8 @@ The run directory is the one `pinchpoint run` writes, with meta.json's `mode` "a
 `attach` record (docs/run-directory.md). The system sampler (and py-spy with `--stacks`) watch the
 process from outside; the agent, put in through gdb (`capture/inject.py`), records steps and phases
 from the same hooks as `run`, until this side writes the `detach` file and the agent answers with
-`detached-PID.json` (`capture/attached.py`)."""
+`detached-PID.json` (`capture/attached.py`). When the agent cannot be put in (no gdb, gdb failed, the
+interpreter never ran it) the process is watched from outside instead (`capture/outside.py`)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ from typing import Any
 from pinchpoint.capture import inject
 from pinchpoint.capture.attached import DETACH_FILE, SAFE_WAIT_S
 from pinchpoint.capture.launcher import PKG_PARENT, start_run_dir
+from pinchpoint.capture.outside import alive, watch_outside
 from pinchpoint.capture.sampler import DEFAULT_INTERVAL_S, spawn_sampler, stop_sampler
 from pinchpoint.capture.stacks import DEFAULT_RATE_HZ, spawn_stack_sampler, stop_stack_sampler
 from pinchpoint.capture.writer import write_json_atomic
-from pinchpoint.errors import AttachError
+from pinchpoint.errors import AttachError, InjectError
 
 START_TIMEOUT_S = 15.0
 """How long the agent may take to start: the interpreter runs it the next time its main thread runs
@@ -37,6 +39,8 @@ class AttachResult:
     """"detached" (the program runs on), "exited" (it ended during the attach), "interrupted" (Ctrl-C)."""
     detached: dict[str, Any] | None
     """The agent's detached-PID.json: what it restored, what it left inert; None if it never answered."""
+    outside: str | None = None
+    """Why the process was watched from outside only (no agent in it), None when the agent ran."""
 
 
 def attach(
@@ -47,29 +51,61 @@ def attach(
     opwindow: str | None = None,
     trials: bool = True,
     stacks: bool = False,
+    outside: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> AttachResult:
-    """Attach to `pid` for `duration_s`, writing `run_dir`; AttachError (with the run directory
-    removed when nothing was recorded) when the agent cannot be put in or does not start."""
+    """Attach to `pid` for `duration_s`, writing `run_dir`. When the agent cannot be put in but the
+    process can be read (InjectError), or `outside`, it is watched from outside instead (py-spy and
+    /proc: `capture/outside.py`). AttachError when neither can be done."""
+    say = progress or (lambda line: None)
     target = inject.python_target(pid)
-    command = _cmdline(pid)
-    meta = start_run_dir(run_dir, command, "attach", _cwd(pid))
+    meta = start_run_dir(run_dir, _cmdline(pid), "attach", _cwd(pid))
     meta["child_pid"] = pid
     record: dict[str, Any] = {"pid": pid, "duration_s": duration_s, "ended": None, "detached": None}
     meta["attach"] = record
     write_json_atomic(run_dir / "meta.json", meta)
     sampler = spawn_sampler(run_dir, pid, DEFAULT_INTERVAL_S)
-    stack_sampler = spawn_stack_sampler(run_dir, pid, DEFAULT_RATE_HZ) if stacks else None
+    reason = "asked for with --outside" if outside else None
+    try:
+        if reason is None:
+            try:
+                ended, detached = _inside(target, run_dir, duration_s, opwindow, trials, stacks, say)
+            except InjectError as exc:
+                reason = str(exc)
+        if reason is not None:
+            say(f"{reason}; watching process {pid} from outside for {duration_s:g} s (Python stacks, /proc)")
+            ended, record["outside"] = watch_outside(pid, run_dir, duration_s, reason)
+            detached = None
+    finally:
+        stop_sampler(sampler)
+    record.update(ended=ended, detached=detached)
+    meta.update(ended_at=_now_iso())
+    write_json_atomic(run_dir / "meta.json", meta)
+    return AttachResult(ended=ended, detached=detached, outside=reason)
+
+
+def _inside(
+    target: inject.Target,
+    run_dir: Path,
+    duration_s: float,
+    opwindow: str | None,
+    trials: bool,
+    stacks: bool,
+    say: Callable[[str], None],
+) -> tuple[str, dict[str, Any] | None]:
+    """The agent put in, run for `duration_s` and detached: (how it ended, its detached record)."""
+    pid = target.pid
     bootstrap = run_dir / "attach.py"
     deadline = time.time() + START_TIMEOUT_S + duration_s + DEADLINE_SLACK_S
     bootstrap.write_text(inject.bootstrap_source(PKG_PARENT, run_dir.resolve(), deadline, opwindow, trials))
     ended, detached, started = "detached", None, False
+    stack_sampler = None
     try:
         inject.inject(target, bootstrap)
         _wait_started(pid, run_dir)
         started = True
-        if progress is not None:
-            progress(f"attached to process {pid} ({target.comm}) for {duration_s:g} s")
+        stack_sampler = spawn_stack_sampler(run_dir, pid, DEFAULT_RATE_HZ) if stacks else None
+        say(f"attached to process {pid} ({target.comm}) for {duration_s:g} s")
         ended = _wait(pid, duration_s)
     except KeyboardInterrupt:
         ended = "interrupted"
@@ -77,12 +113,8 @@ def attach(
         (run_dir / DETACH_FILE).touch()  # (also tells an agent that starts late not to)
         if started and ended != "exited":
             detached = _wait_detached(pid, run_dir)
-        stop_sampler(sampler)
-        stop_stack_sampler(stack_sampler, program_ended=not _alive(pid))
-    record.update(ended=ended, detached=detached)
-    meta.update(ended_at=_now_iso())
-    write_json_atomic(run_dir / "meta.json", meta)
-    return AttachResult(ended=ended, detached=detached)
+        stop_stack_sampler(stack_sampler, program_ended=not alive(pid))
+    return ended, detached
 
 
 def _wait_started(pid: int, run_dir: Path) -> None:
@@ -97,19 +129,19 @@ def _wait_started(pid: int, run_dir: Path) -> None:
             raise AttachError(
                 f"the agent did not start in process {pid}: {lines[-1] if lines else 'no reason'}"
             )
-        if not _alive(pid):
+        if not alive(pid):
             raise AttachError(f"process {pid} exited before the agent started")
         time.sleep(POLL_S)
-    raise AttachError(
+    raise InjectError(
         f"process {pid} ran no Python code for {START_TIMEOUT_S:.0f} s after the injection (blocked in one "
-        "long C call?): nothing was attached"
+        "long C call?): the agent was not started"
     )
 
 
 def _wait(pid: int, duration_s: float) -> str:
     end = time.monotonic() + duration_s
     while time.monotonic() < end:
-        if not _alive(pid):
+        if not alive(pid):
             return "exited"
         time.sleep(POLL_S)
     return "detached"
@@ -119,7 +151,7 @@ def _wait_detached(pid: int, run_dir: Path) -> dict[str, Any] | None:
     import json
 
     limit = time.monotonic() + SAFE_WAIT_S + 5.0
-    while time.monotonic() < limit and _alive(pid):
+    while time.monotonic() < limit and alive(pid):
         for path in run_dir.glob(f"ranks/*/detached-{pid}.json"):
             try:
                 doc: dict[str, Any] = json.loads(path.read_text())
@@ -128,19 +160,6 @@ def _wait_detached(pid: int, run_dir: Path) -> dict[str, Any] | None:
                 pass
         time.sleep(POLL_S)
     return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (our own child in tests) has exited
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _cmdline(pid: int) -> list[str]:

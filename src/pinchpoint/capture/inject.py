@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pinchpoint.errors import AttachError
+from pinchpoint.errors import AttachError, InjectError
 
 GDB_TIMEOUT_S = 60.0
 _RC = re.compile(r"pinchpoint-rc=(-?\d+)")
@@ -81,7 +81,7 @@ def inject(target: Target, bootstrap: Path) -> None:
     """Queue `exec` of the file `bootstrap` in `target`'s main thread; AttachError when gdb cannot."""
     gdb = shutil.which("gdb")
     if gdb is None:
-        raise AttachError("gdb is not installed (apt install gdb): cannot put the agent into the process")
+        raise InjectError("gdb is not installed (apt install gdb): cannot put the agent into the process")
     line = f"exec(open({str(bootstrap)!r}).read(), {{'__name__': 'pinchpoint_attach'}})"
     with tempfile.TemporaryDirectory(prefix="pinchpoint-inject-") as tmp:
         code = Path(tmp) / "line.bin"
@@ -94,14 +94,17 @@ def inject(target: Target, bootstrap: Path) -> None:
                 capture_output=True, text=True, timeout=GDB_TIMEOUT_S, stdin=subprocess.DEVNULL,
             )  # fmt: skip
         except subprocess.TimeoutExpired:
-            raise AttachError(
+            raise InjectError(
                 f"gdb did not finish within {GDB_TIMEOUT_S:.0f} s on process {target.pid}"
             ) from None
     out = res.stdout + res.stderr
     found = _RC.search(out)
     if found is not None and found.group(1) == "0":
         return
-    raise AttachError(_gdb_failure(target, out))
+    message = _gdb_failure(target, out)
+    if "not ours to trace" in message or "exited while" in message:
+        raise AttachError(message)  # nothing more can be read from outside either
+    raise InjectError(message)
 
 
 def _gdb_script(target: Target, code: Path) -> str:

@@ -11,6 +11,7 @@ calls `prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)` in each process when stacks ar
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -44,14 +45,23 @@ def find_py_spy() -> str | None:
 
 
 def spawn_stack_sampler(
-    run_dir: Path, pid: int, rate_hz: int = DEFAULT_RATE_HZ, *, native: bool = False
+    run_dir: Path,
+    pid: int,
+    rate_hz: int = DEFAULT_RATE_HZ,
+    *,
+    native: bool = False,
+    idle: bool = False,
+    threads: bool = False,
 ) -> subprocess.Popen[bytes] | None:
     """Start py-spy on `pid` and its descendants; None (and a line in stacks.log) if it can't start.
 
     `native` (`run --stacks --native`): py-spy unwinds the native frames below each Python frame too
     (`--native`), so the flame graph shows the C++ op, BLAS or oneDNN kernel and OpenMP call under the
     Python line that ran it. py-spy cannot unwind a running thread, so each sample then pauses the
-    program (no `--nonblocking`): the cost is in `benchmarks/README.md`."""
+    program (no `--nonblocking`): the cost is in `benchmarks/README.md`.
+
+    `idle`: waiting threads are sampled too (a thread asleep in a fetch counts its wait); `threads`: each
+    sample names its thread (`attach --outside` reads the main thread's time from them)."""
     exe = find_py_spy()
     log = run_dir / LOG_FILE
     if exe is None:
@@ -60,9 +70,11 @@ def spawn_stack_sampler(
     cmd = [
         exe, "record", "--pid", str(pid), "--subprocesses", "--native" if native else "--nonblocking",
         "--rate", str(rate_hz), "--format", "raw", "--full-filenames", "--output", str(run_dir / FOLDED_FILE),
+        *(["--idle"] if idle else []), *(["--threads"] if threads else []),
     ]  # fmt: skip
     (run_dir / META_FILE).write_text(
-        f'{{"sampler": "py-spy", "rate_hz": {rate_hz}, "idle": false, "native": {str(native).lower()}}}\n'
+        json.dumps({"sampler": "py-spy", "rate_hz": rate_hz, "idle": idle, "native": native, "threads": threads})
+        + "\n"
     )
     with open(log, "ab") as err:
         try:

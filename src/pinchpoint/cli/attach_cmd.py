@@ -46,6 +46,12 @@ class AttachCommand:
             help="never change the program's settings for a few steps to measure a fix",
         )
         parser.add_argument("--stacks", action="store_true", help="also sample its Python stacks with py-spy")
+        parser.add_argument(
+            "--outside",
+            action="store_true",
+            help="put nothing in the process: judge it from Python stacks (py-spy) and /proc only, as "
+            "attach does by itself when it cannot inject the agent",
+        )
         parser.add_argument("-q", "--quiet", action="store_true", help="don't print the report")
         parser.add_argument("--no-color", action="store_true", help="plain text report")
 
@@ -67,12 +73,15 @@ class AttachCommand:
                 opwindow=args.opwindow,
                 trials=not args.no_trials,
                 stacks=args.stacks,
+                outside=args.outside,
                 progress=lambda line: print(f"pinchpoint: {line}", file=sys.stderr),
             )
         except AttachError:
             if not any(run_dir.glob("ranks/*/steps.jsonl")):
                 shutil.rmtree(run_dir, ignore_errors=True)
             raise
+        if result.outside is not None:
+            return _outside_report(args, run_dir, result.ended)
         try:
             report = report_run_dir(run_dir, json_path=Path(args.json) if args.json else None)
         except PinchpointError as exc:
@@ -94,3 +103,18 @@ class AttachCommand:
         if left:
             print(f"pinchpoint: detached; left inert in the process: {', '.join(left)}", file=sys.stderr)
         return 130 if result.ended == "interrupted" else 0
+
+
+def _outside_report(args: argparse.Namespace, run_dir: Path, ended: str) -> int:
+    from pinchpoint.pipeline.outside import OUTSIDE_FILE, report_outside
+    from pinchpoint.report.outside_terminal import render_outside
+
+    doc = report_outside(run_dir, json_path=Path(args.json) if args.json else None)
+    if not args.quiet:
+        print(file=sys.stderr)
+        render_outside(doc, sys.stderr)
+    print(f"pinchpoint: run directory {run_dir}  (report: {run_dir / OUTSIDE_FILE})", file=sys.stderr)
+    if ended == "exited":
+        print(f"pinchpoint: process {args.pid} ended during the attach", file=sys.stderr)
+        return PROGRAM_EXITED_EXIT
+    return 130 if ended == "interrupted" else 0

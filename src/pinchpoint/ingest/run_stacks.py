@@ -36,6 +36,8 @@ def run_stacks(path: Path, warnings: list[str]) -> Stacks | None:
         return None
     if bad:
         warnings.append(f"{folded.name}: {bad} line(s) could not be read and were skipped")
+    if meta.get("idle") is True:
+        stacks = dataclasses.replace(stacks, idle_included=True)
     return _native_tails(stacks) if meta.get("native") is True else stacks
 
 

@@ -3,7 +3,7 @@
 One line per distinct stack, `frame;frame;...;leaf COUNT`, root first. py-spy frames read
 `function (file:line)`; with `--subprocesses` the line starts with `process PID:"command line"`
 frames, the process's ancestors first (a DataLoader worker: the training process, then itself); with
-`--threads` a `thread (0xTID)` frame follows. Any other frame text is kept as a function name.
+`--threads` a `thread (0xTID)` (or `thread (TID): NAME`) frame follows. Any other frame text is kept as a function name.
 Malformed lines are counted, not fatal: a sampler killed mid-write leaves half a line.
 
 pinchpoint's own wrappers around framework entry points (`capture/hooks.py`) pass straight through;
@@ -22,7 +22,8 @@ from pinchpoint.trace.stacks import Frame, Stacks, StackSample
 
 _FRAME = re.compile(r"^(?P<fn>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 _PROCESS = re.compile(r"^process (?P<pid>[0-9]+):")
-_THREAD = re.compile(r"^thread \((?P<tid>[^)]*)\)$")
+_THREAD = re.compile(r"^thread \((?P<tid>[^)]*)\)(?::.*)?$")
+"""`thread (0x7f..)`, or `thread (TID): NAME` (py-spy 0.4 names the OS thread id and Python's name)."""
 _OWN_FILES = ("pinchpoint/capture/", "pinchpoint/notebook.py")
 """Frames in these files are pinchpoint's own (path fragments, `/` as py-spy writes them)."""
 MAX_BYTES = 512 * 1024 * 1024
