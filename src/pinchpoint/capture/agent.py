@@ -37,6 +37,7 @@ from pinchpoint.capture import (
 )
 from pinchpoint.capture.annotate import annotator_from_environment
 from pinchpoint.capture.loop_site import loop_site
+from pinchpoint.capture.on_demand import OnDemand
 from pinchpoint.capture.patches import PATCHES
 from pinchpoint.capture.procfs import ProcFile, forget_thread_files, statm_rss
 from pinchpoint.capture.step_state import Counters, DeviceMarks, StepState, read_counters
@@ -110,6 +111,7 @@ class Agent:
         self.ddp_on_cpu = False
         """A CPU model is wrapped in DDP: backward's blocked time is its gradient all-reduce wait."""
         self.window = opwindow.OpWindow(self.rank_dir, window)
+        self.on_demand = OnDemand(run_dir)  # `pinchpoint capture`: another window, later
         self.trials = Trials(self.rank_dir)
         self.trials_on = trials_enabled()
         spec = appliers.requested()
@@ -131,9 +133,8 @@ class Agent:
         self.torch = torch
         hooks.install_hooks(self, torch)
         for name in ("backward", "grad"):
-            PATCHES.set(
-                torch.autograd, name, dist_hooks.blocked_backward(self, getattr(torch.autograd, name))
-            )
+            wrapped = dist_hooks.blocked_backward(self, getattr(torch.autograd, name))
+            PATCHES.set(torch.autograd, name, wrapped)
         cuda_hooks.install(self, torch)
         if self.applier is not None:
             with contextlib.suppress(Exception):
@@ -324,6 +325,8 @@ class Agent:
             # other processes take of the cores from there to the window's end.
             ready = self.window.done and not step.tainted
             step.trial = self.trials.on_step_end(self.torch, step.index, ready=ready)
+        if self.role == "main" and not step.trial and self.window.done:
+            self.window = self.on_demand.poll(end, step.index, self.window) or self.window
         step.start_ns = end
         step.counters = now
 

@@ -73,7 +73,9 @@ def spawn_stack_sampler(
         *(["--idle"] if idle else []), *(["--threads"] if threads else []),
     ]  # fmt: skip
     (run_dir / META_FILE).write_text(
-        json.dumps({"sampler": "py-spy", "rate_hz": rate_hz, "idle": idle, "native": native, "threads": threads})
+        json.dumps(
+            {"sampler": "py-spy", "rate_hz": rate_hz, "idle": idle, "native": native, "threads": threads}
+        )
         + "\n"
     )
     with open(log, "ab") as err:

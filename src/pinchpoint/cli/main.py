@@ -13,6 +13,7 @@ from pinchpoint.cli import (
     analyze_cmd,
     attach_cmd,
     calibrate_cmd,
+    capture_cmd,
     diff_cmd,
     export_cmd,
     report_cmd,
@@ -45,6 +46,7 @@ COMMANDS: tuple[Command, ...] = (
     export_cmd.ExportCommand(),
     watch_cmd.WatchCommand(),
     attach_cmd.AttachCommand(),
+    capture_cmd.CaptureCommand(),
 )
 
 

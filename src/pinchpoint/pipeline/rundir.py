@@ -18,6 +18,7 @@ from pinchpoint.analysis.views import process_names, run_views
 from pinchpoint.diagnosis.engine import diagnose
 from pinchpoint.errors import TraceError
 from pinchpoint.history import store as history
+from pinchpoint.ingest.captures import op_windows
 from pinchpoint.ingest.ceilings import gpu_matmul_flops, gpu_memory_bandwidth, load_cached, run_machine_key
 from pinchpoint.ingest.kineto import read_trace
 from pinchpoint.ingest.probes import probed_device
@@ -60,6 +61,7 @@ def report_run_dir(run_dir: Path, *, json_path: Path | None = None) -> dict[str,
         "warnings": warnings,
         **({"gpu": run_gpu_sections(gpu)} if gpu is not None else {}),
         **({"stack_files": stack_files} if stack_files is not None else {}),
+        **({"op_windows": windows} if (windows := op_windows(run_dir)) else {}),
     }
     built = Report(document=report, views=run_views(run, device), run=run)
     RENDERERS["json"].write(built, run_dir / REPORT_NAME)

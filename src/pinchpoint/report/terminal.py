@@ -266,6 +266,15 @@ def _render(report: dict[str, Any], out: TextIO, *, color: bool | None, width: i
     console.print(_findings(report))
     for note in report.get("notes") or []:
         console.print(Text(f"note: {note}", style="dim"))
+    windows = [w for w in report.get("op_windows") or [] if w.get("start_step") is not None]
+    if windows:
+        spans = ", ".join(
+            f"steps {w['start_step']}-{w['start_step'] + (w['steps'] or 1) - 1}"
+            + (f" at {w['at_s']:g} s" if w.get("at_s") is not None else "")
+            for w in windows
+            if w["rank"] == windows[0]["rank"]
+        )
+        console.print(Text(f"op windows on demand ({spans}): the latest is the one analysed", style="dim"))
     files = report.get("stack_files") or []
     if files:
         console.print(
