@@ -45,6 +45,9 @@ def _owners() -> list[Any]:
     return owners
 
 
+TORCH_STATE = {"_active_ddp_module"}
+"""Class attributes torch itself sets and resets around each call (DDP's forward marks itself active):
+a signal that lands mid-forward sees them set."""
 BEFORE = [(o, dict(vars(o))) for o in _owners()]
 PATH = list(sys.path)
 HOOKS = (dict(opt_mod._global_optimizer_pre_hooks), dict(opt_mod._global_optimizer_post_hooks))
@@ -56,7 +59,7 @@ def _changes() -> list[str]:
         now = vars(owner)
         name = getattr(owner, "__name__", repr(owner))
         for key, value in before.items():
-            if now.get(key, None) is not value:
+            if key not in TORCH_STATE and now.get(key, None) is not value:
                 changed.append(f"{name}.{key}")
         for key in now.keys() - before.keys():
             if not isinstance(now[key], types.ModuleType):

@@ -91,6 +91,53 @@ def test_attach_names_the_cause_and_leaves_the_program_running_as_it_was(
     assert not (tmp_path / "run" / "ranks" / "rank0" / f"attach-error-{proc.pid}.txt").exists()
 
 
+def _lines(stream: Any, prefix: str, count: int) -> list[str]:
+    """The next `count` lines starting with `prefix` (torchrun's own warnings come between)."""
+    found: list[str] = []
+    for _ in range(200):
+        line = stream.readline()
+        if not line:
+            break
+        if line.startswith(prefix):
+            found.append(line)
+            if len(found) == count:
+                break
+    assert len(found) == count, found
+    return found
+
+
+@pytest.mark.e2e
+@needs_gdb
+def test_attach_to_a_torchrun_launcher_joins_every_local_rank(tmp_path: Path) -> None:
+    """The launcher's pid: each local rank gets the agent (its own rank folder), the straggler is named,
+    and every rank runs on unchanged."""
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PINCHPOINT_")}
+    launcher = subprocess.Popen(
+        [torchrun, "--nproc_per_node=2", str(TARGET), str(EXAMPLES / "ddp_straggler.py"), "--steps", "5000"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
+    )  # fmt: skip
+    assert launcher.stdout is not None
+    try:
+        ready = _lines(launcher.stdout, "attach-target: ready", 2)
+        rank_pids = [int(line.split("pid=")[1]) for line in ready]
+        time.sleep(3)
+        res = _attach(launcher.pid, tmp_path, "--duration", "12")
+        assert res.returncode == 0, res.stderr[-3000:]
+        for pid in rank_pids:
+            os.kill(pid, signal.SIGUSR1)
+        out = "".join(_lines(launcher.stdout, "attach-target: unchanged", 2))
+    finally:
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+    assert out.count("unchanged=True") == 2, out
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["run"]["world_size"] == 2 and len(report["ranks"]) == 2
+    assert report["run"]["attach"]["pid"] == launcher.pid and report["run"]["attach"]["ended"] == "detached"
+    assert report["findings"][0]["id"] == "imbalance.straggler" and report["findings"][0]["ranks"] == [1]
+    assert "torchrun launcher: attaching to its 2 local rank(s)" in res.stderr
+
+
 def _one_line_error(res: subprocess.CompletedProcess[str], words: str) -> None:
     assert res.returncode == AttachError.exit_code, (res.returncode, res.stderr)
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]

@@ -54,14 +54,20 @@ def attach(
     outside: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> AttachResult:
-    """Attach to `pid` for `duration_s`, writing `run_dir`. When the agent cannot be put in but the
+    """Attach to `pid` for `duration_s`, writing `run_dir`: a training process, or a torchrun launcher,
+    whose local ranks are then each attached (`job_ranks`). When the agent cannot be put in but the
     process can be read (InjectError), or `outside`, it is watched from outside instead (py-spy and
-    /proc: `capture/outside.py`). AttachError when neither can be done."""
+    /proc: `capture/outside.py`; rank 0 of a job). AttachError when neither can be done."""
     say = progress or (lambda line: None)
-    target = inject.python_target(pid)
+    ranks = job_ranks(pid)
+    targets = [inject.python_target(p) for _, p in ranks] if ranks else [inject.python_target(pid)]
     meta = start_run_dir(run_dir, _cmdline(pid), "attach", _cwd(pid))
     meta["child_pid"] = pid
     record: dict[str, Any] = {"pid": pid, "duration_s": duration_s, "ended": None, "detached": None}
+    if ranks:
+        record["ranks"] = [{"rank": r, "pid": p} for r, p in ranks]
+        meta["world_size"] = len(ranks)
+        say(f"process {pid} is a torchrun launcher: attaching to its {len(ranks)} local rank(s)")
     meta["attach"] = record
     write_json_atomic(run_dir / "meta.json", meta)
     sampler = spawn_sampler(run_dir, pid, DEFAULT_INTERVAL_S)
@@ -69,12 +75,16 @@ def attach(
     try:
         if reason is None:
             try:
-                ended, detached = _inside(target, run_dir, duration_s, opwindow, trials, stacks, say)
+                ended, detached = _inside(targets, run_dir, duration_s, opwindow, trials, stacks, say)
             except InjectError as exc:
                 reason = str(exc)
         if reason is not None:
-            say(f"{reason}; watching process {pid} from outside for {duration_s:g} s (Python stacks, /proc)")
-            ended, record["outside"] = watch_outside(pid, run_dir, duration_s, reason)
+            watched = targets[0].pid
+            say(
+                f"{reason}; watching process {watched} from outside for {duration_s:g} s (Python stacks, /proc)"
+            )
+            record["pid"] = watched
+            ended, record["outside"] = watch_outside(watched, run_dir, duration_s, reason)
             detached = None
     finally:
         stop_sampler(sampler)
@@ -85,7 +95,7 @@ def attach(
 
 
 def _inside(
-    target: inject.Target,
+    targets: list[inject.Target],
     run_dir: Path,
     duration_s: float,
     opwindow: str | None,
@@ -93,28 +103,85 @@ def _inside(
     stacks: bool,
     say: Callable[[str], None],
 ) -> tuple[str, dict[str, Any] | None]:
-    """The agent put in, run for `duration_s` and detached: (how it ended, its detached record)."""
-    pid = target.pid
+    """The agent put in each target, run for `duration_s` and detached: (how it ended, what the agents
+    restored, summed over the targets; None unless every agent confirmed its detach)."""
+    pids = [t.pid for t in targets]
     bootstrap = run_dir / "attach.py"
     deadline = time.time() + START_TIMEOUT_S + duration_s + DEADLINE_SLACK_S
     bootstrap.write_text(inject.bootstrap_source(PKG_PARENT, run_dir.resolve(), deadline, opwindow, trials))
-    ended, detached, started = "detached", None, False
+    ended, started = "detached", False
+    records: list[dict[str, Any] | None] = []
     stack_sampler = None
     try:
-        inject.inject(target, bootstrap)
-        _wait_started(pid, run_dir)
+        for target in targets:
+            inject.inject(target, bootstrap)
+        for pid in pids:
+            _wait_started(pid, run_dir)
         started = True
-        stack_sampler = spawn_stack_sampler(run_dir, pid, DEFAULT_RATE_HZ) if stacks else None
-        say(f"attached to process {pid} ({target.comm}) for {duration_s:g} s")
-        ended = _wait(pid, duration_s)
+        stack_sampler = spawn_stack_sampler(run_dir, pids[0], DEFAULT_RATE_HZ) if stacks else None
+        names = ", ".join(f"{t.pid} ({t.comm})" for t in targets)
+        say(f"attached to process{'es' if len(targets) > 1 else ''} {names} for {duration_s:g} s")
+        ended = _wait(pids, duration_s)
     except KeyboardInterrupt:
         ended = "interrupted"
     finally:
         (run_dir / DETACH_FILE).touch()  # (also tells an agent that starts late not to)
         if started and ended != "exited":
-            detached = _wait_detached(pid, run_dir)
-        stop_stack_sampler(stack_sampler, program_ended=not alive(pid))
-    return ended, detached
+            records = [_wait_detached(pid, run_dir) for pid in pids]
+        stop_stack_sampler(stack_sampler, program_ended=not alive(pids[0]))
+    return ended, _combined(records) if records and all(r is not None for r in records) else None
+
+
+def _combined(records: list[dict[str, Any] | None]) -> dict[str, Any]:
+    docs = [r for r in records if r is not None]
+    if len(docs) == 1:
+        return docs[0]
+    return {
+        "pids": [d.get("pid") for d in docs],
+        "patches": sum(int(d.get("patches") or 0) for d in docs),
+        "not_restored": [x for d in docs for x in d.get("not_restored") or []],
+        "inert_hooks": [x for d in docs for x in d.get("inert_hooks") or []],
+        "steps": sum(int(d.get("steps") or 0) for d in docs),
+    }
+
+
+LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+
+
+def job_ranks(pid: int) -> list[tuple[int, int]]:
+    """(rank, pid) of each local rank a torchrun launcher `pid` started (its children with $RANK),
+    by rank; [] when `pid` is not a launcher."""
+    if not any(word.endswith(LAUNCHERS) for word in _cmdline(pid)[:3]):
+        return []
+    ranks: list[tuple[int, int]] = []
+    for child in _children(pid):
+        env = _environ(child)
+        rank = env.get("RANK", "")
+        if rank.isdigit() and "LOCAL_RANK" in env:
+            ranks.append((int(rank), child))
+    return sorted(ranks)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if stat.rsplit(")", 1)[1].split()[1] == str(pid):
+                out.append(int(entry))
+    return out
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (e.decode(errors="replace").partition("=") for e in raw.split(b"\0") if b"=" in e)
+    return {k: v for k, _, v in pairs}
 
 
 def _wait_started(pid: int, run_dir: Path) -> None:
@@ -138,10 +205,10 @@ def _wait_started(pid: int, run_dir: Path) -> None:
     )
 
 
-def _wait(pid: int, duration_s: float) -> str:
+def _wait(pids: list[int], duration_s: float) -> str:
     end = time.monotonic() + duration_s
     while time.monotonic() < end:
-        if not alive(pid):
+        if not all(alive(pid) for pid in pids):
             return "exited"
         time.sleep(POLL_S)
     return "detached"
