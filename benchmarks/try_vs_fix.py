@@ -34,12 +34,23 @@ CASES = [
     ("host_dispatch", "host.dispatch", ["--fix"]),  # compile, against the code fix (batched ops)
     ("stacked_fixes", "input.fetch", ["--fix", "input"]),
     ("stacked_fixes", "io.checkpoint", ["--fix", "checkpoint"]),
+    ("comm_exposed", "comm.exposed", ["--fix"]),  # DDP's no_sync() over an accumulating loop, torchrun
 ]
+
+
+def command(example: str) -> list[str]:
+    """How the example is launched: its `LAUNCH = "torchrun ..."` line (the DDP examples), else python."""
+    script = EXAMPLES / f"{example}.py"
+    launch = re.search(r'^LAUNCH = "([^"]+)"', script.read_text(), re.M)
+    if launch is None:
+        return [sys.executable, str(script)]
+    words = launch.group(1).split()
+    return [str(Path(sys.executable).with_name(words[0])), *words[1:], str(script)]
 
 
 def own_median(example: str, flags: list[str]) -> float:
     out = subprocess.run(
-        [sys.executable, str(EXAMPLES / f"{example}.py"), "--steps", str(OWN_STEPS), *flags],
+        [*command(example), "--steps", str(OWN_STEPS), *flags],
         capture_output=True, text=True, timeout=900, cwd=tempfile.gettempdir(),
     ).stdout  # fmt: skip
     m = re.search(r"median_step_ms=([\d.]+)", out)
@@ -52,7 +63,7 @@ def tried(example: str, finding: str, steps: int) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
             [sys.executable, "-m", "pinchpoint", "try", "--fix", finding, "--steps", str(steps), "-o",
-             f"{tmp}/runs", "--", sys.executable, str(EXAMPLES / f"{example}.py")],
+             f"{tmp}/runs", "--", *command(example)],
             capture_output=True, text=True, timeout=900, cwd=tmp,
         )  # fmt: skip
         doc = json.loads(Path(f"{tmp}/runs/try.json").read_text())

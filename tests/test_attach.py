@@ -258,7 +258,7 @@ def test_outside_names_the_wait_and_puts_nothing_in_the_process(tmp_path: Path) 
     proc = _start(str(TARGET), str(EXAMPLES / "input_fetch.py"), "--steps", "5000")
     try:
         time.sleep(3)
-        res = _attach(proc.pid, tmp_path, "--duration", "8", "--outside")
+        res = _attach(proc.pid, tmp_path, "--duration", "6", "--outside")
         assert res.returncode == 0, res.stderr[-3000:]
         assert proc.poll() is None, "the program ended"
         out = _stop(proc)

@@ -34,13 +34,13 @@ def test_windows_on_demand_by_run_dir_and_by_pid(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "PINCHPOINT_RUN_DIR"}
     prog = subprocess.Popen(
-        [sys.executable, "-m", "pinchpoint", "run", "--no-color", "-o", str(run_dir), "--",
-         sys.executable, str(EXAMPLES / "input_fetch.py"), "--steps", "160"],
+        [sys.executable, "-m", "pinchpoint", "run", "--no-color", "--opwindow", "3:2", "-o", str(run_dir), "--",
+         sys.executable, str(EXAMPLES / "input_fetch.py"), "--steps", "110"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 90
-        while len(_steps(run_dir)) < 25 and time.monotonic() < deadline:  # past the default window (10:3)
+        while len(_steps(run_dir)) < 12 and time.monotonic() < deadline:  # past the first window (3:2)
             time.sleep(0.2)
         first = _capture(str(run_dir), "--steps", "2")
         assert first.returncode == 0, first.stderr
@@ -60,7 +60,7 @@ def test_windows_on_demand_by_run_dir_and_by_pid(tmp_path: Path) -> None:
         (1, 2, "opwindow-1.json"),
         (2, 3, "opwindow-2.json"),
     ]
-    assert 25 <= windows[0]["start_step"] < windows[1]["start_step"]
+    assert 12 <= windows[0]["start_step"] < windows[1]["start_step"]
     profiled = {s["step"] for s in _steps(run_dir) if s["profiled"]}
     for w in windows:  # the window's steps are out of the statistics like the first window's
         assert set(range(w["start_step"], w["start_step"] + w["steps"])) <= profiled, (w, sorted(profiled))

@@ -66,7 +66,9 @@ def _try(
         # glibc's thresholds only: the preloads are priced by their truth rows and unit tests (CI's 25
         # minutes: the three plans and their second pairs took ~2 minutes)
         ("allocator_churn", "memory.pressure:glibc"),
-        ("comm_exposed", "comm.exposed"),
+        # comm_exposed's no_sync() (two torchrun runs a pair, ~80 s of CI's 25 minutes) is measured by
+        # benchmarks/try_vs_fix.py against the example's own fix; tests/test_try.py runs the applier
+        # on a real DDP model.
         # input_fetch's and io_checkpoint's fixes (num_workers, torch.save less often) are measured by
         # stacked_fixes below, alone and together (CI's 25 minutes); benchmarks/try_vs_fix.py runs all.
     ],
