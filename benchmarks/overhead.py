@@ -259,12 +259,12 @@ def attached_step_ms(cmd: list[str], pinchpoint: str, env: dict[str, str]) -> fl
              "-q", "-o", f"{tmp}/run"],
             capture_output=True, text=True, env=env,
         )  # fmt: skip
-    out, _ = proc.communicate()
+    out, err = proc.communicate()
     if att.returncode != 5:  # the program ended during the attach, as it should
         raise RuntimeError(f"attach ended with {att.returncode}: {att.stderr[-500:]}")
     m = PATTERN.search(out)
     if m is None:
-        raise RuntimeError(f"no median_step_ms in output of {cmd}")
+        raise RuntimeError(f"no median_step_ms in output of {cmd}: {err[-1000:]}")
     return float(m.group(1))
 
 
