@@ -518,7 +518,12 @@ HOST_PYTHON = {
 
 
 def _dispatch_ops(
-    overhead_ms: float, small_ops: float = 2_000, window_step_ms: float = 100.0, large_ms: float | None = None
+    overhead_ms: float,
+    small_ops: float = 2_000,
+    window_step_ms: float = 100.0,
+    large_ms: float | None = None,
+    dispatch_ns: int | None = 3_000,
+    ops: float | None = None,
 ) -> Any:
     """A window whose phases take the whole (100 ms) step, `overhead_ms` of it outside large-tensor ops."""
     return make_ops(
@@ -526,12 +531,12 @@ def _dispatch_ops(
         phase_ms=window_step_ms,
         large_op_ms=window_step_ms - overhead_ms if large_ms is None else large_ms,
         small_ops_per_step=small_ops,
-        top_level_ops_per_step=small_ops + 50,
-        dispatch_ns_per_op=3_000,
+        top_level_ops_per_step=small_ops + 50 if ops is None else ops,
+        dispatch_ns_per_op=dispatch_ns,
     )
 
 
-HOST_DISPATCH = {
+HOST_DISPATCH = {  # (cases with no dispatch probe are not bounded by what issuing their ops costs)
     "many-tiny-ops": Case(
         rank_of({}, ops=_dispatch_ops(60.0)),
         True,
@@ -545,8 +550,25 @@ HOST_DISPATCH = {
     ),
     "just-above-share-min": Case(rank_of({}, ops=_dispatch_ops((DISPATCH_SHARE_MIN + EPS) * 100)), True),
     "just-below-share-min": Case(rank_of({}, ops=_dispatch_ops((DISPATCH_SHARE_MIN - EPS) * 100)), False),
-    "few-small-ops": Case(rank_of({}, ops=_dispatch_ops(60.0, small_ops=MANY_SMALL_OPS - 1)), False),
-    "at-many-small-ops": Case(rank_of({}, ops=_dispatch_ops(60.0, small_ops=MANY_SMALL_OPS)), True),
+    # (no dispatch probe: nothing bounds the overhead by what issuing an op costs)
+    "few-small-ops": Case(
+        rank_of({}, ops=_dispatch_ops(60.0, small_ops=MANY_SMALL_OPS - 1, dispatch_ns=None)), False
+    ),
+    "at-many-small-ops": Case(
+        rank_of({}, ops=_dispatch_ops(60.0, small_ops=MANY_SMALL_OPS, dispatch_ns=None)), True
+    ),
+    "overhead-beyond-what-issuing-its-ops-costs": Case(
+        # healthy.py on the avx512_bf16 EPYC: 13% of the step outside large ops, over 283 ops that
+        # cost 1.4 µs each to issue: 20x that per op is not per-op overhead
+        rank_of({}, ops=_dispatch_ops(13.0, small_ops=131, ops=283, dispatch_ns=1_400)),
+        False,
+    ),
+    "overhead-within-what-issuing-its-ops-costs": Case(
+        # host_dispatch.py: 3442 ops at 2.7 µs, 6x that per op
+        rank_of({}, ops=_dispatch_ops(56.0, small_ops=3000, ops=3442, dispatch_ns=2_700)),
+        True,
+        check=_eq("share", 0.56),
+    ),
     "profiler-cost-is-not-overhead": Case(
         # the window step is 20 ms longer than a normal step: the normal steps' phases are what is read
         rank_of({}, ops=_dispatch_ops(25.0, window_step_ms=120.0)),
@@ -556,7 +578,14 @@ HOST_DISPATCH = {
         # one window step paid an import (the first op under the census imports torch._dynamo): the
         # overhead is still the normal steps' compute less the large ops' time
         rank_of(
-            {}, ops=make_ops(window_step_ms=900.0, phase_ms=900.0, large_op_ms=40.0, small_ops_per_step=40)
+            {},
+            ops=make_ops(
+                window_step_ms=900.0,
+                phase_ms=900.0,
+                large_op_ms=40.0,
+                small_ops_per_step=40,
+                dispatch_ns_per_op=None,
+            ),
         ),
         True,
         check=_eq("share", 0.60),
@@ -637,7 +666,7 @@ HOST_DISPATCH = {
         rank_of(
             {"backward": 0.20, "optimizer": 0.50},
             ops=replace(
-                make_ops(large_op_ms=45.0, small_ops_per_step=600),
+                make_ops(large_op_ms=45.0, small_ops_per_step=600, dispatch_ns_per_op=None),
                 large_op_ns_by_phase={"forward": 25e6, "backward": 20e6},
             ),
         ),
@@ -652,7 +681,7 @@ HOST_DISPATCH = {
     "inference-is-told-to-batch-requests": Case(
         make_rank_analysis(
             steps=make_steps(10, {"forward": 95.0}, 5.0, kind=StepKind.INFERENCE),
-            ops=make_ops(large_op_ms=5.0, small_ops_per_step=37),
+            ops=make_ops(large_op_ms=5.0, small_ops_per_step=37, dispatch_ns_per_op=None),
         ),
         True,
         facts={
@@ -668,7 +697,9 @@ HOST_DISPATCH = {
     "batch-1-matrix-vector-products-are-shared-by-a-batch": Case(
         make_rank_analysis(
             steps=make_steps(10, {"forward": 95.0}, 5.0, kind=StepKind.INFERENCE),
-            ops=make_ops(large_op_ms=40.0, small_ops_per_step=300, vector_matmul_ms=30.0),
+            ops=make_ops(
+                large_op_ms=40.0, small_ops_per_step=300, vector_matmul_ms=30.0, dispatch_ns_per_op=None
+            ),
         ),
         True,
         facts={"host.dispatch.vector": {"vector_ns": 30e6}},
@@ -677,7 +708,7 @@ HOST_DISPATCH = {
     "matrix-vector-time-absent-only-the-overhead-is-shared": Case(
         make_rank_analysis(
             steps=make_steps(10, {"forward": 95.0}, 5.0, kind=StepKind.INFERENCE),
-            ops=make_ops(large_op_ms=40.0, small_ops_per_step=300),
+            ops=make_ops(large_op_ms=40.0, small_ops_per_step=300, dispatch_ns_per_op=None),
         ),
         True,
         check=_eq("estimated_speedup", 1 / (0.45 + 0.55 / 32)),

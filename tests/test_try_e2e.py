@@ -122,7 +122,7 @@ def test_fix_all_stacks_the_fixes_that_paid_and_names_what_leads_after(tmp_path:
     fetch, ckpt = rows["input.fetch"], rows["io.checkpoint"]
     for row in (fetch, ckpt):
         assert row["applied"] and row["speedup"] is not None, row
-    stacked = [r for r in doc["tried"] if "input.fetch" in r["id"] and "io.checkpoint" in r["id"]]
+    stacked = [r for r in doc["tried"] if {"input.fetch", "io.checkpoint"} <= set(r["id"].split("+"))]
     if not (fetch["significant"] and ckpt["significant"]):
         # Only the fixes that paid are stacked. Each pays on a machine in its truth's state; on a
         # slower or busier one a fixed cost's share shrinks and its gain may drown in the noise (CI
@@ -138,7 +138,13 @@ def test_fix_all_stacks_the_fixes_that_paid_and_names_what_leads_after(tmp_path:
     (together,) = stacked
     assert together["applied"] and together["speedup"] is not None and together["significant"], together
     assert together["speedup"] > max(fetch["speedup"], ckpt["speedup"]), rows  # the gains stack
-    assert together["next_limit"] and not together["next_limit"].startswith(("input.", "io.")), together
+    # What leads after is not what was fixed, or only its remainder (a worker's batch transfer: 6% of
+    # a 37 ms step on a fast machine, where memory.pressure's preload paid too and was stacked)
+    nxt = together["next_limit"]
+    assert nxt, together
+    if nxt.startswith(("input.", "io.")):
+        left = re.search(r"\((\d+)%\)", nxt)
+        assert left is not None and int(left.group(1)) < 10, together
     assert "together" in res.stderr and together["next_limit"] in res.stdout
     # the trials wrote their checkpoints into scratch copies, the baseline into the working directory
     writes = doc["cwd_writes"]
@@ -157,5 +163,8 @@ def test_fix_all_stacks_the_fixes_that_paid_and_names_what_leads_after(tmp_path:
     if truth_ms is not None and base_ms > SLOWER_THAN_TRUTH * truth_ms:
         return
     truths = machine_truth(what=0)["stacked_fixes"]
-    for row, label in ((fetch, "--fix input"), (ckpt, "--fix checkpoint"), (together, "--fix all")):
+    pairs = [(fetch, "--fix input"), (ckpt, "--fix checkpoint")]
+    if together["id"] == "input.fetch+io.checkpoint":  # (the example's own --fix all is these two)
+        pairs.append((together, "--fix all"))
+    for row, label in pairs:
         assert abs(row["speedup"] / truths[label] - 1) <= TRY_TOLERANCE, (row, label, truths[label])

@@ -26,6 +26,12 @@ batch-1 inference loop of 12 tiny blocks has 37, and they are the whole step."""
 DISPATCH_RECOVERABLE = 0.85
 """Fraction of the measured overhead a batched or compiled version removes: the math itself remains.
 Calibrated on examples/host_dispatch.py (fix removed 71% of a step whose overhead measured 84%)."""
+OVERHEAD_PER_OP_MAX = 10.0
+"""Per-op overhead is at most this many times the measured cost of issuing one op (the dispatch probe)
+per op of the step: Python, dispatcher and autograd around each op. Planted programs read 6.0x
+(host_dispatch.py) and 5.1x (serving_batch1.py); healthy.py, with nothing planted, read 19.9x (7.8 ms
+over 283 ops at 1.4 µs, on the avx512_bf16 EPYC): time outside large ops that is not per-op overhead
+(small ops' own work, the autograd engine's), which no batching or compiling removes."""
 OPTIMIZER_OVERHEAD = 0.5
 """The optimizer step holds at least half the per-op overhead: its fused form is the fix."""
 OPTIMIZER_MENTION = 0.25
@@ -252,6 +258,9 @@ def _per_op_overhead(
         outside = min(outside, steps.window_compute_min_ns - ops.large_phase_op_ns_per_step)
     fraction = max(0.0, outside / typical) if typical > 0 else 0.0
     share = compute_share * fraction
+    if ops.dispatch_ns_per_op and steps.mean_ns > 0:
+        most = ops.top_level_ops_per_step * ops.dispatch_ns_per_op * OVERHEAD_PER_OP_MAX / steps.mean_ns
+        share = min(share, most)
     if share < DISPATCH_SHARE_MIN:
         return None
     # The window's few steps and the typical step are different steps: a difference inside the
