@@ -43,8 +43,12 @@ DEFAULT = ["examples/healthy.py", "examples/input_fetch.py"]
 PATTERN = re.compile(r"median_step_ms=([0-9.]+)")
 
 
-def step_ms(cmd: list[str], env: dict[str, str]) -> float:
+def step_ms(cmd: list[str], env: dict[str, str], run_dir: Path | None = None) -> float:
+    """The program's own median step, from its stdout (or, under `--live`, which sends the program's
+    output to the run directory's output.log, from there)."""
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True, env=env).stdout
+    if run_dir is not None and (run_dir / "output.log").is_file():
+        out += (run_dir / "output.log").read_text(errors="replace")
     m = PATTERN.search(out)
     if m is None:
         raise RuntimeError(f"no median_step_ms in output of {cmd}")
@@ -211,7 +215,7 @@ def interleaved(
                 args_ = [o[4:] for o in arms[name] if o.startswith("ARG:")]  # to the program
                 with tempfile.TemporaryDirectory() as tmp:
                     cmd = [pinchpoint, "run", "-q", *opts, "-o", f"{tmp}/run", *prog, *args_]
-                    got[name] = step_ms(cmd, {**env, **extra})
+                    got[name] = step_ms(cmd, {**env, **extra}, Path(tmp) / "run")
                     w = window_ratio(Path(tmp) / "run")
                     if w is not None:
                         in_window.setdefault(name, []).append(w)
