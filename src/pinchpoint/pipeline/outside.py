@@ -77,6 +77,7 @@ def report_outside(run_dir: Path, json_path: Path | None = None) -> dict[str, An
         if main is None
         else {"samples": main.samples, "shares": {k: round(v, 4) for k, v in main.shares.items()}},
         "cpu": _cpu_doc(run, thr, usage, workers),
+        "gpus": _gpus(run),
         "findings": _findings(run, main, thr, usage, workers, pid, notes),
         "notes": notes,
         "not_judged": [{"what": what, "needs": needs} for what, needs in NOT_JUDGED],
@@ -89,6 +90,19 @@ def report_outside(run_dir: Path, json_path: Path | None = None) -> dict[str, An
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(text)
     return doc
+
+
+def _gpus(run: Run) -> list[dict[str, Any]]:
+    """Each GPU's utilization over the attach (NVML, read by the system sampler), when there are any."""
+    by_index: dict[int, list[float]] = {}
+    for sample in run.system:
+        for g in sample.gpus:
+            if g.util_percent is not None:
+                by_index.setdefault(g.index, []).append(g.util_percent)
+    return [
+        {"index": i, "util_percent_median": sorted(u)[len(u) // 2], "samples": len(u)}
+        for i, u in sorted(by_index.items())
+    ]
 
 
 def _worker_cores(run: Run, pid: int) -> dict[int, float]:

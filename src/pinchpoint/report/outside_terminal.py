@@ -34,6 +34,10 @@ def render_outside(doc: Mapping[str, Any], out: TextIO) -> None:
     if cpu["busy_threads"] is not None:
         facts.append(f"{cpu['busy_threads']} of its {cpu['threads']} threads busy")
     print("  " + ", ".join(facts), file=out)
+    for g in doc.get("gpus") or []:
+        print(
+            f"  GPU {g['index']}: busy {g['util_percent_median']:.0f}% of the time (NVML, median)", file=out
+        )
     main = doc["main_thread"]
     if main is not None:
         print(file=out)
