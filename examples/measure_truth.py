@@ -38,7 +38,7 @@ GLIBC_KEEPS = ("glibc env (memory.pressure)",
                ["env:MALLOC_MMAP_THRESHOLD_=33554432", "env:MALLOC_TRIM_THRESHOLD_=1073741824"])
 EXAMPLES = {
     "input_fetch": ("input.fetch", [("--fix", ["--fix"])]),
-    "input_preprocess": ("input.preprocess", [("--fix", ["--fix"]), ("--workers 2", ["--workers", "2"])]),
+    "input_preprocess": ("input.preprocess", [("--fix", ["--fix"]), ("--workers 2", ["--workers", "2"]), GLIBC_KEEPS]),
     "input_tiny_batches": ("input.preprocess", [("--fix", ["--fix"]), ("--workers 1", ["--workers", "1"]),
                                                 ("--workers 2", ["--workers", "2"])]),
     "host_python": ("host.python", [("--fix", ["--fix"])]),

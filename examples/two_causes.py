@@ -93,6 +93,7 @@ def main():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--latency-ms", type=float, default=0.6)
+    p.add_argument("--workers", type=int, default=4, help="DataLoader workers of the input fix")
     args = p.parse_args()
     fix_input, fix_python = args.fix in ("input", "all"), args.fix in ("python", "all")
 
@@ -100,7 +101,7 @@ def main():
     seq, dim, classes = 32, 256, 72
     ds = RemoteShardDataset(2048, seq, dim, classes, args.latency_ms / 1000)
     sampler = RandomSampler(ds, replacement=True, num_samples=args.steps * args.batch_size)
-    workers = dict(num_workers=4, persistent_workers=True) if fix_input else dict(num_workers=0)
+    workers = dict(num_workers=args.workers, persistent_workers=True) if fix_input else dict(num_workers=0)
     loader = DataLoader(ds, batch_size=args.batch_size, sampler=sampler, **workers)
     model = Tagger(dim, 2, classes)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
