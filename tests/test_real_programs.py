@@ -46,7 +46,11 @@ def _top_is_the_measured_cause(report: dict[str, Any], example: str) -> None:
     where glibc's thresholds measured as much: examples/TRUTH.md's `glibc env` rows)."""
     (cause,) = planted(EXAMPLES / f"{example}.py")
     tops = acceptable_tops(example, cause, MEASURED_SHARE_MIN)
-    assert tops, machine_truth()[example]  # some cause is real on this machine kind
+    if not tops:  # (the steps, phases and evaluation were checked before this)
+        pytest.skip(
+            f"no cause of {example} is real on this machine kind: its fixes measured "
+            f"{machine_truth()[example]} of the step, none {MEASURED_SHARE_MIN:.0%}"
+        )
     findings = programs_own(report)
     lead = report["findings"][0] if report["findings"] else None
     if foreign_cores(report) >= CONTENDED_CORES and lead is not None and _measured_thread_fix(lead):
