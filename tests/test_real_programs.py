@@ -107,8 +107,14 @@ def test_manual_sgd_word_lstm_top_finding(word_lstm: tuple[dict[str, float], Pat
     # here reported none, a little (below the tokenizer) or a quarter of the step. The top finding must
     # be one of the two measured causes, and the tokenizer must be named in every run.
     report = report_of(word_lstm[1])
-    ids = [f["id"] for f in programs_own(report)]
-    assert ids and ids[0] in {"memory.pressure", "host.python"}, ids
+    findings = programs_own(report)
+    ids = [f["id"] for f in findings]
+    lead = findings[0] if findings else {}
+    # On a CPU with native bf16 (avx512_bf16 EPYC) autocast may lead: fp32 matmuls are a third of the
+    # step and the probe measured this CPU's bf16 matmul x5 faster. That cause has no truth row yet
+    # (the example has no bf16 switch), so it is accepted only as that probe-backed fix.
+    bf16_lead = lead.get("fix_kind") == "bf16_autocast" and bool(report["environment"]["cpu"]["matrix_units"])
+    assert ids and (ids[0] in {"memory.pressure", "host.python"} or bf16_lead), ids
     assert "host.python" in ids, ids
 
 
