@@ -19,7 +19,7 @@ from typing import Any
 from pinchpoint.capture import inject
 from pinchpoint.capture.attached import DETACH_FILE, SAFE_WAIT_S
 from pinchpoint.capture.launcher import PKG_PARENT, start_run_dir
-from pinchpoint.capture.outside import alive, watch_outside
+from pinchpoint.capture.outside import alive, environ, watch_outside
 from pinchpoint.capture.sampler import DEFAULT_INTERVAL_S, spawn_sampler, stop_sampler
 from pinchpoint.capture.stacks import DEFAULT_RATE_HZ, spawn_stack_sampler, stop_stack_sampler
 from pinchpoint.capture.writer import write_json_atomic
@@ -155,7 +155,7 @@ def job_ranks(pid: int) -> list[tuple[int, int]]:
         return []
     ranks: list[tuple[int, int]] = []
     for child in _children(pid):
-        env = _environ(child)
+        env = environ(child)
         rank = env.get("RANK", "")
         if rank.isdigit() and "LOCAL_RANK" in env:
             ranks.append((int(rank), child))
@@ -173,15 +173,6 @@ def _children(pid: int) -> list[int]:
             if stat.rsplit(")", 1)[1].split()[1] == str(pid):
                 out.append(int(entry))
     return out
-
-
-def _environ(pid: int) -> dict[str, str]:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
-    pairs = (e.decode(errors="replace").partition("=") for e in raw.split(b"\0") if b"=" in e)
-    return {k: v for k, _, v in pairs}
 
 
 def _wait_started(pid: int, run_dir: Path) -> None:

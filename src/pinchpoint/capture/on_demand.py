@@ -31,7 +31,7 @@ class OnDemand:
         self.path = run_dir / REQUEST_FILE
         self._next_poll_ns = 0
         self._mtime_ns = self._stat()
-        self._seen = self._read_id() if self._mtime_ns is not None else 0
+        self._seen = _int(self._request(), "id", 0) if self._mtime_ns is not None else 0
         """Requests made before this process started are not for it."""
 
     def poll(self, now_ns: int, next_step: int, window: OpWindow) -> OpWindow | None:
@@ -43,7 +43,8 @@ class OnDemand:
         if mtime is None or mtime == self._mtime_ns:
             return None
         self._mtime_ns = mtime
-        request_id = self._read_id()
+        request = self._request()
+        request_id = _int(request, "id", 0)
         if request_id <= self._seen:
             return None
         self._seen = request_id
@@ -51,7 +52,7 @@ class OnDemand:
         if not window.done:
             write_json_atomic(ack, {"id": request_id, "refused": "an op window is open"})
             return None
-        steps = max(1, min(MAX_STEPS, self._read_steps()))
+        steps = max(1, min(MAX_STEPS, _int(request, "steps", 3)))
         kept = _keep_earlier(window.rank_dir)
         fresh = OpWindow(window.rank_dir, (next_step + 1, steps))
         fresh.batch_spec = window.batch_spec
@@ -75,13 +76,10 @@ class OnDemand:
             return {}
         return doc if isinstance(doc, dict) else {}
 
-    def _read_id(self) -> int:
-        value = self._request().get("id")
-        return value if isinstance(value, int) else 0
 
-    def _read_steps(self) -> int:
-        value = self._request().get("steps")
-        return value if isinstance(value, int) else 3
+def _int(doc: dict[str, object], key: str, default: int) -> int:
+    value = doc.get(key)
+    return value if isinstance(value, int) else default
 
 
 def _keep_earlier(rank_dir: Path) -> str | None:

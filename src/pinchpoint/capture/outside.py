@@ -75,3 +75,13 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+def environ(pid: int) -> dict[str, str]:
+    """The process's environment (/proc/PID/environ); {} when unreadable."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (e.decode(errors="replace").partition("=") for e in raw.split(b"\0") if b"=" in e)
+    return {k: v for k, _, v in pairs}

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pinchpoint.errors import AttachError, UsageError
+from pinchpoint.ingest.fields import as_dict, load_json
 
 DEFAULT_STEPS = 3
 ANSWER_WAIT_S = 120.0
@@ -77,22 +77,20 @@ class CaptureCommand:
 
 def _run_dir(target: str) -> Path:
     from pinchpoint.capture.agent import RUN_DIR_ENV
+    from pinchpoint.capture.outside import environ
 
     if target.isdigit():
-        try:
-            env = Path(f"/proc/{target}/environ").read_bytes().split(b"\0")
-        except FileNotFoundError:
-            raise AttachError(f"no process {target}") from None
-        except OSError as exc:
-            raise AttachError(f"cannot read process {target}'s environment: {exc.strerror}") from None
-        prefix = RUN_DIR_ENV.encode() + b"="
-        found = next((e[len(prefix) :] for e in env if e.startswith(prefix)), None)
+        if not Path(f"/proc/{target}").is_dir():
+            raise AttachError(f"no process {target}")
+        if not os.access(f"/proc/{target}/environ", os.R_OK):
+            raise AttachError(f"cannot read process {target}'s environment: permission denied")
+        found = environ(int(target)).get(RUN_DIR_ENV)
         if found is None:
             raise AttachError(
                 f"process {target} was not started by pinchpoint run: pass its run directory, or use "
                 f"pinchpoint attach {target}"
             )
-        return Path(os.fsdecode(found))
+        return Path(found)
     path = Path(target)
     if not (path / "meta.json").is_file():
         raise UsageError(f"{target} is neither a pid nor a run directory (no meta.json)")
@@ -104,11 +102,7 @@ def _meta(run_dir: Path) -> dict[str, Any]:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
+    return as_dict(load_json(path, []))
 
 
 def _answers(run_dir: Path, request_id: int) -> dict[int, dict[str, Any]]:

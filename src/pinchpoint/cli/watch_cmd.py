@@ -99,13 +99,9 @@ def _alive(run_dir: Path) -> bool:
     pid = meta.get("launcher_pid")
     if not isinstance(pid, int) or (host and host != socket.gethostname()):
         return True  # another node's run (a shared filesystem): only meta.json can say it ended
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    from pinchpoint.capture.outside import alive
+
+    return alive(pid)
 
 
 def _print_report(run_dir: Path, no_color: bool) -> int:
