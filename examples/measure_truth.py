@@ -46,7 +46,7 @@ EXAMPLES = {
     "serving_batch1": ("host.dispatch", [("--fix", ["--fix"])]),
     "compute_math": ("compute.math", [("--fix", ["--fix"])]),
     "compute_conv": ("compute.math", [("--fix", ["--fix"])]),
-    "compute_memory": ("compute.memory", [("--fix", ["--fix"])]),
+    "compute_memory": ("compute.memory", [("--fix", ["--fix"]), ("bf16 autocast (compute.math)", ["--bf16"])]),
     "ddp_straggler": ("imbalance.straggler", [("--fix", ["--fix"])]),
     "comm_exposed": ("comm.exposed", [("--fix", ["--fix"])]),
     "cpu_oversubscription": ("cpu.oversubscription", [("--fix", ["--fix"])]),

@@ -2,7 +2,8 @@
 
 Each example in examples/ declares `PLANTED`; examples/TRUTH.md holds what its `--fix` measured
 (examples/measure_truth.py --markdown). We run each one under `pinchpoint run` and hold the report to it:
-the planted category is the top finding; with two planted causes both are the top two and each share
+the planted category is the top finding (or another cause whose fix measured at least as much on this
+machine kind, the planted one still named); with two planted causes both are the top two and each share
 is within 0.10 of the share its fix removed; the healthy program has no non-compute finding above 10%.
 """
 
@@ -26,6 +27,7 @@ from pinchpoint.capture.thread_trial import STEPS as TRIAL_STEPS
 from pinchpoint.capture.thread_trial import WARM as TRIAL_WARM
 from programs import CONTENDED_CORES, foreign_cores, loaded_steps, programs_own
 from programs import planted as planted_in
+from truth import acceptable_tops
 from truth import machine_truth as _truth
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,6 +35,8 @@ EXAMPLES = ROOT / "examples"
 FIX_REMOVES = {"--fix input": "input.fetch", "--fix python": "host.python"}
 """What each partial fix of examples/two_causes.py removes."""
 SHARE_TOLERANCE = 0.10
+REAL_SHARE = 0.15
+"""A cause other than the planted one may lead where its fix removed at least 15% of the step here."""
 HEALTHY_MAX_SHARE = 0.10
 COMPUTE_IDS = {"compute.math", "compute.memory"}
 OWN_TESTS = {
@@ -167,7 +171,14 @@ def test_diagnosis_matches_the_planted_truth(example: Path, profiled: Any) -> No
         assert "compute.math" in ids, _summary(report)
         assert not any(f.get("fix_kind") == "bf16_autocast" for f in findings), _summary(report)
         return
-    assert set(ids[: len(planted)]) == set(planted), _summary(report)
+    if len(planted) == 1:
+        # the planted cause leads, or another whose fix measured at least as much here (compute_memory's
+        # bf16 autocast on a CPU with native bf16: x2.24 against its planted fix's x1.76); the planted
+        # cause is still named
+        tops = acceptable_tops(example.stem, planted[0], REAL_SHARE) | set(planted)
+        assert ids[0] in tops and planted[0] in ids, _summary(report)
+    else:
+        assert set(ids[: len(planted)]) == set(planted), _summary(report)
     if "imbalance.straggler" in planted:  # the straggler is named: rank 1 loads its data slowly
         assert findings[0]["ranks"] == [1], _summary(report)
     if len(planted) > 1:
