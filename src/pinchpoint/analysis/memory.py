@@ -26,6 +26,10 @@ class MemoryTrend:
     concentration: float = 0.0
     """Share of the growth in the three largest step-to-step increases: near 1 when RSS rose in a few
     jumps (an allocator's high-water marks, a cache filled once), small when it grows every step."""
+    rising: float = 0.0
+    """Share of the step-to-step intervals in which RSS rose by at least a quarter of the slope: a leak
+    that glibc serves in chunks (its heap grows a few MiB every few steps) rises in half of them, a
+    high-water mark in one or two."""
 
     @property
     def growth_bytes(self) -> int:
@@ -234,6 +238,7 @@ def memory_trend(steps: Sequence[Step]) -> MemoryTrend | None:
         r2=r2,
         gap_bytes=gap,
         concentration=sum(sorted(rises)[-3:]) / grown if grown > 0 else 0.0,
+        rising=sum(r >= slope / 4 for r in rises) / len(rises) if rises and slope > 0 else 0.0,
     )
 
 

@@ -263,11 +263,15 @@ def _per_op_overhead(
         share = min(share, most)
     if share < DISPATCH_SHARE_MIN:
         return None
-    # The window's few steps and the typical step are different steps: a difference inside the
-    # spread of the steps' own compute (a busy VM here moves it by 20-30% over seconds) is noise.
+    # The window's few steps and the typical step are different steps: the large ops were timed at
+    # another moment, and a busy VM here moves the steps' compute by 20-30% over seconds. A difference
+    # inside that relative spread of the large ops' time is noise (the whole spread when the large ops
+    # are the step; a small part when per-op overhead is: an LBFGS step's closures made its steps'
+    # spread 232 ms around a 162 ms median where large ops were 9.7 ms of it).
     # (contended: bounded by one window step that held both the large ops and the rest, the
     # difference needs no second step's spread)
     bounded_in_window = contended and steps.window_compute_min_ns > 0
-    if outside <= steps.compute_spread_ns and not bounded_in_window:
+    noise = steps.compute_spread_ns * min(1.0, ops.large_phase_op_ns_per_step / typical)
+    if outside <= noise and not bounded_in_window:
         return None
     return share, medians
