@@ -22,6 +22,7 @@ import statistics
 import time
 
 import torch
+from healthy import keep_freed_memory
 from input_fetch import RemoteShardDataset, SeqClassifier  # the same data and model, one more plant
 from torch import nn
 from torch.utils.data import DataLoader, RandomSampler
@@ -48,6 +49,11 @@ def main():
     p.add_argument("--ckpt-every", type=int, default=100)
     args = p.parse_args()
 
+    # Not a third plant: without this, glibc's sliding mmap threshold made the step's compute churn in
+    # some runs and not others (forward+backward 41 ms in a baseline, 25 ms with glibc's thresholds),
+    # and a worker fix that moved collate's buffers out of the process then read x2.0 for a fix the
+    # truth measured at x1.44.
+    keep_freed_memory()
     torch.manual_seed(0)
     seq, dim, classes = 16, 384, 100
     ds = RemoteShardDataset(2048, seq, dim, classes, args.latency_ms / 1000)
