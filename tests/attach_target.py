@@ -72,16 +72,23 @@ def _changes() -> list[str]:
     return changed
 
 
+def _say(line: str) -> None:
+    """One write per line: torchrun's ranks share one pipe, unbuffered, and a print's text and its
+    newline went out as two writes, so two ranks' lines came out run together. (No flush of
+    sys.stdout: from the signal handler that could re-enter a write the program was making.)"""
+    os.write(1, (line + "\n").encode())
+
+
 def _report(signum: int, frame: Any) -> None:
     changes = _changes()
     ours = sum(1 for m in sys.modules if m.startswith("pinchpoint"))
-    print(f"attach-target: unchanged={not changes} pinchpoint_modules={ours} {' '.join(changes)}", flush=True)
+    _say(f"attach-target: unchanged={not changes} pinchpoint_modules={ours} {' '.join(changes)}")
     os._exit(0)
 
 
 signal.signal(signal.SIGUSR1, _report)
-print(f"attach-target: ready pid={os.getpid()}", flush=True)
+_say(f"attach-target: ready pid={os.getpid()}")
 script = sys.argv[1]
 sys.argv = sys.argv[1:]
 runpy.run_path(script, run_name="__main__")
-print("attach-target: the example ended before the test asked", flush=True)
+_say("attach-target: the example ended before the test asked")

@@ -19,7 +19,14 @@ import pytest
 
 from pinchpoint.capture import inject
 from pinchpoint.errors import AttachError
-from programs import EXAMPLES
+from programs import (
+    CONTENDED_CORES,
+    EXAMPLES,
+    foreign_cores,
+    holds_beside_busy_neighbours,
+    programs_own,
+    summary,
+)
 
 HERE = Path(__file__).resolve().parent
 TARGET = HERE / "attach_target.py"
@@ -85,8 +92,13 @@ def test_attach_names_the_cause_and_leaves_the_program_running_as_it_was(
         and not attach["left"]
     )
     assert report["steps"]["count"] >= 10, report["steps"]
-    ids = [f["id"] for f in report["findings"]]
-    assert ids and ids[0] == finding, ids
+    # As `run`'s own e2e holds it (tests/programs.py): beside a busy process the thread trial's finding
+    # about the machine's load is set aside, and the planted cause may be one place lower.
+    ids = [f["id"] for f in programs_own(report, [finding])]
+    if foreign_cores(report) >= CONTENDED_CORES:
+        holds_beside_busy_neighbours(EXAMPLES / f"{example}.py", [finding], ids, report, tmp_path / "run")
+    else:
+        assert ids and ids[0] == finding, summary(report)
     assert f"attached to process {proc.pid}" in res.stderr
     assert not (tmp_path / "run" / "ranks" / "rank0" / f"attach-error-{proc.pid}.txt").exists()
 
@@ -98,8 +110,8 @@ def _lines(stream: Any, prefix: str, count: int) -> list[str]:
         line = stream.readline()
         if not line:
             break
-        if line.startswith(prefix):
-            found.append(line)
+        if prefix in line:  # (an unbuffered program's own text may precede it on the line)
+            found.append(line[line.index(prefix) :])
             if len(found) == count:
                 break
     assert len(found) == count, found
@@ -134,7 +146,15 @@ def test_attach_to_a_torchrun_launcher_joins_every_local_rank(tmp_path: Path) ->
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["run"]["world_size"] == 2 and len(report["ranks"]) == 2
     assert report["run"]["attach"]["pid"] == launcher.pid and report["run"]["attach"]["ended"] == "detached"
-    assert report["findings"][0]["id"] == "imbalance.straggler" and report["findings"][0]["ranks"] == [1]
+    (straggler,) = [f for f in report["findings"] if f["id"] == "imbalance.straggler"]
+    assert straggler["ranks"] == [1], summary(report)
+    ids = [f["id"] for f in programs_own(report, ["imbalance.straggler"])]
+    if foreign_cores(report) >= CONTENDED_CORES:
+        holds_beside_busy_neighbours(
+            EXAMPLES / "ddp_straggler.py", ["imbalance.straggler"], ids, report, tmp_path / "run"
+        )
+    else:
+        assert ids[0] == "imbalance.straggler", summary(report)
     assert "torchrun launcher: attaching to its 2 local rank(s)" in res.stderr
 
 

@@ -25,8 +25,9 @@ pytest.importorskip("torch")
 from pinchpoint.capture.thread_trial import FILE as TRIAL_FILE
 from pinchpoint.capture.thread_trial import STEPS as TRIAL_STEPS
 from pinchpoint.capture.thread_trial import WARM as TRIAL_WARM
-from programs import CONTENDED_CORES, foreign_cores, loaded_steps, programs_own
+from programs import CONTENDED_CORES, foreign_cores, holds_beside_busy_neighbours, loaded_steps, programs_own
 from programs import planted as planted_in
+from programs import summary as _summary
 from truth import acceptable_tops
 from truth import machine_truth as _truth
 
@@ -138,16 +139,6 @@ def _profile(example: Path, tmp_path: Path) -> dict[str, Any]:
     return report
 
 
-def _summary(report: dict[str, Any]) -> str:
-    """Each finding's share and estimate, and the evidence of the first two (what a failure in CI
-    leaves to read), and the notes (a shared machine says so)."""
-    heads = "; ".join(
-        f"{f['id']} share={f['share']:.2f} ×{f['estimated_speedup']:.2f}" for f in report["findings"]
-    )
-    lines = [f"  {f['id']}: {e}" for f in report["findings"][:2] for e in f["evidence"]]
-    return "\n".join([heads, *lines, *(f"  note: {n}" for n in report.get("notes") or [])])
-
-
 @pytest.mark.e2e
 @pytest.mark.parametrize(
     "example", [p for p in _example_files() if p.stem not in OWN_TESTS], ids=lambda p: p.stem
@@ -158,7 +149,7 @@ def test_diagnosis_matches_the_planted_truth(example: Path, profiled: Any) -> No
     findings = programs_own(report, planted)
     ids = [f["id"] for f in findings]
     if planted and foreign_cores(report) >= CONTENDED_CORES:
-        _holds_beside_busy_neighbours(example, planted, ids, report, profiled(example))
+        holds_beside_busy_neighbours(example, planted, ids, report, profiled(example))
         return
     if not planted:
         loud = [f for f in findings if f["id"] not in COMPUTE_IDS and f["share"] > HEALTHY_MAX_SHARE]
@@ -191,40 +182,6 @@ def test_diagnosis_matches_the_planted_truth(example: Path, profiled: Any) -> No
                 f"{removed}: reported share {by_id[removed]['share']:.2f}, its fix measured {measured:.2f}; "
                 + _summary(report)
             )
-
-
-SHRUNK_PHASE_MAX = 0.06
-"""A phase a rule reports from 5% of the step (io.checkpoint), as report.json rounds it."""
-
-
-def _holds_beside_busy_neighbours(
-    example: Path, planted: list[str], ids: list[str], report: dict[str, Any], run: Path
-) -> None:
-    """Measured beside a busy process, the steps are contended: the compute phases stretch (two intra-op
-    threads wait at barriers for a descheduled one) and every other share shrinks with them; the report
-    says so and lowers its confidence. The truth was measured on an idle machine, so the shares are not
-    held to it; the planted causes must still be found, each at most one place lower than its count of
-    causes allows (a window-read compute finding, stretched by the contention, can overtake one). A
-    fixed cost per step may shrink below its threshold (`LOADED = "shrinks(PHASE): ..."`: then its
-    phase must be that small in the breakdown). An
-    example whose plant cannot exist beside a busy process says why (`LOADED = "absent: ..."`): a busy
-    neighbour takes the idle core cpu_underuse.py's fix would use, so no finding may offer it."""
-    loaded = re.search(r'^LOADED = "(\w+)(?:\((\w+)\))?', example.read_text(), re.M)
-    if loaded is not None and loaded.group(1) == "absent":
-        assert not set(planted) & set(ids), _summary(report)
-        return
-    if loaded is not None and loaded.group(1) == "shrinks" and not set(planted) & set(ids):
-        # a fixed cost per step, below the reporting threshold once the step stretches (where the
-        # example names its phase, the breakdown must show it that small)
-        if loaded.group(2):
-            assert report["breakdown"][loaded.group(2)] < SHRUNK_PHASE_MAX, _summary(report)
-        return
-    if loaded is not None and loaded.group(1) == "trial" and not set(planted) & set(ids):
-        # the thread trial ran and measured no gain from fewer threads beside the busy process
-        record = json.loads((run / "ranks" / "rank0" / TRIAL_FILE).read_text())
-        assert record["threads"] > record["fit"], record
-        return
-    assert set(planted) <= set(ids[: len(planted) + 1]), _summary(report)
 
 
 def test_truth_file_covers_every_example() -> None:

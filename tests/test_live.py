@@ -4,6 +4,7 @@ The snapshot is also read from a run directory written here by hand (no program)
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pty
@@ -15,8 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from pinchpoint.pipeline.live import snapshot, tail
+from pinchpoint.report.live_terminal import live_panel
+from pinchpoint.trace.live import Snapshot
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -116,7 +120,13 @@ def test_watch_refuses_what_is_not_a_run_directory(tmp_path: Path) -> None:
     assert "not a pinchpoint run directory" in res.stderr
 
 
-def _write_run(run_dir: Path, steps_ms: list[float]) -> None:
+def _render(snap: Snapshot) -> str:
+    console = Console(width=120, record=True, file=io.StringIO())
+    console.print(live_panel(snap, None))
+    return console.export_text()
+
+
+def _write_run(run_dir: Path, steps_ms: list[float], flags: dict[int, str] | None = None) -> None:
     (run_dir / "ranks" / "rank0").mkdir(parents=True)
     meta = {"command": ["python", "train.py"], "clock": {"monotonic_ns": 0}, "ended_at": None}
     (run_dir / "meta.json").write_text(json.dumps(meta))
@@ -124,7 +134,8 @@ def _write_run(run_dir: Path, steps_ms: list[float]) -> None:
     for i, ms in enumerate(steps_ms):
         end = t + int(ms * 1e6)
         phases = [["data_wait", t, t + int(ms * 0.25e6)], ["forward", t + int(ms * 0.25e6), end]]
-        lines.append(json.dumps({"step": i, "start_ns": t, "end_ns": end, "intervals": phases}))
+        flag = {(flags or {}).get(i, "none"): True}
+        lines.append(json.dumps({"step": i, "start_ns": t, "end_ns": end, "intervals": phases, **flag}))
         t = end
     lines.append('{"step": 999, "start_ns": ')  # a line still being written
     (run_dir / "ranks" / "rank0" / "steps.jsonl").write_text("\n".join(lines))
@@ -143,3 +154,15 @@ def test_the_snapshot_reads_the_ends_of_the_files(tmp_path: Path) -> None:
     big.write_text("".join(f'{{"i": {i}}}\n' for i in range(100_000)))
     got = tail(big, 1000)
     assert got[-1] == '{"i": 99999}' and all(line.startswith('{"i": ') for line in got)  # cut line dropped
+
+
+def test_the_count_moves_while_pinchpoints_own_steps_run(tmp_path: Path) -> None:
+    """Beside a busy process the op window and the trials took every step after the tenth of a 45-step
+    run, and the panel said "10 steps" for 8 s: the count is the program's progress, the times are the
+    ordinary steps', and the panel says whose steps are running."""
+    flags = {i: "profiled" for i in range(10, 14)} | {i: "trial" for i in range(14, 45)}
+    _write_run(tmp_path, [100.0] * 10 + [300.0] * 35, flags)
+    snap = snapshot(tmp_path)
+    assert snap.steps == 45 and snap.timed == 10 and snap.last_ms == 100.0 and snap.measuring == "trial"
+    text = _render(snap)
+    assert "45 steps · " in text and "trying a fix" in text and "over the last 10 steps" in text

@@ -57,7 +57,8 @@ def snapshot(run_dir: Path, now_ns: int | None = None) -> Snapshot:
         meta = json.loads((run_dir / "meta.json").read_text())
     except (OSError, ValueError) as exc:
         raise PinchpointError(f"{run_dir}: not a pinchpoint run directory (no readable meta.json)") from exc
-    steps = [s for s in _records(run_dir / "ranks" / "rank0" / "steps.jsonl") if _timed(s)]
+    records = [s for s in _records(run_dir / "ranks" / "rank0" / "steps.jsonl") if _finished(s)]
+    steps = [s for s in records if _ordinary(s)]
     durations = [(s["end_ns"] - s["start_ns"]) / 1e6 for s in steps]
     last, before = durations[-WINDOW_STEPS:], durations[-2 * WINDOW_STEPS : -WINDOW_STEPS]
     system = _records(run_dir / "system.jsonl")
@@ -70,8 +71,10 @@ def snapshot(run_dir: Path, now_ns: int | None = None) -> Snapshot:
         ended=meta.get("ended_at") is not None,
         exit_code=meta.get("exit_code"),
         elapsed_s=(now - start_ns) / 1e9 if isinstance(now, int) and isinstance(start_ns, int) else None,
-        steps=_count(steps),
+        steps=_count(records),
         last_ms=statistics.median(last) if last else None,
+        timed=len(last),
+        measuring=_measuring(records[-1]) if records else None,
         before_ms=statistics.median(before) if len(before) >= WINDOW_STEPS // 2 else None,
         phases=_phases(steps[-WINDOW_STEPS:]),
         cores_busy=_cores_busy(system[-1]) if system else None,
@@ -89,10 +92,18 @@ def _count(steps: list[dict[str, Any]]) -> int:
     return number + 1 if isinstance(number, int) and number >= 0 else len(steps)
 
 
-def _timed(step: dict[str, Any]) -> bool:
-    """A finished, ordinary step: not the op window's, a trial's, or the one cut by the exit."""
-    ok = isinstance(step.get("start_ns"), int) and isinstance(step.get("end_ns"), int)
-    return ok and not (step.get("profiled") or step.get("trial") or step.get("partial"))
+def _finished(step: dict[str, Any]) -> bool:
+    return isinstance(step.get("start_ns"), int) and isinstance(step.get("end_ns"), int)
+
+
+def _ordinary(step: dict[str, Any]) -> bool:
+    """Not the op window's, a trial's, or the one cut by the exit: the steps the times are read from.
+    (Beside a busy process the trials can take every step of a short run: the count still moves.)"""
+    return not (step.get("profiled") or step.get("trial") or step.get("partial"))
+
+
+def _measuring(step: dict[str, Any]) -> str | None:
+    return "window" if step.get("profiled") else "trial" if step.get("trial") else None
 
 
 def _phases(steps: list[dict[str, Any]]) -> dict[str, float]:

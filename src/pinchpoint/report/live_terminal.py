@@ -11,6 +11,10 @@ from pinchpoint.trace.live import WINDOW_STEPS, Leading, Snapshot
 
 BAR = 24
 TITLE = "pinchpoint live"
+MEASURING = {
+    "window": "pinchpoint's op window (its steps left out of the times)",
+    "trial": "pinchpoint trying a fix (its steps left out of the times)",
+}
 
 
 def _bar(share: float) -> str:
@@ -21,7 +25,7 @@ def _bar(share: float) -> str:
 def _trend(snap: Snapshot) -> str:
     if snap.last_ms is None:
         return "waiting for the first steps"
-    line = f"median step {snap.last_ms:.4g} ms over the last {min(snap.steps, WINDOW_STEPS)} steps"
+    line = f"median step {snap.last_ms:.4g} ms over the last {snap.timed} steps"
     if snap.before_ms:
         change = snap.last_ms / snap.before_ms - 1
         word = "slower" if change > 0 else "faster"
@@ -55,6 +59,8 @@ def live_panel(snap: Snapshot, lead: Leading | None) -> Panel:
         head.append(memory)
     if snap.ended:
         head.append(f"ended (exit {snap.exit_code})")
+    elif snap.measuring is not None:
+        head.append(MEASURING[snap.measuring])
     parts: list[RenderableType] = [Text(" · ".join(head), style="bold"), Text(_trend(snap))]
     if snap.phases:
         table = Table.grid(padding=(0, 1))

@@ -25,9 +25,13 @@ class Snapshot:
     exit_code: int | None
     elapsed_s: float | None
     steps: int
-    """Steps seen so far (rank 0), the last one's number + 1."""
+    """Steps seen so far (rank 0), the last one's number + 1: the op window's and trials' included."""
     last_ms: float | None
-    """Median step time over the last `WINDOW_STEPS` steps."""
+    """Median step time over the last `WINDOW_STEPS` ordinary steps (no window's, no trial's)."""
+    timed: int = 0
+    """Ordinary steps behind `last_ms` (at most `WINDOW_STEPS`)."""
+    measuring: str | None = None
+    """"window" or "trial" when the latest step was pinchpoint's own (left out of the times)."""
     before_ms: float | None
     """Median over the steps before those: `last_ms / before_ms` is the trend."""
     phases: dict[str, float] = field(default_factory=dict)
