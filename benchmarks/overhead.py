@@ -15,6 +15,10 @@ neither arm always runs first (the first run of a series was measurably faster h
 attach --opwindow off --no-trials` until it ends: an idle attached agent's cost (its hooks and the
 sampler), most of the program's steps running attached.
 
+`--arm live-quiet` (interleaved mode) adds two arms, `run --opwindow off --no-trials` with and without
+the live panel (forced on without a terminal), and prints their ratio per round: the panel's own cost,
+free of the trials' steps that land in the program's own median.
+
 `--arm opwindow-off` adds a third arm, `pinchpoint run --opwindow off`, to split the op window's share
 of the overhead from the hooks' and the sampler's.
 
@@ -83,6 +87,7 @@ def main() -> int:
             "native",
             "stacks-native",
             "live",
+            "live-quiet",
             "sampler-rare",
             "callback",
         ],
@@ -128,6 +133,9 @@ def main() -> int:
         arms["stacks+native"] = ["--stacks", "--native"]
     if "live" in args.arm:  # the live panel beside the program (forced: the benchmark has no terminal)
         arms["live"] = ["--live", "ENV:PINCHPOINT_LIVE_FORCE=1"]
+    if "live-quiet" in args.arm:  # the panel's own cost: with and without it, no op window, no trials
+        arms["quiet"] = ["--opwindow", "off", "--no-trials"]
+        arms["live quiet"] = ["--live", "--opwindow", "off", "--no-trials", "ENV:PINCHPOINT_LIVE_FORCE=1"]
     if "callback" in args.arm:  # the framework examples with pinchpoint's callback (--callback) as well
         arms["callback"] = ["ARG:--callback"]
     if "attached" in args.arm:  # the bare program, joined after start-up by `pinchpoint attach` (no window)
@@ -186,6 +194,7 @@ def interleaved(
     names = ["bare", *arms]
     ratios: dict[str, list[float]] = {a: [] for a in arms}
     in_window: dict[str, list[float]] = {}
+    panel: list[float] = []
     for r in range(rounds):
         k = r % len(names)
         order = names[k:] + names[:k]
@@ -221,6 +230,8 @@ def interleaved(
                         in_window.setdefault(name, []).append(w)
         for a in arms:
             ratios[a].append(got[a] / got["bare"])
+        if "quiet" in got and "live quiet" in got:  # the panel against the same run without it
+            panel.append(got["live quiet"] / got["quiet"])
         print(f"  round {r + 1}: " + ", ".join(f"{a} {got[a] / got['bare']:.3f}" for a in arms), flush=True)
     rng = random.Random(0)
     worst = 0.0
@@ -233,6 +244,12 @@ def interleaved(
         print(
             f"{ex:28} {a:13} overhead median {med:.3f}, mean {statistics.fmean(xs):.3f} "
             f"(95% interval of the mean {lo:.3f}-{hi:.3f}, {len(xs)} rounds)",
+            flush=True,
+        )
+    if panel:
+        print(
+            f"{ex:28} live panel    live quiet / quiet: median {statistics.median(panel):.3f}, "
+            f"mean {statistics.fmean(panel):.3f} ({len(panel)} rounds)",
             flush=True,
         )
     for a, ws in in_window.items():

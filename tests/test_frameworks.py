@@ -16,7 +16,15 @@ from pinchpoint.diagnosis.frameworks import in_framework_terms
 from pinchpoint.ingest.rundir import read_run_dir
 from pinchpoint.report.phrases import say
 from pinchpoint.trace.run import Framework, FrameworkName, StepKind
-from programs import phases_match_the_programs_own_timing, programs_own, report_of, run_program
+from programs import (
+    CONTENDED_CORES,
+    foreign_cores,
+    phases_match_the_programs_own_timing,
+    programs_own,
+    report_of,
+    run_program,
+    summary,
+)
 from truth import acceptable_tops
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,10 +146,14 @@ def _top(report: dict[str, Any], example: str) -> dict[str, Any]:
     (examples/TRUTH.md: the planted one, or allocator churn where glibc's thresholds measured as much)."""
     tops = acceptable_tops(example, "input.fetch", REAL_SHARE)
     findings = programs_own(report)
-    assert findings and findings[0]["id"] in tops, (
-        tops,
-        [(f["id"], f["share"], f["estimated_speedup"]) for f in findings],
-    )
+    ids = [f["id"] for f in findings]
+    if foreign_cores(report) >= CONTENDED_CORES:
+        # Beside a busy process the compute stretches and the wait's share shrinks: as for every example
+        # (programs.holds_beside_busy_neighbours), the planted cause may be one place lower (a loaded
+        # hf_trainer run: compute.math 31% x1.44, then input.fetch 23% x1.30).
+        assert "input.fetch" in ids[:2], summary(report)
+        return dict(findings[ids.index("input.fetch")])
+    assert findings and ids[0] in tops, (tops, summary(report))
     return dict(findings[0])
 
 
