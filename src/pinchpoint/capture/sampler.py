@@ -406,6 +406,12 @@ def _yield_the_cpu() -> str:
     their own timestamps, and a stuck program leaves cores idle."""
     if os.environ.get(SCHED_ENV) == "normal":
         return "normal priority"
+    return lowest_priority()
+
+
+def lowest_priority() -> str:
+    """This process under SCHED_IDLE, else at nice 19 (the sampler; the live panel's watcher, from its
+    preexec_fn). Returns which."""
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # type: ignore[attr-defined,unused-ignore]
         return "SCHED_IDLE"

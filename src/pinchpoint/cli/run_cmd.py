@@ -170,8 +170,11 @@ WATCHER_WAIT_S = 15.0
 
 
 def _start_watcher(run_dir: Path) -> subprocess.Popen[bytes] | None:
-    """`pinchpoint watch RUN_DIR --no-report` beside the program, at the lowest CPU priority, drawing on
-    our terminal; None (the run goes on without it) when the output is no terminal."""
+    """`pinchpoint watch RUN_DIR --no-report` beside the program, at the lowest CPU priority (SCHED_IDLE:
+    at nice 19 it still cost healthy.py's 21 ms steps x1.08-1.10, its start-up and refreshes preempting an
+    intra-op thread), drawing on our terminal; None (the run goes on without it) when the output is no
+    terminal."""
+    from pinchpoint.capture.sampler import lowest_priority
     from pinchpoint.pipeline.live import LIVE_FORCE_ENV
 
     if not (sys.stderr.isatty() or os.environ.get(LIVE_FORCE_ENV)):
@@ -179,7 +182,7 @@ def _start_watcher(run_dir: Path) -> subprocess.Popen[bytes] | None:
     cmd = [sys.executable, "-m", "pinchpoint", "watch", str(run_dir), "--no-report"]
     try:
         return subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=sys.stderr, preexec_fn=lambda: os.nice(19)
+            cmd, stdin=subprocess.DEVNULL, stdout=sys.stderr, preexec_fn=lowest_priority
         )
     except OSError:
         return None
