@@ -181,9 +181,7 @@ def _start_watcher(run_dir: Path) -> subprocess.Popen[bytes] | None:
         return None
     cmd = [sys.executable, "-m", "pinchpoint", "watch", str(run_dir), "--no-report"]
     try:
-        return subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=sys.stderr, preexec_fn=lowest_priority
-        )
+        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=sys.stderr, preexec_fn=lowest_priority)
     except OSError:
         return None
 
