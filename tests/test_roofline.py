@@ -136,8 +136,12 @@ def test_kernels_find_their_launching_op_by_id_or_by_the_launch_time(tmp_path: P
 SCORES = (8, 4, 256, 256)  # batch, heads, query and key positions
 
 
-def _attention_step(t0: int, *, softmax_dims: tuple[int, ...] = SCORES) -> list[OpEvent]:
-    """One layer of nanoGPT's attention without flash (char_gpt_memmap.py), forward then backward."""
+def _attention_step(
+    t0: int, *, softmax_dims: tuple[int, ...] = SCORES, softmax: str = "aten::_softmax", dropout: bool = False
+) -> list[OpEvent]:
+    """One layer of nanoGPT's attention without flash (char_gpt_memmap.py), forward then backward
+    (`softmax="aten::_safe_softmax"`, `dropout=True`: scaled_dot_product_attention's math path with
+    dropout_p > 0, as a CPU runs it)."""
     bh = (32, 256, 32)
     ops = [
         ("aten::bmm", 2_000_000, [bh, (32, 32, 256)]),  # q @ k.T
@@ -145,7 +149,8 @@ def _attention_step(t0: int, *, softmax_dims: tuple[int, ...] = SCORES) -> list[
         ("aten::eq", 10_000, [(1, 1, 256, 256), ()]),  # the mask's == 0 (not score-sized)
         ("aten::masked_fill", 4_000_000, [SCORES, (1, 1, 256, 256), ()]),
         ("aten::view", 5_000, [SCORES, ()]),  # a view moves nothing
-        ("aten::_softmax", 2_000_000, [softmax_dims, (), ()]),
+        (softmax, 2_000_000, [softmax_dims, (), ()]),
+        *([("aten::bernoulli_", 3_000_000, [SCORES, ()])] if dropout else []),
         ("aten::bmm", 2_000_000, [(32, 256, 256), bh]),  # @ v
         ("aten::_softmax_backward_data", 1_500_000, [SCORES, SCORES, (), ()]),
         ("aten::masked_fill", 3_500_000, [SCORES, (1, 1, 256, 256), ()]),
@@ -166,6 +171,17 @@ def test_attention_written_out_in_ops_is_found_with_the_time_of_its_score_tensor
     # scale, mask, softmax and their backward; not the matmuls, the view or the mask's own compare
     assert a.ns_per_step == 1_000_000 + 4_000_000 + 2_000_000 + 1_500_000 + 3_500_000
     assert a.top_ops[0] == ("aten::masked_fill", 7_500_000)
+    assert not a.via_sdpa and not a.dropout
+
+
+def test_scaled_dot_product_attentions_math_path_is_told_from_attention_written_by_hand() -> None:
+    """Its softmax is `_safe_softmax` (hand-written attention calls `softmax`); the dropout on the scores
+    is seen too (on a CPU, what keeps the call off the fused kernel)."""
+    for dropout in (False, True):
+        ops = _attention_step(0, softmax="aten::_safe_softmax", dropout=dropout)
+        t = memory_traffic(OpWindow(steps=1, start_ns=0, end_ns=100_000_000, ops=tuple(ops)))
+        assert t is not None and t.attention is not None
+        assert t.attention.via_sdpa and t.attention.dropout is dropout
 
 
 def test_a_softmax_over_logits_or_short_sequences_is_not_attention() -> None:

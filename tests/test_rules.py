@@ -1345,6 +1345,31 @@ COMPUTE_MEMORY = {
         },
         check=_all(_eq("estimated_speedup", 100 / 80), _eq("share", 0.26)),
     ),
+    # A transformers GPT-2 on a CPU: sdpa already, but attention dropout sends every call down the math
+    # path (_safe_softmax, bernoulli_ on the scores). Not "call the fused kernel": dropout off.
+    "sdpa-math-path-with-dropout": Case(
+        rank_of(
+            {}, traffic=replace(_traffic(26), attention=replace(_ATTENTION, via_sdpa=True, dropout=True))
+        ),
+        True,
+        facts={
+            "compute.memory.attention": {"via_sdpa": True},
+            "compute.memory.sdpa_math_title": {},
+            "compute.memory.sdpa_math_fix": {"dropout": True},
+            "compute.memory.sdpa_math_snippet": {},
+        },
+        check=_all(
+            _eq("estimated_speedup", 100 / 80),
+            _states("compute.memory.attention_fix", False),
+            _states("compute.memory.attention_title", False),
+        ),
+    ),
+    "sdpa-math-path-without-dropout": Case(
+        rank_of({}, traffic=replace(_traffic(26), attention=replace(_ATTENTION, via_sdpa=True))),
+        True,
+        facts={"compute.memory.sdpa_math_fix": {"dropout": False}},
+        check=_all(_eq("snippet", None), _states("compute.memory.sdpa_math_snippet", False)),
+    ),
     "hand-written-attention-too-small-to-matter": Case(
         rank_of({}, traffic=replace(_traffic(26), attention=replace(_ATTENTION, ns_per_step=4e6))),
         True,

@@ -16,6 +16,10 @@ from dataclasses import dataclass
 from pinchpoint.trace.run import OpEvent, OpWindow
 
 SOFTMAX_OPS = frozenset({"aten::softmax", "aten::_softmax", "aten::_safe_softmax", "aten::log_softmax"})
+SDPA_MATH_SOFTMAX = "aten::_safe_softmax"
+"""The softmax of `F.scaled_dot_product_attention`'s math path (torch ≥ 2.5): hand-written attention
+calls `softmax`. Seen, the program already calls the fused API and it fell back to op-by-op math."""
+DROPOUT_OPS = frozenset({"aten::bernoulli_", "aten::bernoulli", "aten::native_dropout", "aten::dropout"})
 BATCHED_MATMUL_OPS = frozenset({"aten::bmm", "aten::matmul", "aten::baddbmm"})
 """Ops that compute q @ k.T (and, in the backward, its gradients): the fused kernel does this math too."""
 VIEW_OPS = frozenset(
@@ -38,6 +42,10 @@ class HandAttention:
     """Softmax calls on score tensors per step (attention layers × forward passes)."""
     top_ops: tuple[tuple[str, float], ...]
     """(op name, ns per step), most time first."""
+    via_sdpa: bool = False
+    """The score tensor's softmax is `scaled_dot_product_attention`'s math path, not one written by hand."""
+    dropout: bool = False
+    """Dropout runs on the score tensor (attention dropout)."""
 
 
 def _bmm_out_numel(o: OpEvent) -> int:
@@ -87,4 +95,6 @@ def hand_attention(window: OpWindow) -> HandAttention | None:
         ns_per_step=sum(by_name.values()),
         softmax_per_step=softmax / steps,
         top_ops=tuple(sorted(by_name.items(), key=lambda kv: -kv[1])[:4]),
+        via_sdpa=SDPA_MATH_SOFTMAX in by_name,
+        dropout=bool(DROPOUT_OPS & by_name.keys()),
     )

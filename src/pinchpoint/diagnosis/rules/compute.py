@@ -338,9 +338,28 @@ def _hand_attention(
             share=saving / step_ns,
             saving_ns=saving,
             ops=tuple(attention.top_ops),
+            via_sdpa=attention.via_sdpa,
         )
     )
     evidence.append(Fact("compute.memory.attention_fused", saving_ns=saving))
+    if attention.via_sdpa:
+        # The program calls F.scaled_dot_product_attention already (its math path's softmax ran): telling
+        # it to call the fused kernel is wrong. On a CPU attention dropout is what sends it there (torch's
+        # fused CPU kernel takes no dropout_p; a transformers GPT-2 with attn_pdrop=0.1 ran the math path,
+        # and attn_pdrop=0.0 measured x1.07-1.14 against this estimate's x1.11).
+        cpu = rank.main is None or not rank.main.cuda_devices
+        return Finding(
+            id=Category.COMPUTE_MEMORY,
+            title=Fact("compute.memory.sdpa_math_title"),
+            share=max(share, min(1.0, saving / step_ns)),
+            estimated_speedup=step_ns / (step_ns - saving),
+            basis=Basis.MODEL,
+            confidence=Confidence.MEDIUM,
+            evidence=tuple(evidence),
+            fix=Fact("compute.memory.sdpa_math_fix", dropout=attention.dropout and cpu),
+            snippet=Fact("compute.memory.sdpa_math_snippet") if attention.dropout and cpu else None,
+            ranks=(rank.rank,),
+        )
     return Finding(
         id=Category.COMPUTE_MEMORY,
         title=Fact("compute.memory.attention_title"),

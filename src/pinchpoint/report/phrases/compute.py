@@ -81,9 +81,15 @@ def _attention(
     share: float,
     saving_ns: float,
     ops: tuple[tuple[str, float], ...],
+    via_sdpa: bool = False,
 ) -> str:
+    how = (
+        "scaled_dot_product_attention runs its unfused math path"
+        if via_sdpa
+        else "Attention is written out in tensor ops"
+    )
     return (
-        f"Attention is written out in tensor ops: softmax over a {_dims(shape)} score tensor "
+        f"{how}: softmax over a {_dims(shape)} score tensor "
         f"{softmax_per_step:.0f}× per step; the ops on that tensor besides its matmuls take "
         f"{pct(share)} of the step ({ms(saving_ns)}): "
         + ", ".join(f"{name.removeprefix('aten::')} {ms(ns)}" for name, ns in ops)
@@ -181,6 +187,27 @@ PHRASES: dict[str, Callable[..., str]] = {
         "Call the fused kernel: F.scaled_dot_product_attention(q, k, v, is_causal=True) (or "
         "attn_mask=..., dropout_p=...) instead of softmax(q @ k.transpose(-2, -1) * scale + mask) @ v; "
         'in transformers models, attn_implementation="sdpa".'
+    ),
+    "compute.memory.sdpa_math_title": lambda: (
+        "Attention falls back to op-by-op math: its score tensor goes through memory op by op"
+    ),
+    "compute.memory.sdpa_math_fix": lambda dropout: (
+        (
+            "The model already calls F.scaled_dot_product_attention, but with attention dropout: on a CPU "
+            "the fused kernel takes no dropout_p, so every call runs the math path. Train without "
+            "attention dropout (dropout_p=0.0; in transformers configs attn_pdrop=0.0 or "
+            "attention_dropout=0.0) if the model does not need it, or accept the cost."
+        )
+        if dropout
+        else (
+            "The model already calls F.scaled_dot_product_attention, but its inputs keep it off the fused "
+            "kernels (dtype, mask, dropout or layout): make them eligible (a bool or additive mask, "
+            "contiguous q/k/v, is_causal=True instead of a causal mask)."
+        )
+    ),
+    "compute.memory.sdpa_math_snippet": lambda: (
+        "config = GPT2Config(..., attn_pdrop=0.0)   # transformers: attention dropout off\n"
+        "y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=0.0)"
     ),
     "compute.memory.attention_snippet": lambda: (
         "y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
