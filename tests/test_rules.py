@@ -1364,6 +1364,18 @@ COMPUTE_MEMORY = {
             _states("compute.memory.attention_title", False),
         ),
     ),
+    # GPT-2 on a CPU: the tanh GELU spelled out in ops beside the attention (its gelu_new). Both are named
+    # and both savings count: 20 ms of attention passes and a 10 ms chain that fuses to 2 ms.
+    "attention-and-a-chain-beside-it": Case(
+        rank_of({}, traffic=replace(_traffic(36, ((10, 2),)), attention=replace(_ATTENTION, via_sdpa=True))),
+        True,
+        facts={
+            "compute.memory.chain": {"shape": (32, 512, 256), "chain_ns": 10e6},
+            "compute.memory.fused": {"chain_ns": 10e6, "fused_ns": 2e6},
+            "compute.memory.sdpa_math_fix": {"dropout": False, "chains": True},
+        },
+        check=_eq("estimated_speedup", 100 / 72),
+    ),
     "sdpa-math-path-without-dropout": Case(
         rank_of({}, traffic=replace(_traffic(26), attention=replace(_ATTENTION, via_sdpa=True))),
         True,

@@ -296,7 +296,7 @@ class ComputeMemory(Rule):
             evidence.append(Fact("compute.memory.top_ops", ops=tuple(traffic.top_ops)))
         attention = traffic.attention
         if attention is not None and attention.ns_per_step / step_ns >= ATTENTION_SHARE_MIN:
-            yield _hand_attention(rank, attention, share, evidence, step_ns)
+            yield _hand_attention(rank, attention, traffic.chains, share, evidence, step_ns)
             return
         saving = min(traffic.fusion_saving_ns_per_step, 0.95 * step_ns)
         speedup = step_ns / (step_ns - saving) if saving > 0 else 1.0
@@ -326,9 +326,16 @@ class ComputeMemory(Rule):
 
 
 def _hand_attention(
-    rank: RankAnalysis, attention: HandAttention, share: float, evidence: list[Fact], step_ns: float
+    rank: RankAnalysis,
+    attention: HandAttention,
+    chains: tuple[Chain, ...],
+    share: float,
+    evidence: list[Fact],
+    step_ns: float,
 ) -> Finding:
-    """Attention written out in ops: the fused kernel saves the passes over the score tensor."""
+    """Attention written out in ops: the fused kernel saves the passes over the score tensor. Chains on
+    other tensors (GPT-2's tanh GELU spelled out in ops beside it) are named too when they give back
+    `ATTENTION_SHARE_MIN` of the step, and their saving joins the estimate."""
     saving = min(attention.ns_per_step, 0.95 * step_ns)
     evidence.append(
         Fact(
@@ -342,34 +349,37 @@ def _hand_attention(
         )
     )
     evidence.append(Fact("compute.memory.attention_fused", saving_ns=saving))
+    others = [c for c in chains if c.shape != attention.shape]
+    chain_saving = sum(c.ns_per_step - c.fused_ns_per_step for c in others)
+    fuse = chain_saving >= ATTENTION_SHARE_MIN * step_ns
+    if fuse:
+        chain_ns = sum(c.ns_per_step for c in others)
+        evidence.extend(_chain_line(c) for c in others[:2])
+        evidence.append(Fact("compute.memory.fused", chain_ns=chain_ns, fused_ns=chain_ns - chain_saving))
+        saving = min(saving + chain_saving, 0.95 * step_ns)
+    # The program may call F.scaled_dot_product_attention already (its math path's softmax ran): telling
+    # it to call the fused kernel is wrong. On a CPU attention dropout is what sends it there (torch's
+    # fused CPU kernel takes no dropout_p; a transformers GPT-2 with attn_pdrop=0.1 ran the math path,
+    # and attn_pdrop=0.0 measured x1.07-1.14 against the attention part's x1.11).
+    dropout = attention.via_sdpa and attention.dropout and (rank.main is None or not rank.main.cuda_devices)
     if attention.via_sdpa:
-        # The program calls F.scaled_dot_product_attention already (its math path's softmax ran): telling
-        # it to call the fused kernel is wrong. On a CPU attention dropout is what sends it there (torch's
-        # fused CPU kernel takes no dropout_p; a transformers GPT-2 with attn_pdrop=0.1 ran the math path,
-        # and attn_pdrop=0.0 measured x1.07-1.14 against this estimate's x1.11).
-        cpu = rank.main is None or not rank.main.cuda_devices
-        return Finding(
-            id=Category.COMPUTE_MEMORY,
-            title=Fact("compute.memory.sdpa_math_title"),
-            share=max(share, min(1.0, saving / step_ns)),
-            estimated_speedup=step_ns / (step_ns - saving),
-            basis=Basis.MODEL,
-            confidence=Confidence.MEDIUM,
-            evidence=tuple(evidence),
-            fix=Fact("compute.memory.sdpa_math_fix", dropout=attention.dropout and cpu),
-            snippet=Fact("compute.memory.sdpa_math_snippet") if attention.dropout and cpu else None,
-            ranks=(rank.rank,),
-        )
+        title = Fact("compute.memory.sdpa_math_title")
+        fix = Fact("compute.memory.sdpa_math_fix", dropout=dropout, chains=fuse)
+        snippet = Fact("compute.memory.sdpa_math_snippet") if dropout else None
+    else:
+        title = Fact("compute.memory.attention_title")
+        fix = Fact("compute.memory.attention_fix", chains=fuse)
+        snippet = Fact("compute.memory.attention_snippet")
     return Finding(
         id=Category.COMPUTE_MEMORY,
-        title=Fact("compute.memory.attention_title"),
+        title=title,
         share=max(share, min(1.0, saving / step_ns)),
         estimated_speedup=step_ns / (step_ns - saving),
         basis=Basis.MODEL,
         confidence=Confidence.MEDIUM,
         evidence=tuple(evidence),
-        fix=Fact("compute.memory.attention_fix"),
-        snippet=Fact("compute.memory.attention_snippet"),
+        fix=fix,
+        snippet=snippet,
         ranks=(rank.rank,),
     )
 

@@ -96,6 +96,13 @@ def _attention(
     )
 
 
+_FUSE_TOO = (
+    " Fuse the chains too: the framework's fused op for the function they spell out "
+    "(F.gelu(x, approximate='tanh'); in transformers configs activation_function=\"gelu_pytorch_tanh\" "
+    "for gelu_new), or torch.compile the module."
+)
+
+
 PHRASES: dict[str, Callable[..., str]] = {
     "compute.math.bound_title": lambda dtype: f"Compute-bound: the step is model math ({dtype})",
     "compute.math.phases": lambda inference, share, compute_ns: (
@@ -183,27 +190,30 @@ PHRASES: dict[str, Callable[..., str]] = {
         "A fused attention kernel computes the same result in tiles that never write the score tensor "
         f"out: ≈ {ms(saving_ns)} less per step (its matmuls' math stays)"
     ),
-    "compute.memory.attention_fix": lambda: (
+    "compute.memory.attention_fix": lambda chains=False: (
         "Call the fused kernel: F.scaled_dot_product_attention(q, k, v, is_causal=True) (or "
         "attn_mask=..., dropout_p=...) instead of softmax(q @ k.transpose(-2, -1) * scale + mask) @ v; "
-        'in transformers models, attn_implementation="sdpa".'
+        'in transformers models, attn_implementation="sdpa".' + (_FUSE_TOO if chains else "")
     ),
     "compute.memory.sdpa_math_title": lambda: (
         "Attention falls back to op-by-op math: its score tensor goes through memory op by op"
     ),
-    "compute.memory.sdpa_math_fix": lambda dropout: (
+    "compute.memory.sdpa_math_fix": lambda dropout, chains=False: (
         (
-            "The model already calls F.scaled_dot_product_attention, but with attention dropout: on a CPU "
-            "the fused kernel takes no dropout_p, so every call runs the math path. Train without "
-            "attention dropout (dropout_p=0.0; in transformers configs attn_pdrop=0.0 or "
-            "attention_dropout=0.0) if the model does not need it, or accept the cost."
+            (
+                "The model already calls F.scaled_dot_product_attention, but with attention dropout: on a CPU "
+                "the fused kernel takes no dropout_p, so every call runs the math path. Train without "
+                "attention dropout (dropout_p=0.0; in transformers configs attn_pdrop=0.0 or "
+                "attention_dropout=0.0) if the model does not need it, or accept the cost."
+            )
+            if dropout
+            else (
+                "The model already calls F.scaled_dot_product_attention, but its inputs keep it off the fused "
+                "kernels (dtype, mask, dropout or layout): make them eligible (a bool or additive mask, "
+                "contiguous q/k/v, is_causal=True instead of a causal mask)."
+            )
         )
-        if dropout
-        else (
-            "The model already calls F.scaled_dot_product_attention, but its inputs keep it off the fused "
-            "kernels (dtype, mask, dropout or layout): make them eligible (a bool or additive mask, "
-            "contiguous q/k/v, is_causal=True instead of a causal mask)."
-        )
+        + (_FUSE_TOO if chains else "")
     ),
     "compute.memory.sdpa_math_snippet": lambda: (
         "config = GPT2Config(..., attn_pdrop=0.0)   # transformers: attention dropout off\n"
