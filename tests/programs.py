@@ -226,3 +226,13 @@ def holds_beside_busy_neighbours(
         assert record["threads"] > record["fit"], record
         return
     assert set(planted) <= set(ids[: len(planted) + 1]), summary(report)
+
+
+def planted_leads(example: Path, planted: str, report: dict[str, Any], run: Path) -> None:
+    """The planted cause leads among the program's own findings; beside a busy process it holds as
+    `holds_beside_busy_neighbours` says."""
+    ids = [f["id"] for f in programs_own(report, [planted])]
+    if foreign_cores(report) >= CONTENDED_CORES:
+        holds_beside_busy_neighbours(example, [planted], ids, report, run)
+    else:
+        assert ids and ids[0] == planted, summary(report)

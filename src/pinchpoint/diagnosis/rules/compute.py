@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import ClassVar
 
 from pinchpoint.analysis.attention import HandAttention
 from pinchpoint.analysis.ops import BF16, FP32
-from pinchpoint.analysis.roofline import Chain
+from pinchpoint.analysis.roofline import Chain, MemoryTraffic
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Subject
@@ -296,7 +297,7 @@ class ComputeMemory(Rule):
             evidence.append(Fact("compute.memory.top_ops", ops=tuple(traffic.top_ops)))
         attention = traffic.attention
         if attention is not None and attention.ns_per_step / step_ns >= ATTENTION_SHARE_MIN:
-            yield _hand_attention(rank, attention, traffic.chains, share, evidence, step_ns)
+            yield _hand_attention(rank, attention, traffic, share, evidence, step_ns)
             return
         saving = min(traffic.fusion_saving_ns_per_step, 0.95 * step_ns)
         speedup = step_ns / (step_ns - saving) if saving > 0 else 1.0
@@ -328,7 +329,7 @@ class ComputeMemory(Rule):
 def _hand_attention(
     rank: RankAnalysis,
     attention: HandAttention,
-    chains: tuple[Chain, ...],
+    traffic: MemoryTraffic,
     share: float,
     evidence: list[Fact],
     step_ns: float,
@@ -349,12 +350,12 @@ def _hand_attention(
         )
     )
     evidence.append(Fact("compute.memory.attention_fused", saving_ns=saving))
-    others = [c for c in chains if c.shape != attention.shape]
-    chain_saving = sum(c.ns_per_step - c.fused_ns_per_step for c in others)
+    others = replace(traffic, chains=tuple(c for c in traffic.chains if c.shape != attention.shape))
+    chain_saving = others.fusion_saving_ns_per_step
     fuse = chain_saving >= ATTENTION_SHARE_MIN * step_ns
     if fuse:
-        chain_ns = sum(c.ns_per_step for c in others)
-        evidence.extend(_chain_line(c) for c in others[:2])
+        chain_ns = others.chain_ns_per_step
+        evidence.extend(_chain_line(c) for c in others.chains[:2])
         evidence.append(Fact("compute.memory.fused", chain_ns=chain_ns, fused_ns=chain_ns - chain_saving))
         saving = min(saving + chain_saving, 0.95 * step_ns)
     # The program may call F.scaled_dot_product_attention already (its math path's softmax ran): telling
