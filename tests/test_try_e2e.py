@@ -133,7 +133,14 @@ def test_fix_all_stacks_the_fixes_that_paid_and_names_what_leads_after(tmp_path:
             truth_ms is not None and baseline["steps"]["median_ms"] > SLOWER_THAN_TRUTH * truth_ms
         )
         assert other_state and not stacked, (rows, baseline["steps"]["median_ms"], truth_ms)
-        assert fetch["significant"] or ckpt["significant"], rows
+        for row in (fetch, ckpt):  # a pair that left nothing significant ran again (A B B A)
+            assert row["significant"] or (row["pairs"] == 2 and row["doubt"] == "noise"), row
+        # skipping a checkpoint only takes work away: try must not measure it slower for sure
+        assert not (ckpt["significant"] and ckpt["speedup"] < 1), ckpt
+        if foreign_cores(baseline) < CONTENDED_CORES:
+            assert fetch["significant"] or ckpt["significant"], rows
+        # Beside a busy process two pairs of 30 steps may resolve neither (the loaded suite read
+        # workers x0.72 [0.63-1.25] and checkpoint x0.93 [0.65-2.03] on 122 ms steps): in doubt, said so.
         return
     (together,) = stacked
     assert together["applied"] and together["speedup"] is not None and together["significant"], together

@@ -84,9 +84,10 @@ def _ran(doc: Mapping[str, Any], row: Mapping[str, Any]) -> str:
             if low > row["predicted"]
             else "less than that: they overlap"
             if high < row["predicted"]
-            else "about that, as independent fixes do"
+            else "about that"
         )
-        text += f"; predicted is the fixes' own gains multiplied (×{row['predicted']:.2f}); together gave {verdict}"
+        how = row.get("stacked_how") or "the fixes' own gains multiplied"
+        text += f"; predicted ×{row['predicted']:.2f} from {how}; together gave {verdict}"
     if row.get("not_again"):
         text += f"; {row['not_again']}"
     if row["steps"] and row["steps"] < doc["steps"] * row.get("pairs", 1):
