@@ -6,6 +6,8 @@ Planted: the training set fetches each document from an object store
 the loader.
 
 Fix (``--fix``): ``TrainingArguments(dataloader_num_workers=4, dataloader_persistent_workers=True)``.
+``--bf16`` trains with ``TrainingArguments(bf16=True)`` (mixed precision: what a compute.math finding
+proposes where the CPU multiplies bf16 natively; its truth is measured beside the planted fix's).
 
 Written as the transformers docs write a fine-tune, offline: a ``BertForSequenceClassification``
 built from a small ``BertConfig`` (random weights, nothing downloaded), a word-level tokenizer
@@ -116,6 +118,7 @@ def main():
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--latency-ms", type=float, default=2.0)
     p.add_argument("--callback", action="store_true", help="add pinchpoint's transformers callback")
+    p.add_argument("--bf16", action="store_true", help="TrainingArguments(bf16=True): mixed precision")
     args = p.parse_args()
     warnings.filterwarnings("ignore")
     hf_logging.set_verbosity_error()
@@ -142,6 +145,7 @@ def main():
             per_device_eval_batch_size=32, learning_rate=5e-4, eval_strategy="steps", eval_steps=50,
             logging_steps=50, save_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True,
             dataloader_num_workers=4 if args.fix else 0, dataloader_persistent_workers=args.fix,
+            bf16=args.bf16,
         )
         trainer = TimedTrainer(model=model, args=training_args, train_dataset=train, eval_dataset=held_out,
                                data_collator=DataCollatorWithPadding(tokenizer), callbacks=callbacks)

@@ -170,3 +170,28 @@ def test_model_generate_has_a_step_per_forward_pass(hf_generate: tuple[dict[str,
 
 def test_model_generate_is_told_to_batch(hf_generate: tuple[dict[str, float], Path]) -> None:
     _top_is_the_measured_cause(report_of(hf_generate[1]), "hf_generate")
+
+
+def test_gpt2_trainer_with_the_configs_defaults(tmp_path: Path) -> None:
+    """A transformers GPT-2 causal-LM fine-tune (examples/hf_clm.py) with GPT2Config's defaults: attention
+    dropout keeps a CPU off SDPA's fused kernel, and gelu_new is eight elementwise ops. Once told "write
+    attention with SDPA" (it already does): the finding must name the dropout and the GELU, at about the
+    share their fix measured, beside the causes whose fixes measured more (examples/TRUTH.md)."""
+    own, out, _ = run_program(EXAMPLES / "hf_clm.py", tmp_path, "--steps", "60", own_clock=True)
+    assert len(_train_steps(out)) == own["steps"]
+    report = report_of(out)
+    assert report["steps"]["eval_count"] == own["eval_batches"]
+    phases_match_the_programs_own_timing(out, own)
+    _top_is_the_measured_cause(report, "hf_clm")
+    by_id = {f["id"]: f for f in programs_own(report)}
+    assert "compute.memory" in by_id, list(by_id)
+    attention = by_id["compute.memory"]
+    assert "falls back to op-by-op math" in attention["title"], attention["title"]
+    assert "attn_pdrop=0.0" in attention["fix"] and "gelu_pytorch_tanh" in attention["fix"], attention["fix"]
+    if foreign_cores(report) < CONTENDED_CORES:
+        measured = machine_truth()["hf_clm"]["--fix"]
+        assert abs(attention["share"] - measured) <= SHARE_TOLERANCE, (attention["share"], measured)
+
+
+SHARE_TOLERANCE = 0.10
+"""As tests/test_examples_e2e.py: a reported share within 10 points of the share its fix removed."""
