@@ -300,3 +300,28 @@ def test_without_a_debugger_it_watches_from_outside(tmp_path: Path) -> None:
     assert all(f["id"] != "host.python" for f in doc["findings"]), doc["findings"]
     if doc["main_thread"] is not None:  # py-spy may be refused where ptrace is restricted
         assert doc["main_thread"]["shares"]["loop"] > 0.5 and any("waits there" in n for n in doc["notes"])
+
+
+def _own_step(index: int, ms: float) -> dict[str, Any]:
+    return {
+        "step": index, "profiled": False, "trial": False, "minor_faults": 0, "intervals": [],
+        "start_ns": 0, "end_ns": int(ms * 1e6),
+    }  # fmt: skip
+
+
+def test_an_attach_starts_a_trial_only_with_room_for_it_and_ordinary_steps(tmp_path: Path) -> None:
+    from pinchpoint.capture.trials import SPANS, Trials
+
+    trials = Trials(tmp_path)
+    assert trials.room("alloc") is True  # `run`: no deadline, every trial in turn
+    trials.deadline_wall_s = time.time() + 10
+    assert trials.room("alloc") is None  # the program's pace is not known yet
+    for i in range(3):
+        trials.observe(_own_step(i, 200))
+    assert trials.room("alloc") is True  # 10 s at 200 ms a step: 50 steps, the trial and as many again
+    trials.deadline_wall_s = time.time() + 4  # 20 steps left: not the allocator's, but the workers'
+    assert 2 * SPANS["workers"] * 0.2 < 4 < 2 * SPANS["alloc"] * 0.2
+    assert trials.room("alloc") is False and trials.room("workers") is True
+    # without room a trial is skipped for good, so the next (shorter) one may still start
+    assert not trials._may("alloc", trials.alloc, True) and trials.alloc.state == "done"
+    assert trials._may("workers", trials.workers, True) and trials.workers.state == "idle"

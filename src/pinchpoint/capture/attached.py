@@ -81,6 +81,7 @@ def _start(root: Path, deadline_wall_s: float, opwindow: str | None, trials: boo
         os.environ[TRIALS_ENV] = "off"
     agent = agent_mod.start(root, window=opwindow or None)
     agent.attached = True
+    agent.trials.deadline_wall_s = deadline_wall_s  # trials leave the attach room for ordinary steps
     threading.Thread(
         target=_watch, args=(agent, root, deadline_wall_s), daemon=True, name="pinchpoint"
     ).start()
