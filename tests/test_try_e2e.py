@@ -98,6 +98,12 @@ def _check_row(example: str, doc: dict[str, Any], row: dict[str, Any], table: st
     reports = [json.loads((r / "report.json").read_text()) for r in runs]
     if max(foreign_cores(r) for r in reports) >= CONTENDED_CORES:
         return  # the truth was measured on an idle machine
+    truth_ms, base_ms = baseline_ms(example), reports[0]["steps"]["median_ms"]
+    if truth_ms is not None and not truth_ms / SLOWER_THAN_TRUTH <= base_ms <= truth_ms * SLOWER_THAN_TRUTH:
+        # ...and in the state its truth rows record. allocator_churn's churn is not there in every run: CI
+        # read its baseline at 47.6 ms against the truth's 59.3 (reps 56-60 ms), with the allocator at 13%
+        # of it, and glibc's thresholds then measured x0.94 (the truth's own reps: x1.00, x1.22, x1.20).
+        return
     truths = machine_truth(what=0)[example]
     if not row["fix"].endswith(" preload"):  # the example's own --fix is the first plan's change
         assert abs(row["speedup"] / truths["--fix"] - 1) <= TRY_TOLERANCE, (row, truths["--fix"])

@@ -188,9 +188,7 @@ class Agent:
                 old_info.unlink()
         if not self.window.active:
             self.window = opwindow.OpWindow(self.rank_dir, self.window.spec)
-            deadline = self.trials.deadline_wall_s
-            self.trials = Trials(self.rank_dir)
-            self.trials.deadline_wall_s = deadline
+            self.trials = Trials(self.rank_dir, self.trials.deadline_wall_s)
         self.write_process_info()
 
     def become_launcher(self) -> None:

@@ -36,11 +36,11 @@ OWN_PACE_MIN = 3
 
 
 class Trials:
-    def __init__(self, rank_dir: Path) -> None:
+    def __init__(self, rank_dir: Path, deadline_wall_s: float | None = None) -> None:
         self.threads = ThreadTrialRunner(rank_dir)
         self.alloc = AllocTrialRunner(rank_dir)
         self.workers = WorkerTrialRunner(rank_dir)
-        self.deadline_wall_s: float | None = None
+        self.deadline_wall_s = deadline_wall_s
         """An attach's detach time: a trial starts only when the steps left before it hold the trial
         and as many of the program's own steps again (a 10 s attach beside a busy process had its
         trials take 34 of 46 steps, and the worker trial's 5 steps read x0.47 at p = 0.63)."""
