@@ -47,11 +47,16 @@ def _try(
     if res.returncode != 0 and (out / "baseline" / "report.json").is_file():
         baseline = json.loads((out / "baseline" / "report.json").read_text())
         contended = foreign_cores(baseline) >= CONTENDED_CORES
+        truth_ms = baseline_ms(example)
+        lighter = truth_ms is not None and baseline["steps"]["median_ms"] < truth_ms / SLOWER_THAN_TRUTH
         may_vanish = fix.startswith("cpu.") or 'LOADED = "shrinks' in (EXAMPLES / f"{example}.py").read_text()
-        if contended and may_vanish and "no finding" in res.stderr:
+        if (contended or lighter) and may_vanish and "no finding" in res.stderr:
             # Beside a busy process the baseline may not show the planted cause (sixteen threads are
             # not slower than two when another process holds a core; a fixed cost per step shrinks
-            # below its threshold as the step stretches): nothing to try is the answer.
+            # below its threshold as the step stretches): nothing to try is the answer. So too when
+            # the plant did not bite in this run: allocator_churn's planted steps read 49.6-59.6 ms in
+            # six runs on the avx512_bf16 EPYC (truth 59.3), its bf16 blocks mostly under the 4 MiB
+            # threshold it pins; the fast ones churn too little to report.
             return res, None
     assert res.returncode == 0, res.stderr[-3000:]
     return res, json.loads((out / "try.json").read_text())
