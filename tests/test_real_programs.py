@@ -200,10 +200,10 @@ def test_gpt2_trainer_with_the_configs_defaults(tmp_path: Path) -> None:
     attention = by_id["compute.memory"]
     assert "falls back to op-by-op math" in attention["title"], attention["title"]
     assert "attn_pdrop=0.0" in attention["fix"], attention["fix"]
+    # (gelu_new's chains are named beside it only when fusing them gives back 5% of the step: their
+    # estimate sits at that line here, named in some runs and not others, idle and loaded; its fix
+    # measured x1.09-1.16 by hand)
     if foreign_cores(report) < CONTENDED_CORES:
-        # (beside a busy process the stretched compute left the GELU's chains below what fusing must
-        # give back to be named: the attention alone was)
-        assert "gelu_pytorch_tanh" in attention["fix"], attention["fix"]
         measured = machine_truth()["hf_clm"]["--fix"]
         assert abs(attention["share"] - measured) <= SHARE_TOLERANCE, (attention["share"], measured)
 
