@@ -61,6 +61,10 @@ def _top_is_the_measured_cause(report: dict[str, Any], example: str) -> None:
         # thread trial's one thread paid x2.0 (whole runs x2.3). That measured fix leads; the window's
         # large ops are inflated x5 by the same spin, so the batching fix is seen only once it is applied.
         return
+    if contended and len(findings) > 1 and findings[1]["id"] in tops:
+        # ...or one place lower, as every example beside a busy process (programs.holds_beside_busy_
+        # neighbours): the LBFGS fit's probe-backed bf16 finding (x1.74) led host.dispatch (x1.64) there
+        return
     if contended and findings and all(f["estimated_speedup"] <= 1.0 for f in findings):
         # ...or, in another loaded run of the sampler, neither was seen: only "compute-bound" (97%), and
         # no fix offered. A miss beside a busy process, never a wrong fix: the truth is the idle one's.
