@@ -18,17 +18,15 @@ script prints ``steps=N median_step_ms=... forward_ms=... backward_ms=... update
 """
 import argparse
 import random
-import statistics
 import tempfile
 import warnings
 
-from hf_trainer import WORDS, StepTimes, TimedTrainer, build_tokenizer  # the same tokenizer and clocks
+from hf_trainer import WORDS, StepTimes, TimedTrainer, build_tokenizer, report_times  # the same tokenizer and clocks
 
 import torch
 from datasets import Dataset as HFDataset
 from transformers import DataCollatorForLanguageModeling, GPT2Config, GPT2LMHeadModel, TrainingArguments
 from transformers.utils import logging as hf_logging
-from _test_clocks import write_test_clocks  # the test suite's per-step clocks
 
 PLANTED = ["compute.memory"]
 BLOCK = 128
@@ -86,14 +84,7 @@ def main():
                                callbacks=[times])
         trainer.train()
 
-    backward = [fb - f for f, fb in zip(trainer.fwd, trainer.fwd_bwd)]
-    write_test_clocks(forward=trainer.fwd, backward=backward, update=times.updates)
-    steps = [b - a for a, b in zip(times.ends, times.ends[1:])]
-    fwd = statistics.median(trainer.fwd[3:])
-    print(f"steps={len(times.ends)} median_step_ms={statistics.median(steps[3:]) * 1000:.3f} "
-          f"forward_ms={fwd * 1000:.3f} "
-          f"backward_ms={(statistics.median(trainer.fwd_bwd[3:]) - fwd) * 1000:.3f} "
-          f"update_ms={statistics.median(times.updates[3:]) * 1000:.3f} eval_batches={times.eval_batches}")
+    report_times(trainer, times)
 
 
 if __name__ == "__main__":

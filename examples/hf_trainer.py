@@ -111,6 +111,19 @@ class StepTimes(TrainerCallback):
         self.eval_batches += 1
 
 
+def report_times(trainer, times):
+    """The test clocks, and the `steps=... median_step_ms=...` line, from the trainer's own timings."""
+    backward = [fb - f for f, fb in zip(trainer.fwd, trainer.fwd_bwd)]
+    write_test_clocks(forward=trainer.fwd, backward=backward, update=times.updates)
+    steps = [b - a for a, b in zip(times.ends, times.ends[1:])]
+    # Steps that also evaluated are not typical steps: the median leaves them out.
+    fwd = statistics.median(trainer.fwd[3:])
+    print(f"steps={len(times.ends)} median_step_ms={statistics.median(steps[3:]) * 1000:.3f} "
+          f"forward_ms={fwd * 1000:.3f} "
+          f"backward_ms={(statistics.median(trainer.fwd_bwd[3:]) - fwd) * 1000:.3f} "
+          f"update_ms={statistics.median(times.updates[3:]) * 1000:.3f} eval_batches={times.eval_batches}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--fix", action="store_true", help="4 persistent DataLoader workers")
@@ -151,15 +164,7 @@ def main():
                                data_collator=DataCollatorWithPadding(tokenizer), callbacks=callbacks)
         trainer.train()
 
-    backward = [fb - f for f, fb in zip(trainer.fwd, trainer.fwd_bwd)]
-    write_test_clocks(forward=trainer.fwd, backward=backward, update=times.updates)
-    steps = [b - a for a, b in zip(times.ends, times.ends[1:])]
-    # Steps that also evaluated are not typical steps: the median leaves them out.
-    fwd = statistics.median(trainer.fwd[3:])
-    print(f"steps={len(times.ends)} median_step_ms={statistics.median(steps[3:]) * 1000:.3f} "
-          f"forward_ms={fwd * 1000:.3f} "
-          f"backward_ms={(statistics.median(trainer.fwd_bwd[3:]) - fwd) * 1000:.3f} "
-          f"update_ms={statistics.median(times.updates[3:]) * 1000:.3f} eval_batches={times.eval_batches}")
+    report_times(trainer, times)
 
 
 if __name__ == "__main__":
