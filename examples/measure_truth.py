@@ -14,6 +14,11 @@ disturbed attempt is kept).
     python examples/measure_truth.py                 # all examples, R=3
     python examples/measure_truth.py host_python -r 5
     python examples/measure_truth.py --markdown      # merges into TRUTH.md's section for this machine kind
+    python examples/measure_truth.py --missing --markdown   # only the rows this machine kind lacks
+
+A truth measured beside another job is not a truth: with ``--markdown`` the machine must be idle when the
+measurement starts (other processes under ``--max-foreign`` of it), else this refuses (exit 2); a row
+whose every attempt ran beside such load is printed but not written.
 """
 import argparse
 import datetime
@@ -141,6 +146,38 @@ def measured(name, argv, args):
     return best
 
 
+def truth_rows(kind, path=None):
+    """{example: {fix label}} in TRUTH.md's section for `kind`."""
+    path = path or os.path.join(HERE, "TRUTH.md")
+    rows, section = {}, ""
+    for line in open(path).read().splitlines() if os.path.exists(path) else []:
+        if line.startswith("## Machine: "):
+            section = line.removeprefix("## Machine: ").strip()
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if section == kind and len(cells) >= 7 and cells[6].endswith("%") and cells[2].startswith("`"):
+            rows.setdefault(cells[0], set()).add(cells[2].strip("`"))
+    return rows
+
+
+def missing_variants(names, kind):
+    """name -> the fix labels this kind's section lacks (examples with none missing are left out)."""
+    have = truth_rows(kind)
+    out = {}
+    for name in names:
+        lacking = [label for label, _ in EXAMPLES[name][1] if label not in have.get(name, set())]
+        if lacking:
+            out[name] = lacking
+    return out
+
+
+def foreign_now(seconds=3.0):
+    """Fraction of the machine other processes keep busy now (this script is idle while it looks)."""
+    t = psutil.cpu_times_percent(interval=seconds)
+    busy = t.user + t.nice + t.system + getattr(t, "irq", 0) + getattr(t, "softirq", 0)
+    return busy / 100
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("names", nargs="*", help="examples to measure (default: all)")
@@ -149,14 +186,29 @@ def main():
     p.add_argument("--max-foreign", type=float, default=0.10)
     p.add_argument("--timeout", type=float, default=300)
     p.add_argument("--markdown", action="store_true", help="write examples/TRUTH.md")
+    p.add_argument("--missing", action="store_true", help="only the rows this machine kind's section lacks")
     args = p.parse_args()
     names = args.names or list(EXAMPLES)
+    only = None
+    if args.missing:
+        only = missing_variants(names, machine_kind())
+        names = list(only)
+        print(f"{machine_kind()} lacks: " + ("; ".join(f"{n} {only[n]}" for n in names) or "nothing"),
+              file=sys.stderr)
+    busy = foreign_now()
+    if busy > args.max_foreign:
+        msg = (f"other processes keep {busy:.0%} of this machine busy (over --max-foreign {args.max_foreign:.0%}): "
+               "a truth measured beside another job is not a truth")
+        if args.markdown:
+            sys.exit(f"measure_truth: {msg}; refusing to write TRUTH.md (stop the other work and run again)")
+        print(f"WARNING: {msg}; these numbers are for the loaded machine only", file=sys.stderr)
 
     rows, raw = [], []
     for name in names:
         planted, fixes = EXAMPLES[name]
         fixes = [(label, argv) for label, argv in fixes
-                 if all(preloaded(a.removeprefix("preload:")) for a in argv if a.startswith("preload:"))]
+                 if all(preloaded(a.removeprefix("preload:")) for a in argv if a.startswith("preload:"))
+                 and (only is None or label in only[name])]
         variants = [("", []), *fixes]
         res = {label: [] for label, _ in variants}
         for rep in range(args.reps):
@@ -167,6 +219,10 @@ def main():
                 print(f"  {name:22s} {label or '(planted)':14s} rep {rep}: "
                       f"{tokens.get('median_step_ms', float('nan')):8.2f} ms  wall {wall:5.1f}s  "
                       f"foreign {foreign:4.0%}  {tokens}", file=sys.stderr)
+        loaded = {lbl for n, lbl, _, _, _, foreign in raw if n == name and foreign > args.max_foreign}
+        if loaded and args.markdown:
+            print(f"  {name}: {sorted(loaded)} ran beside other load in every attempt: not written", file=sys.stderr)
+            continue
         med = {label: {k: statistics.median(t[k] for t in ts) for k in ts[0]} for label, ts in res.items()}
         before = med[""]["median_step_ms"]
         for label, _ in fixes:

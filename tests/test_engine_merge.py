@@ -10,7 +10,7 @@ import pytest
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.steps import StepStats
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding
-from pinchpoint.diagnosis.merge import net_compute_summary
+from pinchpoint.diagnosis.merge import net_compute_summary, sort_key
 from pinchpoint.diagnosis.notes import nothing_to_judge
 from pinchpoint.diagnosis.registry import RULES
 from pinchpoint.diagnosis.rules.base import Scope
@@ -51,6 +51,17 @@ def test_a_precision_finding_is_left_alone() -> None:
     }
     net_compute_summary(by_id)
     assert by_id[Category.COMPUTE_MATH].share == 0.60
+
+
+def test_a_finding_with_no_share_ranks_after_every_finding_with_one() -> None:
+    # Issue 31: an fp32 MLP listed memory.leak (no share, x1.0) above its 99% compute summary (x1.0).
+    leak = finding(Category.MEMORY_LEAK, 0.0, 1.0)
+    summary = finding(Category.COMPUTE_MATH, 0.99, 1.0)
+    python = finding(Category.HOST_PYTHON, 0.10, 1.1)
+    assert sorted([leak, summary], key=sort_key) == [summary, leak]
+    assert sorted([summary, leak], key=sort_key) == [summary, leak]
+    # otherwise as before: the biggest gain first, the informational summary after problems
+    assert sorted([leak, summary, python], key=sort_key) == [python, summary, leak]
 
 
 def _rank(data_wait: float) -> RankAnalysis:

@@ -28,7 +28,7 @@ from pinchpoint.capture.thread_trial import WARM as TRIAL_WARM
 from programs import CONTENDED_CORES, foreign_cores, holds_beside_busy_neighbours, loaded_steps, programs_own
 from programs import planted as planted_in
 from programs import summary as _summary
-from truth import acceptable_tops
+from truth import acceptable_tops, nearest_truth, without_a_row
 from truth import machine_truth as _truth
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,6 +162,7 @@ def test_diagnosis_matches_the_planted_truth(example: Path, profiled: Any) -> No
         assert "compute.math" in ids, _summary(report)
         assert not any(f.get("fix_kind") == "bf16_autocast" for f in findings), _summary(report)
         return
+    without_a_row(example.stem, planted, findings, _summary(report))  # (skips the rest where no row)
     if len(planted) == 1:
         # the planted cause leads, or another whose fix measured at least as much here (compute_memory's
         # bf16 autocast on a CPU with native bf16: x2.24 against its planted fix's x1.76); the planted
@@ -185,10 +186,13 @@ def test_diagnosis_matches_the_planted_truth(example: Path, profiled: Any) -> No
 
 
 def test_truth_file_covers_every_example() -> None:
-    truth = _truth()
+    """Every example was measured on some machine kind (this kind's missing rows are named by the
+    tests that would read them, and measured by `examples/measure_truth.py --missing`)."""
     for example in _example_files():
-        assert example.stem in truth, f"examples/TRUTH.md has no measurement for {example.name}"
-    assert set(FIX_REMOVES) <= set(truth["two_causes"])
+        nearest = nearest_truth(example.stem)
+        assert nearest is not None, f"examples/TRUTH.md has no measurement for {example.name}"
+    two = nearest_truth("two_causes")
+    assert two is not None and set(FIX_REMOVES) <= set(two[1])
 
 
 @pytest.mark.e2e

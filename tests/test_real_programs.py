@@ -28,8 +28,9 @@ from programs import (
     programs_own,
     report_of,
     run_program,
+    summary,
 )
-from truth import acceptable_tops, machine_truth
+from truth import acceptable_tops, machine_truth, missing_row, without_a_row
 
 pytestmark = pytest.mark.e2e
 
@@ -46,6 +47,10 @@ def _top_is_the_measured_cause(report: dict[str, Any], example: str) -> None:
     """The top finding is a cause whose fix measured the most here (the planted one, or allocator churn
     where glibc's thresholds measured as much: examples/TRUTH.md's `glibc env` rows)."""
     (cause,) = planted(EXAMPLES / f"{example}.py")
+    if foreign_cores(report) < CONTENDED_CORES:
+        without_a_row(example, [cause], programs_own(report), summary(report))
+    elif missing_row(example) is not None:
+        pytest.skip(missing_row(example))
     tops = acceptable_tops(example, cause, MEASURED_SHARE_MIN)
     if not tops:  # (the steps, phases and evaluation were checked before this)
         pytest.skip(
@@ -198,7 +203,6 @@ def test_gpt2_trainer_with_the_configs_defaults(tmp_path: Path) -> None:
     report = report_of(out)
     assert report["steps"]["eval_count"] == own["eval_batches"]
     phases_match_the_programs_own_timing(out, own)
-    _top_is_the_measured_cause(report, "hf_clm")
     by_id = {f["id"]: f for f in programs_own(report)}
     assert "compute.memory" in by_id, list(by_id)
     attention = by_id["compute.memory"]
@@ -207,9 +211,10 @@ def test_gpt2_trainer_with_the_configs_defaults(tmp_path: Path) -> None:
     # (gelu_new's chains are named beside it only when fusing them gives back 5% of the step: their
     # estimate sits at that line here, named in some runs and not others, idle and loaded; its fix
     # measured x1.09-1.16 by hand)
-    if foreign_cores(report) < CONTENDED_CORES:
+    if foreign_cores(report) < CONTENDED_CORES and missing_row("hf_clm") is None:
         measured = machine_truth()["hf_clm"]["--fix"]
         assert abs(attention["share"] - measured) <= SHARE_TOLERANCE, (attention["share"], measured)
+    _top_is_the_measured_cause(report, "hf_clm")  # (last: it skips where this kind has no truth row)
 
 
 SHARE_TOLERANCE = 0.10

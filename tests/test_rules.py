@@ -77,6 +77,7 @@ from pinchpoint.diagnosis.rules.memory import (
     LEAK_MIN_R2,
     LEAK_MIN_RISING,
     LEAK_MIN_SLOPE,
+    LEAK_NOISE_T,
 )
 from pinchpoint.report.phrases import say, say_all
 from pinchpoint.report.phrases.notes import MISSING_DATA
@@ -89,6 +90,7 @@ from pinchpoint.trace.run import (
     OpWindow,
     Probes,
     Role,
+    Step,
     StepKind,
     TensorGroup,
 )
@@ -1116,6 +1118,14 @@ def _live_probes(before: int, after: int) -> Probes:
     return Probes(live_before=snap(before), live_after=snap(after), window_steps=3)
 
 
+def _threshold_rise(noise_mib: int) -> tuple[Step, ...]:
+    """140 steps whose RSS rises 1 KiB a step more than `LEAK_MIN_SLOPE` (over `LEAK_MIN_GROWTH` in all),
+    with a fixed, irregular noise of up to ±`noise_mib` MiB on each step."""
+    slope = LEAK_MIN_SLOPE + 1024
+    rss = [400 * MIB + i * slope + noise_mib * MIB * ((i * 37) % 11 - 5) // 5 for i in range(140)]
+    return make_steps(140, {"forward": 10}, rss=rss)
+
+
 def _assert(ok: bool, what: object) -> None:
     assert ok, what
 
@@ -1154,6 +1164,11 @@ MEMORY_LEAK = {
         rank_of({}, memory=make_memory(**{**_GROWING, "r2": LEAK_MIN_R2 - EPS})), False
     ),
     "no-trend": Case(rank_of({}), False),
+    # RSS rising by the threshold amounts: a leak when steady, not when the noise could make that slope.
+    "threshold-rise-steady": Case(rank_of({}, memory=memory_trend(steady_steps(_threshold_rise(0)))), True),
+    "threshold-rise-within-noise": Case(
+        rank_of({}, memory=memory_trend(steady_steps(_threshold_rise(4)))), False
+    ),
     # Between-step snapshots of live tensors at the op window's edges name the culprit.
     "kept-graphs-named": Case(
         rank_of({}, memory=make_memory(**_GROWING), probes=_live_probes(before=10, after=13)),
@@ -1511,6 +1526,18 @@ def test_memory_leak_from_real_rss_series() -> None:
     assert run_rule("memory.leak", make_env(), quiet) == []
 
 
+def test_a_slope_within_its_noise_is_no_leak() -> None:
+    """The noisy threshold rise passes every other threshold of memory.leak (slope, growth, r², spread):
+    only its slope's standard error keeps it quiet."""
+    trend = memory_trend(steady_steps(_threshold_rise(4)))
+    assert trend is not None and trend.slope_stderr_bytes > 0
+    assert trend.slope_bytes_per_step >= LEAK_MIN_SLOPE and trend.growth_bytes >= LEAK_MIN_GROWTH
+    assert trend.r2 >= LEAK_MIN_R2 and trend.concentration <= LEAK_MAX_CONCENTRATION
+    assert trend.slope_bytes_per_step - LEAK_NOISE_T * trend.slope_stderr_bytes < LEAK_MIN_SLOPE
+    steady = memory_trend(steady_steps(_threshold_rise(0)))
+    assert steady is not None and steady.slope_stderr_bytes == pytest.approx(0.0, abs=1e-6)
+
+
 def test_rss_that_rose_in_a_few_jumps_or_across_pinchpoints_own_steps_is_no_leak() -> None:
     """Seen beside a busy process: RSS 374 MiB, +21 MiB across the thread trial (a new thread count's
     buffers), flat, then two +8 MiB jumps (the allocator's high-water mark), flat to the end: r² 0.88
@@ -1613,8 +1640,9 @@ def test_diagnose_sorts_by_speedup_and_puts_compute_bound_summary_last() -> None
     env = make_env(memory_bytes=16 << 30)
     rank = rank_of({"data_wait": 0.10, "checkpoint_io": 0.20}, memory=make_memory(**_GROWING))
     ids = [f.id.value for f in diagnose(make_run_analysis(env, [rank])).findings]
-    # io.checkpoint (×1.25) > input.fetch (×1.11) > memory.leak (×1.0, actionable) > compute.math (×1.0, summary)
-    assert ids == ["io.checkpoint", "input.fetch", "memory.leak", "compute.math"]
+    # io.checkpoint (×1.25) > input.fetch (×1.11) > compute.math (×1.0, summary), then memory.leak (×1.0,
+    # no share of the step: after every finding with one)
+    assert ids == ["io.checkpoint", "input.fetch", "compute.math", "memory.leak"]
     speedups = [f.estimated_speedup for f in diagnose(make_run_analysis(env, [rank])).findings]
     assert speedups == sorted(speedups, reverse=True)
 

@@ -15,7 +15,7 @@ import pytest
 
 from pinchpoint.pipeline import try_fix
 from programs import CONTENDED_CORES, EXAMPLES, foreign_cores
-from truth import baseline_ms, machine_truth
+from truth import baseline_ms, machine_truth, missing_row
 
 pytestmark = pytest.mark.e2e
 
@@ -109,6 +109,8 @@ def _check_row(example: str, doc: dict[str, Any], row: dict[str, Any], table: st
         # read its baseline at 47.6 ms against the truth's 59.3 (reps 56-60 ms), with the allocator at 13%
         # of it, and glibc's thresholds then measured x0.94 (the truth's own reps: x1.00, x1.22, x1.20).
         return
+    if missing_row(example) is not None:
+        pytest.skip(missing_row(example))  # (what holds anywhere was asserted above)
     truths = machine_truth(what=0)[example]
     if not row["fix"].endswith(" preload"):  # the example's own --fix is the first plan's change
         assert abs(row["speedup"] / truths["--fix"] - 1) <= TRY_TOLERANCE, (row, truths["--fix"])
@@ -141,7 +143,8 @@ def test_fix_all_stacks_the_fixes_that_paid_and_names_what_leads_after(tmp_path:
         baseline = json.loads((Path(doc["baseline"]) / "report.json").read_text())
         truth_ms = baseline_ms("stacked_fixes")
         other_state = foreign_cores(baseline) >= CONTENDED_CORES or (
-            truth_ms is not None and baseline["steps"]["median_ms"] > SLOWER_THAN_TRUTH * truth_ms
+            # (no truth row on this kind: nothing says the fixes pay here)
+            truth_ms is None or baseline["steps"]["median_ms"] > SLOWER_THAN_TRUTH * truth_ms
         )
         assert other_state and not stacked, (rows, baseline["steps"]["median_ms"], truth_ms)
         for row in (fetch, ckpt):  # a pair that left nothing significant ran again (A B B A)
@@ -180,6 +183,8 @@ def test_fix_all_stacks_the_fixes_that_paid_and_names_what_leads_after(tmp_path:
     truth_ms, base_ms = baseline_ms("stacked_fixes"), reports[-1]["steps"]["median_ms"]
     if truth_ms is not None and base_ms > SLOWER_THAN_TRUTH * truth_ms:
         return
+    if missing_row("stacked_fixes") is not None:
+        pytest.skip(missing_row("stacked_fixes"))  # (what holds anywhere was asserted above)
     truths = machine_truth(what=0)["stacked_fixes"]
     pairs = [(fetch, "--fix input"), (ckpt, "--fix checkpoint")]
     if together["id"] == "input.fetch+io.checkpoint":  # (the example's own --fix all is these two)

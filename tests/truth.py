@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TRUTH = EXAMPLES / "TRUTH.md"
@@ -58,18 +62,74 @@ def baseline_ms(example: str, kind: str | None = None) -> float | None:
 
 
 def machine_truth(kind: str | None = None, what: int = 1) -> dict[str, dict[str, float]]:
-    """example -> {fix label: measured share (what=1) or speedup (what=0)} for this machine kind: its own
-    section's rows, then, for examples it lacks, the nearest kind's (same bf16 class first: the examples
-    use bf16 autocast exactly where the CPU has native bf16)."""
-    kind = kind or machine_kind()
-    found = sections()
+    """example -> {fix label: measured share (what=1) or speedup (what=0)}: this machine kind's own
+    section only. A truth is only true on the kind it was measured on (hf_clm's bf16 row from an
+    avx512_bf16 EPYC failed a fresh clone's suite on an AVX2 one); an example this kind lacks has no
+    entry, and its tests assert what holds on any machine (`without_a_row`)."""
+    return {
+        example: {label: pair[what] for label, pair in fixes.items()}
+        for example, fixes in sections().get(kind or machine_kind(), {}).items()
+    }
+
+
+def nearest_truth(example: str, what: int = 0) -> tuple[str, dict[str, float]] | None:
+    """(kind, {fix label: speedup (what=0) or share}) from the nearest kind that measured the example:
+    the same bf16 class first (the examples use bf16 autocast exactly where the CPU has native bf16)."""
+    kind = machine_kind()
     native = kind.endswith(NATIVE_BF16)
-    order = sorted(found, key=lambda k: (k != kind, k.endswith(NATIVE_BF16) != native, k))
-    out: dict[str, dict[str, float]] = {}
-    for k in reversed(order):
-        for example, fixes in found[k].items():
-            out[example] = {label: pair[what] for label, pair in fixes.items()}
-    return out
+    for k in sorted(sections(), key=lambda k: (k != kind, k.endswith(NATIVE_BF16) != native, k)):
+        fixes = sections()[k].get(example)
+        if fixes:
+            return k, {label: pair[what] for label, pair in fixes.items()}
+    return None
+
+
+def missing_row(example: str) -> str | None:
+    """Why the ordering of an example's findings cannot be held to a truth here (None: it can)."""
+    if example in machine_truth():
+        return None
+    return (
+        f"examples/TRUTH.md has no {machine_kind()} row for {example}: the ordering is checked only "
+        "against this kind's own measurement (measure it on an idle machine with "
+        "`python examples/measure_truth.py --missing --markdown`)"
+    )
+
+
+SLOWER = 1 / 1.05
+"""A fix that measured below x0.95 made the program slower, beyond the run-to-run noise."""
+
+
+def cause_of(label: str, planted: str) -> str:
+    """The category a truth row's fix measured: `glibc env (memory.pressure)` names it; the others
+    (`--fix`, `--workers 1`) measured the planted one."""
+    return label[label.rindex("(") + 1 : -1] if label.endswith(")") and "(" in label else planted
+
+
+def without_a_row(
+    example: str, planted: Sequence[str], findings: Sequence[dict[str, Any]], summary: str
+) -> None:
+    """Where this kind has no truth row for the example: assert what holds on any machine, then skip
+    only the ordering check, naming the missing row. What holds anywhere: the planted cause is named,
+    and no finding promises a gain from a fix that measured slower on the nearest kind (bf16 where it
+    is emulated, a worker for batches too small to ship). Returns when this kind has its row."""
+    reason = missing_row(example)
+    if reason is None:
+        return
+    ids = [f["id"] for f in findings]
+    assert not planted or set(planted) & set(ids), summary
+    nearest = nearest_truth(example)
+    if nearest is not None:
+        kind, speedups = nearest
+        single = planted[0] if len(planted) == 1 else ""
+        for label, speedup in speedups.items():
+            cause = cause_of(label, single)
+            if speedup >= SLOWER or not cause or label.startswith("--workers"):
+                continue  # (a worker count is one knob of a finding whose advice may differ)
+            promised = [f for f in findings if f["id"] == cause and f["estimated_speedup"] > 1 / SLOWER]
+            assert not promised, (
+                f"{cause} promises a gain; `{label}` measured x{speedup:.2f} on {kind}; {summary}"
+            )
+    pytest.skip(reason)
 
 
 def measured_causes(example: str, planted: str) -> dict[str, float]:
@@ -78,7 +138,7 @@ def measured_causes(example: str, planted: str) -> dict[str, float]:
     others measured the planted one."""
     out: dict[str, float] = {}
     for label, share in machine_truth().get(example, {}).items():
-        cause = label[label.rindex("(") + 1 : -1] if label.endswith(")") and "(" in label else planted
+        cause = cause_of(label, planted)
         out[cause] = max(share, out.get(cause, share))
     return out
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
+from pinchpoint.analysis.load import CLEAN_FOREIGN_CORES
 from pinchpoint.analysis.rank_test import mean_faster_p, measured, reference, typical_ns
 from pinchpoint.analysis.steps import steady_steps
-from pinchpoint.trace.run import RankData, Run, SystemSample
+from pinchpoint.trace.run import ProcSample, RankData, Run, SystemSample
 
 CONTENDED_CORES = 0.5
 """Cores' worth of CPU other processes used during the steps from which the steps count as contended:
@@ -64,10 +66,17 @@ def _bracket(samples: tuple[SystemSample, ...], start_ns: int, end_ns: int) -> l
     return list(samples)
 
 
-def cpu_usage(run: Run, start_ns: int, end_ns: int, main_pid: int | None) -> CpuUsage | None:
+def cpu_usage(
+    run: Run, start_ns: int, end_ns: int, main_pid: int | None, *, clean_only: bool = False
+) -> CpuUsage | None:
+    """How the program and the machine used the cores between two instants; with `clean_only`, over
+    the sampler intervals in which other processes kept the machine nearly to itself (the steps the
+    statistics kept, `analysis/load.py`)."""
     samples = _bracket(run.system, start_ns, end_ns)
     if len(samples) < 2:
         return None
+    if clean_only:
+        return _clean_usage(run, samples, main_pid)
     first, last = samples[0], samples[-1]
     window_s = (last.t_ns - first.t_ns) / 1e9
     if window_s <= 0:
@@ -134,3 +143,43 @@ def thread_trial(rank: RankData, steady_median_ns: int | None) -> ThreadTrialRes
         threads=trial.threads, fit=trial.fit, steps=len(durs), trial_ns=typical_ns(durs),
         steady_ns=typical_ns(near), p_faster=mean_faster_p(durs, near), foreign_cores=trial.foreign_cores,
     )  # fmt: skip
+
+
+def _clean_usage(run: Run, samples: list[SystemSample], main_pid: int | None) -> CpuUsage | None:
+    """`cpu_usage` summed over the consecutive sample pairs whose interval ran clean."""
+    window_s = cpu_s = main_s = busy_s = 0.0
+    invol = 0
+    for prev, cur in itertools.pairwise(samples):
+        dt = (cur.t_ns - prev.t_ns) / 1e9
+        busy = sum(cur.cpu_percent_per_core) / 100.0 if cur.cpu_percent_per_core else math.nan
+        if dt <= 0 or not math.isfinite(busy):
+            continue
+        before = {p.pid: p for p in prev.procs}
+        used = {p.pid: max(0.0, p.user_s + p.sys_s - _cpu(before.get(p.pid))) for p in cur.procs}
+        if busy - sum(used.values()) / dt >= CLEAN_FOREIGN_CORES:
+            continue
+        window_s += dt
+        cpu_s += sum(used.values())
+        main_s += used.get(main_pid, 0.0) if main_pid is not None else 0.0
+        busy_s += busy * dt
+        invol += sum(
+            max(0, (p.ctx_invol or 0) - (before[p.pid].ctx_invol or 0)) for p in cur.procs if p.pid in before
+        )
+    if window_s <= 0:
+        return None
+    return CpuUsage(
+        window_s=window_s,
+        usable_cores=run.environment.cpu.usable_cores,
+        process_cores=cpu_s / window_s,
+        main_cores=main_s / window_s,
+        machine_busy_cores=busy_s / window_s,
+        max_threads=max(sum(p.threads for p in s.procs) for s in samples),
+        max_processes=max(len(s.procs) for s in samples),
+        invol_switches_per_s=invol / window_s,
+    )
+
+
+def _cpu(before: ProcSample | None) -> float:
+    """CPU seconds a process had used at the earlier sample (a process new since then started in the
+    interval: all its CPU is the interval's)."""
+    return before.user_s + before.sys_s if before is not None else 0.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +31,9 @@ class MemoryTrend:
     """Share of the step-to-step intervals in which RSS rose by at least a quarter of the slope: a leak
     that glibc serves in chunks (its heap grows a few MiB every few steps) rises in half of them, a
     high-water mark in one or two."""
+    slope_stderr_bytes: float = 0.0
+    """Standard error of the slope (least squares, from the residuals of the fitted series, n - 2
+    degrees of freedom): how far RSS's noise alone could move the slope."""
 
     @property
     def growth_bytes(self) -> int:
@@ -213,6 +217,18 @@ def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, fl
     return slope, my - slope * mx, r2
 
 
+def slope_stderr(xs: Sequence[float], ys: Sequence[float], slope: float, intercept: float) -> float:
+    """Standard error of a least-squares slope: the residuals' variance (n - 2 degrees of freedom)
+    over the spread of x. 0.0 with fewer than three points or no spread in x."""
+    n = len(xs)
+    mx = sum(xs) / n if n else 0.0
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if n < 3 or sxx == 0:
+        return 0.0
+    sse = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys, strict=True))
+    return math.sqrt(sse / (n - 2) / sxx)
+
+
 def memory_trend(steps: Sequence[Step]) -> MemoryTrend | None:
     """RSS per steady step as a line. What RSS gained across steps left out (a gap in the indices: the op
     window, the thread trial) is taken out of the series first: those steps are pinchpoint's."""
@@ -228,7 +244,8 @@ def memory_trend(steps: Sequence[Step]) -> MemoryTrend | None:
         if i1 - i0 > 1:
             gap += r1 - r0 - usual
         series.append((n, r1 - gap))
-    slope, _, r2 = fit_line([float(x) for x, _ in series], [float(y) for _, y in series])
+    xs, ys = [float(x) for x, _ in series], [float(y) for _, y in series]
+    slope, intercept, r2 = fit_line(xs, ys)
     grown = sum(rises)
     return MemoryTrend(
         steps=len(points),
@@ -236,6 +253,7 @@ def memory_trend(steps: Sequence[Step]) -> MemoryTrend | None:
         last_rss_bytes=points[-1][1],
         slope_bytes_per_step=slope,
         r2=r2,
+        slope_stderr_bytes=slope_stderr(xs, ys, slope, intercept),
         gap_bytes=gap,
         concentration=sum(sorted(rises)[-3:]) / grown if grown > 0 else 0.0,
         rising=sum(r >= slope / 4 for r in rises) / len(rises) if rises and slope > 0 else 0.0,

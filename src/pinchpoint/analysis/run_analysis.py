@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 
 from pinchpoint.analysis.comm import CommActivity, comm_activity
 from pinchpoint.analysis.cpu import CpuUsage, ThreadTrialResult, cpu_usage, thread_trial
+from pinchpoint.analysis.load import LoadSplit, split_by_load
 from pinchpoint.analysis.loader import LoaderActivity, WorkerTrialResult, loader_activity, worker_trial
 from pinchpoint.analysis.memory import (
     AllocTrialResult,
@@ -55,6 +56,9 @@ class RankAnalysis:
     """Steps pinchpoint ran with glibc's mmap and trim thresholds raised, against the steady step."""
     worker_trial: WorkerTrialResult | None = None
     """Steps whose batches pinchpoint loaded with DataLoader workers, against the steady step."""
+    load: LoadSplit | None = None
+    """Which steady steps ran beside other processes' work; when `used`, the statistics above come
+    from the clean ones alone."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,12 +74,14 @@ class RunAnalysis:
 
 
 def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
+    rank, load = split_by_load(rank, run.system)  # (steps beside another process's load marked)
+    clean = load is not None and load.used
     stats = step_stats(rank)
     main = rank.main
     loader = cpu = None
     if stats is not None:
         loader = loader_activity(rank, stats.start_ns, stats.end_ns)
-        cpu = cpu_usage(run, stats.start_ns, stats.end_ns, main.pid if main else None)
+        cpu = cpu_usage(run, stats.start_ns, stats.end_ns, main.pid if main else None, clean_only=clean)
     ops = op_stats(rank.opwindow, rank.probes, rank.steps) if rank.opwindow is not None else None
     stacks = None
     if run.stacks is not None and main is not None:
@@ -87,6 +93,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         native = native_breakdown(run.native, pids if len(run.ranks) > 1 else None)
     return RankAnalysis(
         rank=rank.rank,
+        load=load,
         native=native,
         steps=stats,
         loader=loader,

@@ -23,15 +23,16 @@ LOWER = {
 """Findings inside forward, backward and optimizer that the compute-bound summary does not count as math."""
 
 
-def sort_key(f: Finding) -> tuple[float, int, float]:
-    # Biggest predicted gain first; among equal gains, problems before the "compute-bound" summary
-    # (which has no fix to gain from), then by share.
+def sort_key(f: Finding) -> tuple[int, float, int, float]:
+    # A finding with no share of the step (a leak: a risk, not time) after every one that has a share;
+    # then the biggest predicted gain first; among equal gains, problems before the "compute-bound"
+    # summary (which has no fix to gain from), then by share.
     informational = (
         f.estimated_speedup <= 1.0
         and f.share > 0
         and f.id in (Category.COMPUTE_MATH, Category.COMPUTE_MEMORY)
     )
-    return (-round(f.estimated_speedup, 3), 1 if informational else 0, -f.share)
+    return (0 if f.share > 0 else 1, -round(f.estimated_speedup, 3), 1 if informational else 0, -f.share)
 
 
 def merge(by_id: dict[Category, Finding], f: Finding) -> None:

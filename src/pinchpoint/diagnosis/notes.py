@@ -63,6 +63,21 @@ def context_notes(ranks: tuple[RankAnalysis, ...]) -> list[Note]:
     """Facts about the run that qualify every finding (a shared machine, too few steps)."""
     notes = []
     for rank in ranks[:1]:
+        load = rank.load
+        if load is not None and load.used:
+            notes.append(
+                Note(
+                    kind=NoteKind.CONTEXT,
+                    fact=Fact(
+                        "note.clean_steps",
+                        loaded=load.loaded,
+                        steps=load.steps,
+                        clean=load.clean,
+                        foreign_cores=load.foreign_loaded,
+                        slowdown=load.slowdown,
+                    ),
+                )
+            )
         cpu = rank.cpu
         if cpu is not None:
             foreign = cpu.foreign_cores

@@ -94,14 +94,14 @@ class Step:
     intervals: tuple[Interval, ...] = ()
     profiled: bool = False
     trial: bool = False
-    """Run by one of pinchpoint's trials: another thread count (`capture/thread_trial.py`) or glibc's
-    thresholds raised (`capture/alloc_trial.py`)."""
+    """Run by one of pinchpoint's trials (`capture/*_trial.py`): threads, glibc's thresholds, workers."""
     partial: bool = False
     """The step in progress when the program ended (crash, kill, or the tail after the last step)."""
+    disturbed: bool = False
+    """Ran beside another process's load, left out of the statistics (set by `analysis/load.py`)."""
     cpu_ns: int | None = None
     """On-CPU time of the main thread during the step."""
-    runq_ns: int | None = None
-    """Time the main thread was runnable but waiting for a CPU during the step (CPU contention)."""
+    runq_ns: int | None = None  # the main thread runnable, waiting for a CPU (contention)
     rss_bytes: int | None = None
     minor_faults: int | None = None
     """Minor page faults of the whole process during the step (fresh pages mapped and zeroed)."""

@@ -13,6 +13,12 @@ from pinchpoint.diagnosis.rules.base import Rule, Subject, speedup_removing
 MIB = 1 << 20
 LEAK_MIN_SLOPE = 256 * 1024
 """At least 256 KiB more resident memory per step."""
+LEAK_NOISE_T = 3.0
+"""And the slope is that steep beyond its noise: `LEAK_NOISE_T` standard errors of the fit below it, it is
+still ≥ `LEAK_MIN_SLOPE`. Three, not two: by chance alone a slope sits 3 standard errors high in under
+1% of fits of 10 steps or more (one-sided t), and RSS's residuals are not independent (the allocator
+holds plateaus), so the fit's standard error reads low; a steady leak stands far clear (memory_leak.py's
+chunked growth, as its test records it: 2.4 MiB a step, 28 standard errors)."""
 LEAK_MIN_GROWTH = 32 * MIB
 """And at least 32 MiB grown over the measured steps (allocator caches settle below this)."""
 LEAK_MIN_R2 = 0.8
@@ -46,7 +52,7 @@ class MemoryLeak(Rule):
         if trend is None:
             return
         if (
-            trend.slope_bytes_per_step < LEAK_MIN_SLOPE
+            trend.slope_bytes_per_step - LEAK_NOISE_T * trend.slope_stderr_bytes < LEAK_MIN_SLOPE
             or trend.growth_bytes < LEAK_MIN_GROWTH
             or trend.r2 < LEAK_MIN_R2
             or (

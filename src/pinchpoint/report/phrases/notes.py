@@ -37,7 +37,13 @@ PHRASES: dict[str, Callable[..., str]] = {
     "note.span_shares": lambda: "shares are of the GPU-activity span: the trace has no ProfilerStep ranges",
     "note.shared_machine": lambda foreign_cores, usable_cores: (
         f"other processes kept {foreign_cores:.1f} of {usable_cores} cores busy during the "
-        "steps: timings (and contention findings) reflect a shared machine"
+        "steps: timings, shares and estimates are for the machine as it was, shared (contention "
+        "findings too); on an idle machine the compute runs faster and waits weigh more"
+    ),
+    "note.clean_steps": lambda loaded, steps, clean, foreign_cores, slowdown: (
+        f"other processes kept {foreign_cores:.1f} cores busy during {loaded} of {steps} steps (those ran "
+        f"×{slowdown:.2f} as long): shares and estimates come from the {clean} steps without them, "
+        "for this machine when idle"
     ),
     "note.few_steps": lambda steps: f"only {steps} steady steps were measured: statistics are rough",
 }

@@ -1,0 +1,127 @@
+"""Which steps ran beside other processes' work, from the system samples.
+
+A program measured beside a passing load (a cron job, a colleague's build) has steps of two kinds: those
+that had the machine to themselves and those that shared it. Mixed, their shares and estimates describe
+neither machine. Each sampler interval gives the cores other processes kept busy (machine-wide busy
+cores minus the program's process tree); each steady step gets the time-weighted mean over the intervals
+it overlaps. When enough steps ran clean, the statistics and the findings come from those alone
+(`split_by_load`), and the report says how many were left out and how much slower they ran.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from pinchpoint.analysis.steps import steady_steps
+from pinchpoint.trace.run import RankData, Step, SystemSample
+
+CLEAN_FOREIGN_CORES = 0.25
+"""A step ran clean when other processes kept under a quarter of a core busy during it (pinchpoint's
+own sampler and an idle desktop stay far below; a compile job on the other core reads ~0.8-1.0)."""
+LOADED_MIN_FRACTION = 0.1
+"""The loaded steps are left out when at least a tenth of the steady steps were loaded (fewer: a blip,
+which the medians the rules read already pass over)."""
+CLEAN_MIN_STEPS = 10
+"""At least this many clean steady steps to judge from (fewer: the run is read as it was, loaded)."""
+CLEAN_MIN_FRACTION = 0.2
+"""...and at least a fifth of the steady steps (a few quiet moments in a loaded run are not the run)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Interval:
+    start_ns: int
+    end_ns: int
+    foreign_cores: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadSplit:
+    """How a rank's steady steps divide between a quiet machine and a shared one."""
+
+    steps: int
+    clean: int
+    """Steady steps during which other processes kept under `CLEAN_FOREIGN_CORES` busy."""
+    foreign_loaded: float
+    """Mean cores other processes kept busy during the other (loaded) steps."""
+    clean_median_ns: int
+    loaded_median_ns: int
+    used: bool
+    """The statistics and findings come from the clean steps alone (enough of them, in a run that was
+    shared): the loaded steps are marked `disturbed` and left out."""
+
+    @property
+    def loaded(self) -> int:
+        return self.steps - self.clean
+
+    @property
+    def slowdown(self) -> float:
+        """How much slower the loaded steps ran than the clean ones (median against median)."""
+        return self.loaded_median_ns / max(1, self.clean_median_ns)
+
+
+def foreign_intervals(samples: Sequence[SystemSample]) -> list[Interval]:
+    """Per sampler interval: cores busy machine-wide minus cores the program's process tree used."""
+    out: list[Interval] = []
+    for prev, cur in itertools.pairwise(samples):
+        dt = (cur.t_ns - prev.t_ns) / 1e9
+        if dt <= 0 or not cur.cpu_percent_per_core:
+            continue
+        busy = sum(cur.cpu_percent_per_core) / 100.0
+        if not math.isfinite(busy):
+            continue
+        before = {p.pid: p.user_s + p.sys_s for p in prev.procs}
+        own = sum(
+            max(0.0, p.user_s + p.sys_s - before.get(p.pid, 0.0)) for p in cur.procs
+        )  # (new: all in it)
+        out.append(Interval(start_ns=prev.t_ns, end_ns=cur.t_ns, foreign_cores=max(0.0, busy - own / dt)))
+    return out
+
+
+def step_foreign(step: Step, intervals: Sequence[Interval]) -> float | None:
+    """Time-weighted mean foreign cores over the intervals the step overlaps (None: no sample covers it)."""
+    weight = total = 0.0
+    for iv in intervals:
+        overlap = min(iv.end_ns, step.end_ns) - max(iv.start_ns, step.start_ns)
+        if overlap > 0:
+            weight += overlap
+            total += overlap * iv.foreign_cores
+    return total / weight if weight > 0 else None
+
+
+def split_by_load(rank: RankData, samples: Sequence[SystemSample]) -> tuple[RankData, LoadSplit | None]:
+    """The rank with its loaded steady steps marked `disturbed` when enough ran clean in a shared run;
+    else the rank unchanged. The split is None when the samples cannot tell (too few, or no step covered)."""
+    steady = steady_steps(rank.steps)
+    intervals = foreign_intervals(samples)
+    foreign = {s.index: step_foreign(s, intervals) for s in steady}
+    known = {i: f for i, f in foreign.items() if f is not None}
+    if len(known) < CLEAN_MIN_STEPS:
+        return rank, None
+    durs = {s.index: s.dur_ns for s in steady}
+    clean = [i for i, f in known.items() if f < CLEAN_FOREIGN_CORES]
+    loaded = [i for i, f in known.items() if f >= CLEAN_FOREIGN_CORES]
+    used = len(loaded) >= LOADED_MIN_FRACTION * len(known) and len(clean) >= max(
+        CLEAN_MIN_STEPS, CLEAN_MIN_FRACTION * len(known)
+    )
+    split = LoadSplit(
+        steps=len(known),
+        clean=len(clean),
+        foreign_loaded=statistics.fmean(known[i] for i in loaded) if loaded else 0.0,
+        clean_median_ns=int(statistics.median(durs[i] for i in clean)) if clean else 0,
+        loaded_median_ns=int(statistics.median(durs[i] for i in loaded)) if loaded else 0,
+        used=used,
+    )
+    if not used:
+        return rank, split
+    out = {id(s) for s in steady if s.index in set(loaded)}
+    steps = tuple(replace(s, disturbed=True) if id(s) in out else s for s in rank.steps)
+    return replace(rank, steps=steps), split
+
+
+def clean_spans(rank: RankData) -> list[tuple[int, int]]:
+    """The (start, end) of the steady steps left in the statistics, for sampling windows to match."""
+    return [(s.start_ns, s.end_ns) for s in steady_steps(rank.steps)]

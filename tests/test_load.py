@@ -1,0 +1,121 @@
+"""Steps beside a passing load (analysis/load.py): which ran clean, and the statistics from those alone."""
+
+from __future__ import annotations
+
+from conftest import make_env, make_process, make_steps, ns
+from pinchpoint.analysis.load import CLEAN_MIN_STEPS, foreign_intervals, split_by_load
+from pinchpoint.analysis.run_analysis import analyze_rank
+from pinchpoint.analysis.steps import step_stats
+from pinchpoint.diagnosis.finding import NoteKind
+from pinchpoint.diagnosis.notes import context_notes
+from pinchpoint.trace.run import ProcSample, RankData, Run, RunMeta, Step, SystemSample
+
+PID = 100
+SAMPLE_MS = 500
+
+
+def _samples(
+    end_ms: float, foreign: list[float], program_cores: float = 1.0, cores: int = 2
+) -> tuple[SystemSample, ...]:
+    """Samples every 0.5 s: the program's process uses `program_cores`; other processes `foreign[k]`
+    in interval k (machine-wide busy = both, capped at the machine)."""
+    out, cpu_s = [], 0.0
+    n = int(end_ms // SAMPLE_MS) + 2
+    for k in range(n):
+        busy = 0.0 if k == 0 else min(cores, program_cores + foreign[(k - 1) % len(foreign)])
+        out.append(
+            SystemSample(
+                t_ns=ns(k * SAMPLE_MS),
+                cpu_percent_per_core=tuple([busy * 100 / cores] * cores),
+                procs=(
+                    ProcSample(
+                        pid=PID, ppid=1, name="python", user_s=cpu_s, sys_s=0.0, rss_bytes=0, threads=4
+                    ),
+                ),
+            )
+        )
+        cpu_s += program_cores * SAMPLE_MS / 1000
+    return tuple(out)
+
+
+def _bursty_steps(
+    n: int, pattern: list[float], fast_ms: float = 50.0, slow_ms: float = 80.0
+) -> tuple[Step, ...]:
+    """Steps of `fast_ms` compute in clean intervals and `slow_ms` in loaded ones (pattern per 0.5 s)."""
+    steps, t = [], 0
+    base = make_steps(n, {"forward": fast_ms})
+    for s in base:
+        k = t // ns(SAMPLE_MS)
+        dur = slow_ms if pattern[k % len(pattern)] >= 0.5 else fast_ms
+        (one,) = make_steps(1, {"forward": dur}, start_ns=t)
+        steps.append(
+            Step(index=s.index, kind=one.kind, start_ns=t, end_ns=one.end_ns, intervals=one.intervals)
+        )
+        t = one.end_ns
+    return tuple(steps)
+
+
+def _run(steps: tuple[Step, ...], samples: tuple[SystemSample, ...]) -> tuple[Run, RankData]:
+    rank = RankData(rank=0, steps=steps, processes=(make_process(PID),))
+    run = Run(
+        meta=RunMeta(command=("python", "x.py"), started_at="2026-12-05T00:00:00"),
+        environment=make_env(),
+        ranks=(rank,),
+        system=samples,
+    )
+    return run, rank
+
+
+BURSTY = [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+"""One core busy elsewhere 2 s of every 4 s (the sampler's 0.5 s intervals)."""
+
+
+def test_foreign_cores_are_the_machine_busy_less_the_programs_tree() -> None:
+    samples = _samples(2000, [0.9])
+    intervals = foreign_intervals(samples)
+    assert intervals and all(abs(iv.foreign_cores - 0.9) < 1e-6 for iv in intervals)
+
+
+def test_a_bursty_neighbours_steps_are_left_out_and_the_clean_ones_judge() -> None:
+    steps = _bursty_steps(120, BURSTY)
+    run, rank = _run(steps, _samples(steps[-1].end_ns / 1e6, BURSTY))
+    marked, split = split_by_load(rank, run.system)
+    assert split is not None and split.used
+    assert split.clean >= CLEAN_MIN_STEPS and split.loaded > 0
+    assert 1.4 < split.slowdown < 1.8  # 80 ms against 50 ms, interval edges aside
+    stats = step_stats(marked)
+    assert stats is not None and stats.median_ns == ns(50)  # the loaded 80 ms steps are left out
+    assert stats.total_steps == len(steps)  # ...but still counted as steps of the run
+    analysis = analyze_rank(run, rank)
+    assert analysis.cpu is not None and analysis.cpu.foreign_cores < 0.25  # over the clean intervals
+    notes = [n for n in context_notes((analysis,)) if n.kind is NoteKind.CONTEXT]
+    assert [n.fact.key for n in notes] == ["note.clean_steps"]
+
+
+def test_a_load_through_the_whole_run_is_read_as_it_was() -> None:
+    steps = _bursty_steps(80, [1.0])
+    run, rank = _run(steps, _samples(steps[-1].end_ns / 1e6, [0.9]))
+    marked, split = split_by_load(rank, run.system)
+    assert split is not None and not split.used and split.clean == 0
+    assert marked is rank
+    analysis = analyze_rank(run, rank)
+    assert analysis.cpu is not None and analysis.cpu.foreign_cores > 0.5
+    keys = [n.fact.key for n in context_notes((analysis,))]
+    assert "note.shared_machine" in keys and "note.clean_steps" not in keys
+
+
+def test_an_idle_run_with_a_blip_keeps_every_step() -> None:
+    pattern = [0.0] * 7 + [0.6] + [0.0] * 8  # one loaded half second in eight: a blip, not a shared run
+    steps = _bursty_steps(150, pattern)
+    run, rank = _run(steps, _samples(steps[-1].end_ns / 1e6, pattern))
+    marked, split = split_by_load(rank, run.system)
+    assert split is not None and not split.used and split.loaded > 0
+    assert marked is rank
+
+
+def test_too_few_clean_steps_leave_the_run_as_it_was() -> None:
+    pattern = [1.0] * 9 + [0.0]  # a quiet half second in five: a few steps, not the run
+    steps = _bursty_steps(100, pattern)
+    run, rank = _run(steps, _samples(steps[-1].end_ns / 1e6, pattern))
+    _, split = split_by_load(rank, run.system)
+    assert split is not None and not split.used and split.clean > 0
