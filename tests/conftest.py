@@ -8,8 +8,6 @@ Durations are given in milliseconds for readability and stored as integer nanose
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -20,6 +18,7 @@ os.environ["PINCHPOINT_NO_HISTORY"] = "1"
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import neighbours
 from pinchpoint.analysis.cpu import CpuUsage
 from pinchpoint.analysis.loader import LoaderActivity, loader_activity
 from pinchpoint.analysis.memory import MemoryTrend, PageFaults
@@ -51,19 +50,26 @@ MIB = 1 << 20
 
 BUSY_ENV = "PINCHPOINT_TEST_BUSY"
 """Set to a number of processes (`scripts/test-loaded` sets 1): the whole session runs beside that many
-processes spinning on a core each, as on a laptop or a shared node (started here, always stopped)."""
+processes spinning on a core each, as on a laptop or a shared node; or to a mode of tests/neighbours.py
+(`bursty`: one core busy 2 s of every 6 s; `compile`: real work throughout). Started here, always
+stopped."""
+
+
+def busy_modes(value: str) -> list[str]:
+    """The neighbours `PINCHPOINT_TEST_BUSY` asks for: a count of spinners, or one mode by name."""
+    if value in neighbours.MODES:
+        return [value]
+    try:
+        return ["spin"] * max(0, int(value or 0))
+    except ValueError:
+        return []
 
 
 @pytest.fixture(scope="session", autouse=True)
 def busy_neighbours() -> Iterator[int]:
+    procs = [neighbours.start(mode) for mode in busy_modes(os.environ.get(BUSY_ENV, "0"))]
     try:
-        count = max(0, int(os.environ.get(BUSY_ENV, "0") or 0))
-    except ValueError:
-        count = 0
-    spin = "while True: pass"
-    procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(count)]
-    try:
-        yield count
+        yield len(procs)
     finally:
         for proc in procs:
             proc.kill()

@@ -2,31 +2,36 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from conftest import make_env, make_process, make_steps, ns
 from pinchpoint.analysis.load import CLEAN_MIN_STEPS, foreign_intervals, split_by_load
 from pinchpoint.analysis.run_analysis import analyze_rank
 from pinchpoint.analysis.steps import step_stats
 from pinchpoint.diagnosis.finding import NoteKind
 from pinchpoint.diagnosis.notes import context_notes
-from pinchpoint.trace.run import ProcSample, RankData, Run, RunMeta, Step, SystemSample
+from pinchpoint.trace.run import ProcSample, RankData, Run, RunMeta, Step, SystemSample, WorkerTrial
 
 PID = 100
 SAMPLE_MS = 500
 
 
 def _samples(
-    end_ms: float, foreign: list[float], program_cores: float = 1.0, cores: int = 2
+    end_ms: float, foreign: list[float], program_cores: float = 1.0, cores: int = 2, kernel_cores: float = 0.0
 ) -> tuple[SystemSample, ...]:
-    """Samples every 0.5 s: the program's process uses `program_cores`; other processes `foreign[k]`
-    in interval k (machine-wide busy = both, capped at the machine)."""
-    out, cpu_s = [], 0.0
+    """Samples every 0.5 s: the program's process uses `program_cores` (user time); other processes
+    `foreign[k]` in interval k (user time too), kernel threads `kernel_cores` (busy, not user time)."""
+    out, cpu_s, user_s = [], 0.0, 0.0
     n = int(end_ms // SAMPLE_MS) + 2
     for k in range(n):
-        busy = 0.0 if k == 0 else min(cores, program_cores + foreign[(k - 1) % len(foreign)])
+        other = 0.0 if k == 0 else foreign[(k - 1) % len(foreign)]
+        busy = 0.0 if k == 0 else min(cores, program_cores + other + kernel_cores)
+        user_s += 0.0 if k == 0 else (program_cores + other) * SAMPLE_MS / 1000
         out.append(
             SystemSample(
                 t_ns=ns(k * SAMPLE_MS),
                 cpu_percent_per_core=tuple([busy * 100 / cores] * cores),
+                machine_user_s=user_s,
                 procs=(
                     ProcSample(
                         pid=PID, ppid=1, name="python", user_s=cpu_s, sys_s=0.0, rss_bytes=0, threads=4
@@ -119,3 +124,38 @@ def test_too_few_clean_steps_leave_the_run_as_it_was() -> None:
     run, rank = _run(steps, _samples(steps[-1].end_ns / 1e6, pattern))
     _, split = split_by_load(rank, run.system)
     assert split is not None and not split.used and split.clean > 0
+
+
+def _with_trial(steps: tuple[Step, ...], at: range) -> RankData:
+    """The rank with the steps `at` marked as a worker trial's measured steps."""
+    marked = tuple(replace(s, trial=True) if s.index in at else s for s in steps)
+    return RankData(
+        rank=0,
+        steps=marked,
+        processes=(make_process(PID),),
+        worker_trial=WorkerTrial(workers=2, steps=tuple(at)),
+    )
+
+
+def test_a_trial_timed_during_a_burst_is_not_read() -> None:
+    """A worker trial whose steps fell in a burst read x0.78 for a fix worth x1.6 (input_fetch.py beside a
+    periodic job): its steps ran under another load than the clean steps it is compared with."""
+    steps = _bursty_steps(120, BURSTY)
+    samples = _samples(steps[-1].end_ns / 1e6, BURSTY)
+    in_burst = [s.index for s in steps if s.dur_ns == ns(80)][2:7]
+    marked, split = split_by_load(_with_trial(steps, range(in_burst[0], in_burst[-1] + 1)), samples)
+    assert split is not None and split.trials_dropped == ("worker",) and marked.worker_trial is None
+    quiet = [s.index for s in steps if s.dur_ns == ns(50)][12:17]
+    kept, split = split_by_load(_with_trial(steps, range(quiet[0], quiet[-1] + 1)), samples)
+    assert split is not None and split.trials_dropped == () and kept.worker_trial is not None
+
+
+def test_kernel_threads_working_for_the_program_are_not_a_neighbour() -> None:
+    """Writeback after each checkpoint keeps kernel threads busy (system time, not user time): that is
+    the program's own cost, never a reason to leave its steps out; older run directories without the
+    machine's user time read every busy core."""
+    steps = _bursty_steps(120, [0.0])
+    samples = _samples(steps[-1].end_ns / 1e6, [0.0], kernel_cores=0.6)
+    assert all(iv.foreign_cores < 0.01 for iv in foreign_intervals(samples))
+    old = tuple(replace(s, machine_user_s=None) for s in samples)
+    assert all(abs(iv.foreign_cores - 0.6) < 1e-6 for iv in foreign_intervals(old))

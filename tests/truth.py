@@ -73,15 +73,21 @@ def machine_truth(kind: str | None = None, what: int = 1) -> dict[str, dict[str,
 
 
 def nearest_truth(example: str, what: int = 0) -> tuple[str, dict[str, float]] | None:
-    """(kind, {fix label: speedup (what=0) or share}) from the nearest kind that measured the example:
-    the same bf16 class first (the examples use bf16 autocast exactly where the CPU has native bf16)."""
+    """(kind, {fix label: speedup (what=0) or share}) from the nearest kind that measured the example,
+    of this kind's bf16 class only (the examples use bf16 autocast exactly where the CPU has native
+    bf16, so a fix's direction carries over within a class, never across); this kind's own first."""
     kind = machine_kind()
     native = kind.endswith(NATIVE_BF16)
-    for k in sorted(sections(), key=lambda k: (k != kind, k.endswith(NATIVE_BF16) != native, k)):
+    for k in sorted(sections(), key=lambda k: (k != kind, k)):
         fixes = sections()[k].get(example)
-        if fixes:
+        if fixes and k.endswith(NATIVE_BF16) == native:
             return k, {label: pair[what] for label, pair in fixes.items()}
     return None
+
+
+def any_truth(example: str) -> bool:
+    """Some kind measured the example."""
+    return any(example in rows for rows in sections().values())
 
 
 def missing_row(example: str) -> str | None:
@@ -123,8 +129,8 @@ def without_a_row(
         single = planted[0] if len(planted) == 1 else ""
         for label, speedup in speedups.items():
             cause = cause_of(label, single)
-            if speedup >= SLOWER or not cause or label.startswith("--workers"):
-                continue  # (a worker count is one knob of a finding whose advice may differ)
+            if speedup >= SLOWER or not cause or not (label == "--fix" or label.endswith(")")):
+                continue  # (a worker count or a preload is one way among several of fixing a cause)
             promised = [f for f in findings if f["id"] == cause and f["estimated_speedup"] > 1 / SLOWER]
             assert not promised, (
                 f"{cause} promises a gain; `{label}` measured x{speedup:.2f} on {kind}; {summary}"

@@ -6,7 +6,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from pinchpoint.analysis.load import CLEAN_FOREIGN_CORES
+from pinchpoint.analysis.load import CLEAN_FOREIGN_CORES, foreign_intervals
 from pinchpoint.analysis.rank_test import mean_faster_p, measured, reference, typical_ns
 from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.trace.run import ProcSample, RankData, Run, SystemSample
@@ -149,6 +149,7 @@ def _clean_usage(run: Run, samples: list[SystemSample], main_pid: int | None) ->
     """`cpu_usage` summed over the consecutive sample pairs whose interval ran clean."""
     window_s = cpu_s = main_s = busy_s = 0.0
     invol = 0
+    clean = {iv.end_ns for iv in foreign_intervals(samples) if iv.foreign_cores < CLEAN_FOREIGN_CORES}
     for prev, cur in itertools.pairwise(samples):
         dt = (cur.t_ns - prev.t_ns) / 1e9
         busy = sum(cur.cpu_percent_per_core) / 100.0 if cur.cpu_percent_per_core else math.nan
@@ -156,7 +157,7 @@ def _clean_usage(run: Run, samples: list[SystemSample], main_pid: int | None) ->
             continue
         before = {p.pid: p for p in prev.procs}
         used = {p.pid: max(0.0, p.user_s + p.sys_s - _cpu(before.get(p.pid))) for p in cur.procs}
-        if busy - sum(used.values()) / dt >= CLEAN_FOREIGN_CORES:
+        if cur.t_ns not in clean:
             continue
         window_s += dt
         cpu_s += sum(used.values())

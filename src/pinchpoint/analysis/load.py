@@ -52,6 +52,8 @@ class LoadSplit:
     used: bool
     """The statistics and findings come from the clean steps alone (enough of them, in a run that was
     shared): the loaded steps are marked `disturbed` and left out."""
+    trials_dropped: tuple[str, ...] = ()
+    """Trials (`thread`, `alloc`, `worker`) left unread: their steps ran under another load."""
 
     @property
     def loaded(self) -> int:
@@ -64,20 +66,27 @@ class LoadSplit:
 
 
 def foreign_intervals(samples: Sequence[SystemSample]) -> list[Interval]:
-    """Per sampler interval: cores busy machine-wide minus cores the program's process tree used."""
+    """Per sampler interval: the cores other programs kept busy. Where the sampler recorded the machine's
+    user time, other programs' user time (the machine's less the program's tree's): kernel threads'
+    work is left out, since writeback after a checkpoint and reclaim are work done for the program
+    itself. Else every busy core less the tree's (older run directories)."""
     out: list[Interval] = []
     for prev, cur in itertools.pairwise(samples):
         dt = (cur.t_ns - prev.t_ns) / 1e9
         if dt <= 0 or not cur.cpu_percent_per_core:
             continue
-        busy = sum(cur.cpu_percent_per_core) / 100.0
-        if not math.isfinite(busy):
-            continue
-        before = {p.pid: p.user_s + p.sys_s for p in prev.procs}
-        own = sum(
-            max(0.0, p.user_s + p.sys_s - before.get(p.pid, 0.0)) for p in cur.procs
-        )  # (new: all in it)
-        out.append(Interval(start_ns=prev.t_ns, end_ns=cur.t_ns, foreign_cores=max(0.0, busy - own / dt)))
+        before = {p.pid: p for p in prev.procs}
+        if cur.machine_user_s is not None and prev.machine_user_s is not None:
+            busy = (cur.machine_user_s - prev.machine_user_s) / dt
+            own = sum(max(0.0, p.user_s - (b.user_s if (b := before.get(p.pid)) else 0.0)) for p in cur.procs)
+        else:
+            busy = sum(cur.cpu_percent_per_core) / 100.0
+            own = sum(
+                max(0.0, p.user_s + p.sys_s - ((b.user_s + b.sys_s) if (b := before.get(p.pid)) else 0.0))
+                for p in cur.procs
+            )  # (a process new since the last sample started in the interval: all its CPU is in it)
+        if math.isfinite(busy):
+            out.append(Interval(start_ns=prev.t_ns, end_ns=cur.t_ns, foreign_cores=max(0.0, busy - own / dt)))
     return out
 
 
@@ -93,12 +102,14 @@ def step_foreign(step: Step, intervals: Sequence[Interval]) -> float | None:
 
 
 def split_by_load(rank: RankData, samples: Sequence[SystemSample]) -> tuple[RankData, LoadSplit | None]:
-    """The rank with its loaded steady steps marked `disturbed` when enough ran clean in a shared run;
-    else the rank unchanged. The split is None when the samples cannot tell (too few, or no step covered)."""
+    """The rank with its loaded steady steps marked `disturbed` when enough ran clean in a shared run,
+    and without the trials whose steps ran under another load than the steps they are priced against
+    (a worker trial timed during a burst read x0.78 for a fix worth x1.6); else the rank unchanged. The
+    split is None when the samples cannot tell (too few, or no step covered)."""
     steady = steady_steps(rank.steps)
     intervals = foreign_intervals(samples)
-    foreign = {s.index: step_foreign(s, intervals) for s in steady}
-    known = {i: f for i, f in foreign.items() if f is not None}
+    foreign = {id(s): step_foreign(s, intervals) for s in rank.steps}
+    known = {s.index: f for s in steady if (f := foreign[id(s)]) is not None}
     if len(known) < CLEAN_MIN_STEPS:
         return rank, None
     durs = {s.index: s.dur_ns for s in steady}
@@ -107,6 +118,13 @@ def split_by_load(rank: RankData, samples: Sequence[SystemSample]) -> tuple[Rank
     used = len(loaded) >= LOADED_MIN_FRACTION * len(known) and len(clean) >= max(
         CLEAN_MIN_STEPS, CLEAN_MIN_FRACTION * len(known)
     )
+    if used:
+        out = {id(s) for s in steady if s.index in set(loaded)}
+        rank = replace(
+            rank, steps=tuple(replace(s, disturbed=True) if id(s) in out else s for s in rank.steps)
+        )
+    kept = [known[i] for i in (clean if used else known)]
+    rank, dropped = _drop_disturbed_trials(rank, foreign, statistics.fmean(kept))
     split = LoadSplit(
         steps=len(known),
         clean=len(clean),
@@ -114,12 +132,33 @@ def split_by_load(rank: RankData, samples: Sequence[SystemSample]) -> tuple[Rank
         clean_median_ns=int(statistics.median(durs[i] for i in clean)) if clean else 0,
         loaded_median_ns=int(statistics.median(durs[i] for i in loaded)) if loaded else 0,
         used=used,
+        trials_dropped=dropped,
     )
-    if not used:
-        return rank, split
-    out = {id(s) for s in steady if s.index in set(loaded)}
-    steps = tuple(replace(s, disturbed=True) if id(s) in out else s for s in rank.steps)
-    return replace(rank, steps=steps), split
+    return rank, split
+
+
+def _drop_disturbed_trials(
+    rank: RankData, foreign: dict[int, float | None], reference: float
+) -> tuple[RankData, tuple[str, ...]]:
+    """The rank without the trials one of whose measured steps ran `CLEAN_FOREIGN_CORES` more or less
+    loaded than the steps the statistics keep (`reference`: their mean foreign cores)."""
+    by_index = {s.index: foreign[id(s)] for s in rank.steps if s.trial}
+
+    def disturbed(steps: Sequence[int]) -> bool:
+        seen = [f for i in steps if (f := by_index.get(i)) is not None]
+        return any(abs(f - reference) >= CLEAN_FOREIGN_CORES for f in seen)
+
+    dropped = []
+    if rank.thread_trial is not None and disturbed(rank.thread_trial.steps):
+        rank = replace(rank, thread_trial=None)
+        dropped.append("thread")
+    if rank.alloc_trial is not None and disturbed(rank.alloc_trial.steps):
+        rank = replace(rank, alloc_trial=None)
+        dropped.append("alloc")
+    if rank.worker_trial is not None and disturbed(rank.worker_trial.steps):
+        rank = replace(rank, worker_trial=None)
+        dropped.append("worker")
+    return rank, tuple(dropped)
 
 
 def clean_spans(rank: RankData) -> list[tuple[int, int]]:

@@ -302,6 +302,10 @@ class Sampler:
         except Exception as exc:
             self.log.error("cpu_percent", exc)
         record: dict[str, Any] = {"t_ns": t_ns, "cpu_percent_per_core": cores, "procs": procs}
+        try:  # user time machine-wide: other programs' work, not the kernel's (writeback, reclaim)
+            record["cpu_user_s"] = float((times := psutil.cpu_times()).user + times.nice)
+        except Exception as exc:
+            self.log.error("cpu_times", exc)
         if self._gpus.available:
             try:
                 record["gpus"] = self._gpus.sample()

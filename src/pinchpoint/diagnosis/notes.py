@@ -78,6 +78,10 @@ def context_notes(ranks: tuple[RankAnalysis, ...]) -> list[Note]:
                     ),
                 )
             )
+        if load is not None and load.trials_dropped:
+            notes.append(
+                Note(kind=NoteKind.CONTEXT, fact=Fact("note.trials_disturbed", trials=load.trials_dropped))
+            )
         cpu = rank.cpu
         if cpu is not None:
             foreign = cpu.foreign_cores

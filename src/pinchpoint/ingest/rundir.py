@@ -461,6 +461,7 @@ def _system_sample(o: dict[str, Any]) -> SystemSample:
         cpu_percent_per_core=tuple(
             c for c in (as_float(x) for x in as_list(o.get("cpu_percent_per_core"))) if c is not None
         ),
+        machine_user_s=as_float(o.get("cpu_user_s")),
         procs=tuple(procs),
         gpus=gpus,
     )

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pinchpoint.analysis.load import LoadSplit
 from pinchpoint.analysis.run_analysis import RankAnalysis, RunAnalysis
 from pinchpoint.analysis.steps import StepStats
 from pinchpoint.diagnosis.engine import Diagnosis
@@ -240,6 +241,7 @@ def build_report(analysis: RunAnalysis, diagnosis: Diagnosis) -> dict[str, Any]:
             {"rank": r.rank, "steps": _steps(r.steps), "breakdown": _breakdown(r.steps), "memory": _memory(r)}
             | ({"stacks": _stacks(r)} if r.stacks is not None else {})
             | ({"native": _native(r)} if r.native is not None else {})
+            | ({"load": _load(r.load)} if r.load is not None else {})
             for r in analysis.ranks
         ],
         "findings": [finding_dict(f) for f in diagnosis.findings],
@@ -267,4 +269,16 @@ def _attach(attach: Attach | None) -> dict[str, Any]:
             "restored": attach.restored,
             "left": list(attach.left),
         }
+    }
+
+
+def _load(load: LoadSplit) -> dict[str, Any]:
+    """Which steady steps ran beside other processes' work, and whether the statistics left them out."""
+    return {
+        "steps": load.steps,
+        "clean_steps": load.clean,
+        "foreign_cores_loaded": rounded(load.foreign_loaded, 2),
+        "loaded_slowdown": rounded(load.slowdown, 2) if load.loaded and load.clean else None,
+        "clean_only": load.used,
+        "trials_not_read": list(load.trials_dropped),
     }

@@ -262,8 +262,7 @@ class OpEvent:
     input_dims: tuple[tuple[int, ...], ...] = ()
     flops: int | None = None
     device_ns: int | None = None
-    """GPU kernel time this op launched itself (Kineto links a kernel to the innermost op through
-    `External id`); None on a CPU program's window."""
+    """GPU kernel time this op launched itself (Kineto: via `External id`); None on a CPU window."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -434,6 +433,7 @@ class GpuSample:
 class SystemSample:
     t_ns: int
     cpu_percent_per_core: tuple[float, ...] = ()
+    machine_user_s: float | None = None  # user + nice CPU seconds of the whole machine, so far
     procs: tuple[ProcSample, ...] = ()
     gpus: tuple[GpuSample, ...] = ()
 

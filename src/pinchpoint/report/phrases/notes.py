@@ -45,5 +45,10 @@ PHRASES: dict[str, Callable[..., str]] = {
         f"×{slowdown:.2f} as long): shares and estimates come from the {clean} steps without them, "
         "for this machine when idle"
     ),
+    "note.trials_disturbed": lambda trials: (
+        f"pinchpoint's {' and '.join(trials)} trial{'s' * (len(trials) > 1)} ran while other processes "
+        "held cores the steps it is compared with did not: not read (those fixes are priced by their "
+        "model instead)"
+    ),
     "note.few_steps": lambda steps: f"only {steps} steady steps were measured: statistics are rough",
 }
