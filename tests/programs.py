@@ -225,6 +225,9 @@ def holds_beside_busy_neighbours(
         record = json.loads((run / "ranks" / "rank0" / TRIAL_FILE).read_text())
         assert record["threads"] > record["fit"], record
         return
+    if planted == ["memory.leak"]:  # a risk, not time: after every finding with a share, but named
+        assert "memory.leak" in ids, summary(report)
+        return
     assert set(planted) <= set(ids[: len(planted) + 1]), summary(report)
 
 

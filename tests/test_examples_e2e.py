@@ -156,6 +156,11 @@ def test_diagnosis_matches_the_planted_truth(example: Path, profiled: Any) -> No
         assert not loud, _summary(report)
         return
     assert findings, "no finding at all"
+    if planted == ["memory.leak"]:
+        # a risk, not time: named, and ranked after every finding that has a share of the step
+        at = ids.index("memory.leak") if "memory.leak" in ids else None
+        assert at is not None and all(f["share"] > 0 for f in findings[:at]), _summary(report)
+        return
     if _needs_native_bf16(example) and not report["environment"]["cpu"]["matrix_units"]:
         # The plant is fp32 where bf16 is faster; this CPU emulates bf16 (~40x slower than fp32), so there
         # is nothing to gain from it: the compute is the step, and no finding may advise bf16.

@@ -75,6 +75,10 @@ class OpStats:
     """The part of `large_phase_op_ns_per_step` in matrix-vector products: depth-0 matmuls whose
     activation has at most `VECTOR_ROWS` rows (a batch-1 request, one token at a time). Their time is
     reading the weights, which a call with more rows reads once too."""
+    small_math_ns_per_step: float = 0.0
+    """The matrix math inside the small ops, at the best rate this program's own matmuls of the same
+    dtype reached in the window (`small_op_math_ns`): time batching keeps, since it does the same FLOPs.
+    An LSTM cell's 97x204 matmuls are "small" by their tensors yet ran at 71-76 GFLOP/s of a 91 peak."""
 
     @property
     def fp32_matmul_ns_per_step(self) -> float:
@@ -173,8 +177,42 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
         large_op_ns_by_phase=by_phase,
         loose_op_ns_per_step=loose / n,
         vector_matmul_ns_per_step=vector / n,
+        small_math_ns_per_step=small_op_math_ns(
+            window, {id(o) for o, sm in zip(top, small_flags, strict=True) if sm}
+        )
+        / n,
         compiled_ns_per_step=compiled_ns / n,
     )
+
+
+RATE_MIN_FLOPS = 1_000_000
+"""A group of matmuls (one op name, shape and dtype) sets a dtype's rate only with at least 1 MFLOP in
+the window: a handful of tiny calls times their overhead, not the machine."""
+
+
+def small_op_math_ns(window: OpWindow, small: set[int]) -> float:
+    """Time the matmul FLOPs inside the small depth-0 ops (ids in `small`) would take at the best rate
+    any group of the window's matmuls of the same dtype reached (total FLOPs over total time per name,
+    shape and dtype: the program's own, on this machine, with its threads)."""
+    groups: dict[tuple[str, str, tuple[tuple[int, ...], ...]], list[float]] = {}
+    inside: dict[str, float] = {}
+    parent: int | None = None
+    for o in window.ops:  # ordered by thread, then start: a depth-0 op's callees follow it
+        if o.depth == 0:
+            parent = id(o)
+        if o.name not in MATMUL_OPS or not o.flops or o.dur_ns <= 0:
+            continue
+        dtype = next((t for t in o.input_types if t and t != "Scalar"), "?")
+        acc = groups.setdefault((o.name, dtype, tuple(tuple(d) for d in o.input_dims)), [0.0, 0.0])
+        acc[0] += o.flops
+        acc[1] += o.dur_ns
+        if parent in small:
+            inside[dtype] = inside.get(dtype, 0.0) + o.flops
+    best: dict[str, float] = {}
+    for (_, dtype, _), (flops, ns) in groups.items():
+        if flops >= RATE_MIN_FLOPS:
+            best[dtype] = max(best.get(dtype, 0.0), flops / ns)
+    return sum(flops / best[dtype] for dtype, flops in inside.items() if best.get(dtype))
 
 
 def _largest_numel_per_top_op(window: OpWindow) -> dict[int, int]:

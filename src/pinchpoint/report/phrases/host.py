@@ -111,11 +111,17 @@ PHRASES: dict[str, Callable[..., str]] = {
         f"{ops:.0f} framework ops per step, {small_ops:.0f} of them on "
         "tensors too small for their math to matter"
     ),
-    "host.dispatch.overhead": lambda inference, compute_ns, large_ns, overhead_ns: (
+    "host.dispatch.overhead": lambda inference, compute_ns, large_ns, overhead_ns, small_math_ns=0.0: (
         f"{'Forward' if inference else 'Forward, backward and optimizer'} take"
         f"{'s' if inference else ''} {ms(compute_ns)} per step; ops on large tensors "
-        f"account for only {ms(large_ns)}: ≈ {ms(overhead_ns)} is per-op "
-        "overhead and Python glue"
+        f"account for only {ms(large_ns)}"
+        + (
+            f", the small ops' own matrix math ≈ {ms(small_math_ns)} (at the best rate this program's "
+            "matmuls reached: batching keeps it)"
+            if small_math_ns >= 0.05 * compute_ns
+            else ""
+        )
+        + f": ≈ {ms(overhead_ns)} is per-op overhead and Python glue"
     ),
     "host.dispatch.top_ops": lambda ops: "Most time: " + ", ".join(f"{name} ×{calls}" for name, calls in ops),
     "host.dispatch.compiled": lambda compiled_ns: (
