@@ -45,6 +45,14 @@ def test_a_precision_that_could_pay_is_timed_on_the_whole_call() -> None:
     assert 10_000_000 < out["ns"] < 60_000_000
 
 
+def test_a_small_call_is_timed_whole_however_slow_a_precision_may_be() -> None:
+    """A 10 µs fp32 matmul: even emulated x200, its whole bf16 call costs 2 ms; a slice would time the
+    kernel's first use (x50 "slower" than fp32 read for a native bf16 matmul that was x2 slower)."""
+    calls: list[int] = []
+    out = _slow_dtype_ns(10_000, 640, _sleeping(30, calls))
+    assert calls and all(c == 640 for c in calls) and "rows_timed" not in out
+
+
 def test_the_matmul_probe_times_both_precisions_of_the_programs_shape() -> None:
     fp32, bf16 = _probe_matmul(torch, (256, 128, 64))
     assert (fp32["dtype"], bf16["dtype"]) == ("float32", "bfloat16")

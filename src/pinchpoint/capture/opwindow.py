@@ -407,10 +407,20 @@ one full call took 0.5-0.9 s of the program's time here."""
 SLOW_X = 4.0
 
 
+WHOLE_CALL_NS = 10_000_000
+EMULATED_X = 200
+"""A call whose fp32 time, `EMULATED_X` times slower (bf16 emulated: x177 seen on an AVX2 EPYC), stays
+under `WHOLE_CALL_NS` is timed whole: a 1/8 slice of a small matmul times oneDNN's kernel choice, not
+the math (on the avx512_bf16 EPYC a 80x16x32 bf16 slice read 62 µs on its second call, 20 µs on its
+fourth; the whole 640-row call 19 µs warm): scaled x8 it made bf16 read x50 slower than fp32."""
+
+
 def _slow_dtype_ns(fp32_ns: int, rows: int, call: Any) -> dict[str, Any]:
     """A lower-precision call's time: on a fraction of the rows when that fraction, scaled up, is
     already `SLOW_X` × fp32 (the precision cannot pay here, the exact factor does not matter), else on
-    all of them. `rows_timed` says which."""
+    all of them. `rows_timed` says which. A small call is timed whole (`WHOLE_CALL_NS`)."""
+    if fp32_ns * EMULATED_X <= WHOLE_CALL_NS:
+        return {"ns": _median_ns(lambda: call(rows))}
     part = max(1, rows // SCALE_ROWS)
     if part < rows:
         scaled = _once_ns(call, part) * rows // part
