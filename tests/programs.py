@@ -161,6 +161,26 @@ def foreign_cores(report: dict[str, Any]) -> float:
     return 0.0
 
 
+LOADED_STEPS_MIN = 0.1
+"""A run a tenth of whose steady steps ran beside another program's load (`ranks[].load`)."""
+
+
+def beside_load(report: dict[str, Any]) -> bool:
+    """The run shared the machine: throughout (the shared-machine note) or in part (a passing load's
+    steps, left out of its statistics or not). Its diagnosis may be read from the clean steps; a
+    comparison of two whole runs (`pinchpoint try`) is not."""
+    if foreign_cores(report) >= CONTENDED_CORES:
+        return True
+    for rank in report.get("ranks") or []:
+        load = rank.get("load") or {}
+        if (
+            load.get("steps")
+            and load["steps"] - load.get("clean_steps", 0) >= LOADED_STEPS_MIN * load["steps"]
+        ):
+            return True
+    return False
+
+
 def programs_own(report: dict[str, Any], planted: Sequence[str] = ()) -> list[dict[str, Any]]:
     """The findings about the program itself. Beside a busy process (the suite run next to one, a CI
     neighbour) the thread trial measures what fewer intra-op threads gain, and that finding often leads

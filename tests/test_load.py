@@ -10,7 +10,17 @@ from pinchpoint.analysis.run_analysis import analyze_rank
 from pinchpoint.analysis.steps import step_stats
 from pinchpoint.diagnosis.finding import NoteKind
 from pinchpoint.diagnosis.notes import context_notes
-from pinchpoint.trace.run import ProcSample, RankData, Run, RunMeta, Step, SystemSample, WorkerTrial
+from pinchpoint.trace.run import (
+    OpEvent,
+    OpWindow,
+    ProcSample,
+    RankData,
+    Run,
+    RunMeta,
+    Step,
+    SystemSample,
+    WorkerTrial,
+)
 
 PID = 100
 SAMPLE_MS = 500
@@ -159,3 +169,22 @@ def test_kernel_threads_working_for_the_program_are_not_a_neighbour() -> None:
     assert all(iv.foreign_cores < 0.01 for iv in foreign_intervals(samples))
     old = tuple(replace(s, machine_user_s=None) for s in samples)
     assert all(abs(iv.foreign_cores - 0.6) < 1e-6 for iv in foreign_intervals(old))
+
+
+def test_an_op_window_step_taken_by_a_burst_is_left_out_of_the_op_statistics() -> None:
+    """An LBFGS fit's op window: one of its three steps ran in a burst (1665 ms against 150), and its
+    ops' time hid the per-op overhead the clean steps had."""
+    steps = _bursty_steps(120, BURSTY)
+    samples = _samples(steps[-1].end_ns / 1e6, BURSTY)
+    slow = next(i for i, s in enumerate(steps) if s.dur_ns == ns(80) and i > 2)
+    window_steps = steps[slow - 2 : slow + 1]  # two clean steps, then one in the burst
+    marked = tuple(replace(s, profiled=True) if s in window_steps else s for s in steps)
+    ops = tuple(
+        OpEvent(name="aten::mm", start_ns=s.start_ns, dur_ns=s.dur_ns // 2, tid=1, depth=0)
+        for s in window_steps
+    )
+    window = OpWindow(steps=3, start_ns=window_steps[0].start_ns, end_ns=window_steps[-1].end_ns, ops=ops)
+    rank = RankData(rank=0, steps=marked, processes=(make_process(PID),), opwindow=window)
+    kept, split = split_by_load(rank, samples)
+    assert split is not None and split.window_steps_dropped == 1
+    assert kept.opwindow is not None and kept.opwindow.steps == 2 and kept.opwindow.ops == ops[:2]

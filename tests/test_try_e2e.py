@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pinchpoint.pipeline import try_fix
-from programs import CONTENDED_CORES, EXAMPLES, foreign_cores
+from programs import EXAMPLES, beside_load
 from truth import baseline_ms, machine_truth, missing_row
 
 pytestmark = pytest.mark.e2e
@@ -46,7 +46,7 @@ def _try(
     )  # fmt: skip
     if res.returncode != 0 and (out / "baseline" / "report.json").is_file():
         baseline = json.loads((out / "baseline" / "report.json").read_text())
-        contended = foreign_cores(baseline) >= CONTENDED_CORES
+        contended = beside_load(baseline)
         truth_ms = baseline_ms(example)
         lighter = truth_ms is not None and baseline["steps"]["median_ms"] < truth_ms / SLOWER_THAN_TRUTH
         may_vanish = fix.startswith("cpu.") or 'LOADED = "shrinks' in (EXAMPLES / f"{example}.py").read_text()
@@ -101,7 +101,7 @@ def _check_row(example: str, doc: dict[str, Any], row: dict[str, Any], table: st
     if row["pairs"] == 2:  # the first pair was in doubt: both ran again, and the row pools them
         runs += [runs[0].with_name("baseline-again"), runs[1].with_name(runs[1].name + "-again")]
     reports = [json.loads((r / "report.json").read_text()) for r in runs]
-    if max(foreign_cores(r) for r in reports) >= CONTENDED_CORES:
+    if any(beside_load(r) for r in reports):
         return  # the truth was measured on an idle machine
     truth_ms, base_ms = baseline_ms(example), reports[0]["steps"]["median_ms"]
     if truth_ms is not None and not truth_ms / SLOWER_THAN_TRUTH <= base_ms <= truth_ms * SLOWER_THAN_TRUTH:
@@ -142,7 +142,7 @@ def test_fix_all_stacks_the_fixes_that_paid_and_names_what_leads_after(tmp_path:
         # once found no row to stack): then nothing is stacked, and the reason is the machine's.
         baseline = json.loads((Path(doc["baseline"]) / "report.json").read_text())
         truth_ms = baseline_ms("stacked_fixes")
-        other_state = foreign_cores(baseline) >= CONTENDED_CORES or (
+        other_state = beside_load(baseline) or (
             # (no truth row on this kind: nothing says the fixes pay here)
             truth_ms is None or baseline["steps"]["median_ms"] > SLOWER_THAN_TRUTH * truth_ms
         )
@@ -151,7 +151,7 @@ def test_fix_all_stacks_the_fixes_that_paid_and_names_what_leads_after(tmp_path:
             assert row["significant"] or (row["pairs"] == 2 and row["doubt"] == "noise"), row
         # skipping a checkpoint only takes work away: try must not measure it slower for sure
         assert not (ckpt["significant"] and ckpt["speedup"] < 1), ckpt
-        if foreign_cores(baseline) < CONTENDED_CORES:
+        if not beside_load(baseline):
             assert fetch["significant"] or ckpt["significant"], rows
         # Beside a busy process two pairs of 30 steps may resolve neither (the loaded suite read
         # workers x0.72 [0.63-1.25] and checkpoint x0.93 [0.65-2.03] on 122 ms steps): in doubt, said so.
@@ -175,7 +175,7 @@ def test_fix_all_stacks_the_fixes_that_paid_and_names_what_leads_after(tmp_path:
     ).is_file()
     reports = [json.loads((Path(r["run_dir"]) / "report.json").read_text()) for r in (fetch, ckpt, together)]
     reports.append(json.loads((Path(doc["baseline"]) / "report.json").read_text()))
-    if max(foreign_cores(r) for r in reports) >= CONTENDED_CORES:
+    if any(beside_load(r) for r in reports):
         return  # the truth was measured on an idle machine
     # ...and at the speed its truth rows record. A slower machine (steal time, a slower clock: no
     # foreign process shows) shrinks the fixed waits' share, so the fixes gain less: CI read the

@@ -25,8 +25,10 @@ own sampler and an idle desktop stay far below; a compile job on the other core 
 LOADED_MIN_FRACTION = 0.1
 """The loaded steps are left out when at least a tenth of the steady steps were loaded (fewer: a blip,
 which the medians the rules read already pass over)."""
-CLEAN_MIN_STEPS = 10
-"""At least this many clean steady steps to judge from (fewer: the run is read as it was, loaded)."""
+CLEAN_MIN_STEPS = 5
+"""At least this many clean steady steps to judge from (fewer: the run is read as it was, loaded). Few,
+yet better than mixing in steps ×3 as slow: an LBFGS fit of 11 steady steps, 2 of them in a burst
+(×3.2), had its per-op overhead judged inside their spread and not reported."""
 CLEAN_MIN_FRACTION = 0.2
 """...and at least a fifth of the steady steps (a few quiet moments in a loaded run are not the run)."""
 
@@ -54,6 +56,8 @@ class LoadSplit:
     shared): the loaded steps are marked `disturbed` and left out."""
     trials_dropped: tuple[str, ...] = ()
     """Trials (`thread`, `alloc`, `worker`) left unread: their steps ran under another load."""
+    window_steps_dropped: int = 0
+    """Op-window steps whose ops were left out: they ran under another load than the steps kept."""
 
     @property
     def loaded(self) -> int:
@@ -125,6 +129,7 @@ def split_by_load(rank: RankData, samples: Sequence[SystemSample]) -> tuple[Rank
         )
     kept = [known[i] for i in (clean if used else known)]
     rank, dropped = _drop_disturbed_trials(rank, foreign, statistics.fmean(kept))
+    rank, window_left = _drop_disturbed_window_steps(rank, foreign, statistics.fmean(kept))
     split = LoadSplit(
         steps=len(known),
         clean=len(clean),
@@ -133,8 +138,31 @@ def split_by_load(rank: RankData, samples: Sequence[SystemSample]) -> tuple[Rank
         loaded_median_ns=int(statistics.median(durs[i] for i in loaded)) if loaded else 0,
         used=used,
         trials_dropped=dropped,
+        window_steps_dropped=window_left,
     )
     return rank, split
+
+
+def _drop_disturbed_window_steps(
+    rank: RankData, foreign: dict[int, float | None], reference: float
+) -> tuple[RankData, int]:
+    """The rank with the op window's ops recorded in a step that ran `CLEAN_FOREIGN_CORES` more or less
+    loaded than the steps the statistics keep left out (and the window's step count lowered to match),
+    while at least one window step remains: an LBFGS fit's window step taken by a burst ran 1665 ms
+    against 150, and its ops' time hid the per-op overhead the clean steps had."""
+    window = rank.opwindow
+    profiled = [s for s in rank.steps if s.profiled and not s.partial]
+    if window is None or not profiled:
+        return rank, 0
+    spans = [
+        (s.start_ns, s.end_ns)
+        for s in profiled
+        if (f := foreign[id(s)]) is not None and abs(f - reference) >= CLEAN_FOREIGN_CORES
+    ]
+    if not spans or len(spans) >= min(len(profiled), window.steps):
+        return rank, 0
+    ops = tuple(o for o in window.ops if not any(a <= o.start_ns < b for a, b in spans))
+    return replace(rank, opwindow=replace(window, ops=ops, steps=window.steps - len(spans))), len(spans)
 
 
 def _drop_disturbed_trials(

@@ -82,6 +82,12 @@ def context_notes(ranks: tuple[RankAnalysis, ...]) -> list[Note]:
             notes.append(
                 Note(kind=NoteKind.CONTEXT, fact=Fact("note.trials_disturbed", trials=load.trials_dropped))
             )
+        if load is not None and load.window_steps_dropped:
+            notes.append(
+                Note(
+                    kind=NoteKind.CONTEXT, fact=Fact("note.window_disturbed", steps=load.window_steps_dropped)
+                )
+            )
         cpu = rank.cpu
         if cpu is not None:
             foreign = cpu.foreign_cores

@@ -281,4 +281,5 @@ def _load(load: LoadSplit) -> dict[str, Any]:
         "loaded_slowdown": rounded(load.slowdown, 2) if load.loaded and load.clean else None,
         "clean_only": load.used,
         "trials_not_read": list(load.trials_dropped),
+        "window_steps_not_read": load.window_steps_dropped,
     }

@@ -50,5 +50,9 @@ PHRASES: dict[str, Callable[..., str]] = {
         "held cores the steps it is compared with did not: not read (those fixes are priced by their "
         "model instead)"
     ),
+    "note.window_disturbed": lambda steps: (
+        f"{steps} of the op window's steps ran while other processes held cores the steps it is "
+        "compared with did not: their ops were left out of the op statistics"
+    ),
     "note.few_steps": lambda steps: f"only {steps} steady steps were measured: statistics are rough",
 }
