@@ -155,7 +155,7 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
         phase = None if is_small else _phase_of(named, o.start_ns, o.start_ns + o.dur_ns)
         if phase is not None:
             by_phase[phase] = by_phase.get(phase, 0.0) + o.dur_ns / n
-    small = sum(small_flags)
+    small_ids = {id(o) for o, sm in zip(top, small_flags, strict=True) if sm}
     # The profiled steps the window's ops overlap (the profiler starts as the first of them starts).
     inside = [s for s in steps if s.profiled and s.end_ns > window.start_ns and s.start_ns < window.end_ns]
     window_step_ns = (
@@ -172,15 +172,12 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
         matmul_flops_per_step=flops / n,
         dispatch_ns_per_op=probes.dispatch_ns_per_op,
         top_ops=tuple((name, acc[0] / n, round(acc[1] / n)) for name, acc in top_ops),
-        small_ops_per_step=small / n,
+        small_ops_per_step=len(small_ids) / n,
         large_phase_op_ns_per_step=large_in_phases / n,
         large_op_ns_by_phase=by_phase,
         loose_op_ns_per_step=loose / n,
         vector_matmul_ns_per_step=vector / n,
-        small_math_ns_per_step=small_op_math_ns(
-            window, {id(o) for o, sm in zip(top, small_flags, strict=True) if sm}
-        )
-        / n,
+        small_math_ns_per_step=small_op_math_ns(window, small_ids) / n,
         compiled_ns_per_step=compiled_ns / n,
     )
 
