@@ -156,14 +156,9 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
         if phase is not None:
             by_phase[phase] = by_phase.get(phase, 0.0) + o.dur_ns / n
     small_ids = {id(o) for o, sm in zip(top, small_flags, strict=True) if sm}
-    # The profiled steps the window's ops overlap (the profiler starts as the first of them starts).
-    inside = [s for s in steps if s.profiled and s.end_ns > window.start_ns and s.start_ns < window.end_ns]
-    window_step_ns = (
-        (sum(s.dur_ns for s in inside) / len(inside)) if inside else (window.end_ns - window.start_ns) / n
-    )
     return OpStats(
         window_steps=n,
-        window_step_ns=window_step_ns,
+        window_step_ns=_window_step_ns(window, steps, n),
         top_level_ops_per_step=len(top) / n,
         median_top_level_op_ns=float(durs[len(durs) // 2]) if durs else 0.0,
         op_ns_per_step=sum(durs) / n,
@@ -180,6 +175,13 @@ def op_stats(window: OpWindow, probes: Probes, steps: tuple[Step, ...]) -> OpSta
         small_math_ns_per_step=small_op_math_ns(window, small_ids) / n,
         compiled_ns_per_step=compiled_ns / n,
     )
+
+
+def _window_step_ns(window: OpWindow, steps: tuple[Step, ...], n: int) -> float:
+    """Mean duration of the profiled steps the window's ops overlap (the profiler starts as the first
+    of them starts); the window's span over its step count without them."""
+    inside = [s for s in steps if s.profiled and s.end_ns > window.start_ns and s.start_ns < window.end_ns]
+    return (sum(s.dur_ns for s in inside) / len(inside)) if inside else (window.end_ns - window.start_ns) / n
 
 
 RATE_MIN_FLOPS = 1_000_000
