@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from conftest import make_env, make_process, make_steps, ns
 from pinchpoint.analysis.load import CLEAN_MIN_STEPS, foreign_intervals, split_by_load
 from pinchpoint.analysis.run_analysis import analyze_rank
@@ -188,3 +190,24 @@ def test_an_op_window_step_taken_by_a_burst_is_left_out_of_the_op_statistics() -
     kept, split = split_by_load(rank, samples)
     assert split is not None and split.window_steps_dropped == 1
     assert kept.opwindow is not None and kept.opwindow.steps == 2 and kept.opwindow.ops == ops[:2]
+
+
+def test_an_op_window_wholly_in_a_burst_is_read_at_the_clean_steps_pace() -> None:
+    """allocator_churn's whole window ran in a burst: its elementwise ops read 88% of a clean step and
+    an optimizer's chains led the planted churn. No clean window step is left, so its ops' times are
+    divided by how much slower the loaded steps ran."""
+    steps = _bursty_steps(120, BURSTY)
+    samples = _samples(steps[-1].end_ns / 1e6, BURSTY)
+    slow = next(i for i, s in enumerate(steps) if s.dur_ns == ns(80) and i > 2) + 1
+    window_steps = steps[slow : slow + 3]
+    assert all(s.dur_ns == ns(80) for s in window_steps)
+    marked = tuple(replace(s, profiled=True) if s in window_steps else s for s in steps)
+    ops = tuple(
+        OpEvent(name="aten::mul", start_ns=s.start_ns, dur_ns=ns(40), tid=1, depth=0) for s in window_steps
+    )
+    window = OpWindow(steps=3, start_ns=window_steps[0].start_ns, end_ns=window_steps[-1].end_ns, ops=ops)
+    rank = RankData(rank=0, steps=marked, processes=(make_process(PID),), opwindow=window)
+    kept, split = split_by_load(rank, samples)
+    assert split is not None and split.used and split.window_steps_dropped == -3
+    assert kept.opwindow is not None and kept.opwindow.steps == 3
+    assert all(o.dur_ns == pytest.approx(ns(40) / split.slowdown, rel=0.01) for o in kept.opwindow.ops)

@@ -57,7 +57,8 @@ class LoadSplit:
     trials_dropped: tuple[str, ...] = ()
     """Trials (`thread`, `alloc`, `worker`) left unread: their steps ran under another load."""
     window_steps_dropped: int = 0
-    """Op-window steps whose ops were left out: they ran under another load than the steps kept."""
+    """Op-window steps whose ops were left out: they ran under another load than the steps kept. Negative
+    when the whole window did: then its ops' times were divided by the loaded steps' slowdown."""
 
     @property
     def loaded(self) -> int:
@@ -129,7 +130,12 @@ def split_by_load(rank: RankData, samples: Sequence[SystemSample]) -> tuple[Rank
         )
     kept = [known[i] for i in (clean if used else known)]
     rank, dropped = _drop_disturbed_trials(rank, foreign, statistics.fmean(kept))
-    rank, window_left = _drop_disturbed_window_steps(rank, foreign, statistics.fmean(kept))
+    slowdown = (
+        statistics.median(durs[i] for i in loaded) / statistics.median(durs[i] for i in clean)
+        if used
+        else 1.0
+    )
+    rank, window_left = _drop_disturbed_window_steps(rank, foreign, statistics.fmean(kept), slowdown)
     split = LoadSplit(
         steps=len(known),
         clean=len(clean),
@@ -144,7 +150,7 @@ def split_by_load(rank: RankData, samples: Sequence[SystemSample]) -> tuple[Rank
 
 
 def _drop_disturbed_window_steps(
-    rank: RankData, foreign: dict[int, float | None], reference: float
+    rank: RankData, foreign: dict[int, float | None], reference: float, slowdown: float
 ) -> tuple[RankData, int]:
     """The rank with the op window's ops recorded in a step that ran `CLEAN_FOREIGN_CORES` more or less
     loaded than the steps the statistics keep left out (and the window's step count lowered to match),
@@ -159,8 +165,16 @@ def _drop_disturbed_window_steps(
         for s in profiled
         if (f := foreign[id(s)]) is not None and abs(f - reference) >= CLEAN_FOREIGN_CORES
     ]
-    if not spans or len(spans) >= min(len(profiled), window.steps):
+    if not spans:
         return rank, 0
+    if len(spans) >= min(len(profiled), window.steps):
+        # The whole window ran beside the load: its ops' times are read at the clean steps' pace, as
+        # the loaded steps ran `slowdown` times as long (allocator_churn's window in a burst read its
+        # elementwise ops at 88% of a clean step, and an optimizer's chains led the planted churn)
+        if slowdown <= 1.0:
+            return rank, 0
+        ops = tuple(replace(o, dur_ns=round(o.dur_ns / slowdown)) for o in window.ops)
+        return replace(rank, opwindow=replace(window, ops=ops)), -len(spans)
     ops = tuple(o for o in window.ops if not any(a <= o.start_ns < b for a, b in spans))
     return replace(rank, opwindow=replace(window, ops=ops, steps=window.steps - len(spans))), len(spans)
 

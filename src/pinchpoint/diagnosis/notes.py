@@ -85,7 +85,10 @@ def context_notes(ranks: tuple[RankAnalysis, ...]) -> list[Note]:
         if load is not None and load.window_steps_dropped:
             notes.append(
                 Note(
-                    kind=NoteKind.CONTEXT, fact=Fact("note.window_disturbed", steps=load.window_steps_dropped)
+                    kind=NoteKind.CONTEXT,
+                    fact=Fact(
+                        "note.window_disturbed", steps=load.window_steps_dropped, slowdown=load.slowdown
+                    ),
                 )
             )
         cpu = rank.cpu

@@ -50,9 +50,13 @@ PHRASES: dict[str, Callable[..., str]] = {
         "held cores the steps it is compared with did not: not read (those fixes are priced by their "
         "model instead)"
     ),
-    "note.window_disturbed": lambda steps: (
+    "note.window_disturbed": lambda steps, slowdown=1.0: (
         f"{steps} of the op window's steps ran while other processes held cores the steps it is "
         "compared with did not: their ops were left out of the op statistics"
+        if steps > 0
+        else f"the op window's {-steps} steps all ran while other processes held cores the steps it is "
+        f"compared with did not: its ops' times were divided by ×{slowdown:.2f}, how much slower the "
+        "loaded steps ran (a model: op-based estimates are less certain)"
     ),
     "note.few_steps": lambda steps: f"only {steps} steady steps were measured: statistics are rough",
 }
