@@ -310,7 +310,7 @@ def _own_step(index: int, ms: float) -> dict[str, Any]:
 
 
 def test_an_attach_starts_a_trial_only_with_room_for_it_and_ordinary_steps(tmp_path: Path) -> None:
-    from pinchpoint.capture.trials import SPANS, Trials
+    from pinchpoint.capture.trials import ORDINARY_AFTER_MIN, SPANS, Trials, steps_needed
 
     trials = Trials(tmp_path)
     assert trials.room("alloc") is True  # `run`: no deadline, every trial in turn
@@ -320,7 +320,9 @@ def test_an_attach_starts_a_trial_only_with_room_for_it_and_ordinary_steps(tmp_p
         trials.observe(_own_step(i, 200))
     assert trials.room("alloc") is True  # 10 s at 200 ms a step: 50 steps, the trial and as many again
     trials.deadline_wall_s = time.time() + 4  # 20 steps left: not the allocator's, but the workers'
-    assert 2 * SPANS["workers"] * 0.2 < 4 < 2 * SPANS["alloc"] * 0.2
+    assert steps_needed("workers") * 0.2 < 4 < steps_needed("alloc") * 0.2
+    # a short trial still leaves ten ordinary steps after it (the workers' 7 and 10, not 7 and 7)
+    assert steps_needed("workers") == SPANS["workers"] + ORDINARY_AFTER_MIN > 2 * SPANS["workers"]
     assert trials.room("alloc") is False and trials.room("workers") is True
     # without room a trial is skipped for good, so the next (shorter) one may still start
     assert not trials._may("alloc", trials.alloc, True) and trials.alloc.state == "done"

@@ -30,7 +30,15 @@ from typing import Any
 
 from pinchpoint.capture.writer import write_json_atomic
 
+START_TIMEOUT_S = 15.0
+"""How long the agent may take to start: the interpreter runs it the next time its main thread runs
+Python code (a program blocked in one C call for longer gets nothing attached)."""
+DEADLINE_SLACK_S = 60.0
+"""The agent detaches by itself this long after the attach should have ended (the attacher died)."""
+
 DETACH_FILE = "detach"
+BOOTSTRAP_FILE = "attach.py"
+"""The source the attacher writes and gdb has the program run (its time: when the attach began)."""
 """The attacher's request, in the run directory."""
 POLL_S = 0.2
 SAFE_WAIT_S = 5.0
@@ -81,10 +89,22 @@ def _start(root: Path, deadline_wall_s: float, opwindow: str | None, trials: boo
         os.environ[TRIALS_ENV] = "off"
     agent = agent_mod.start(root, window=opwindow or None)
     agent.attached = True
-    agent.trials.deadline_wall_s = deadline_wall_s  # trials leave the attach room for ordinary steps
+    agent.trials.deadline_wall_s = _detach_expected(root, deadline_wall_s)  # trials leave room for steps
     threading.Thread(
         target=_watch, args=(agent, root, deadline_wall_s), daemon=True, name="pinchpoint"
     ).start()
+
+
+def _detach_expected(root: Path, deadline_wall_s: float) -> float:
+    """When the attacher will detach: now (the agent has just started, and the attacher waits for that)
+    plus the attach's duration. `deadline_wall_s` is the agent's own last resort, the duration plus
+    `START_TIMEOUT_S` and `DEADLINE_SLACK_S` after the attacher wrote the bootstrap: read as the
+    detach, it let every trial start (a 10 s attach ran all three back to back, 7 ordinary steps of 43)."""
+    try:
+        written = (root / BOOTSTRAP_FILE).stat().st_mtime
+    except OSError:
+        return deadline_wall_s - DEADLINE_SLACK_S
+    return time.time() + max(0.0, deadline_wall_s - DEADLINE_SLACK_S - START_TIMEOUT_S - written)
 
 
 def _watch(agent: Any, root: Path, deadline_wall_s: float) -> None:

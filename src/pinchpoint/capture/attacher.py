@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from pinchpoint.capture import inject
-from pinchpoint.capture.attached import DETACH_FILE, SAFE_WAIT_S
+from pinchpoint.capture.attached import (
+    BOOTSTRAP_FILE,
+    DEADLINE_SLACK_S,
+    DETACH_FILE,
+    SAFE_WAIT_S,
+    START_TIMEOUT_S,
+)
 from pinchpoint.capture.launcher import PKG_PARENT, start_run_dir
 from pinchpoint.capture.outside import alive, environ, watch_outside
 from pinchpoint.capture.sampler import DEFAULT_INTERVAL_S, spawn_sampler, stop_sampler
@@ -25,11 +31,6 @@ from pinchpoint.capture.stacks import DEFAULT_RATE_HZ, spawn_stack_sampler, stop
 from pinchpoint.capture.writer import write_json_atomic
 from pinchpoint.errors import AttachError, InjectError
 
-START_TIMEOUT_S = 15.0
-"""How long the agent may take to start: the interpreter runs it the next time its main thread runs
-Python code (a program blocked in one C call for longer gets nothing attached)."""
-DEADLINE_SLACK_S = 60.0
-"""The agent detaches by itself this long after the attach should have ended (the attacher died)."""
 POLL_S = 0.1
 
 
@@ -106,7 +107,7 @@ def _inside(
     """The agent put in each target, run for `duration_s` and detached: (how it ended, what the agents
     restored, summed over the targets; None unless every agent confirmed its detach)."""
     pids = [t.pid for t in targets]
-    bootstrap = run_dir / "attach.py"
+    bootstrap = run_dir / BOOTSTRAP_FILE
     deadline = time.time() + START_TIMEOUT_S + duration_s + DEADLINE_SLACK_S
     bootstrap.write_text(inject.bootstrap_source(PKG_PARENT, run_dir.resolve(), deadline, opwindow, trials))
     ended, started = "detached", False

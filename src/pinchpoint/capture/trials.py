@@ -33,6 +33,15 @@ SPANS = {
 """The steps each trial takes from the program (warm-up and the step back included)."""
 OWN_PACE_MIN = 3
 """Ordinary steps timed before an attach's time left is read in steps."""
+ORDINARY_AFTER_MIN = 10
+"""An attach's trial leaves at least this many ordinary steps after it, however short the trial (a 10 s
+attach beside a busy process ran the thread, allocator and worker trials back to back, each with room
+for itself twice, and kept 7 ordinary steps of 43)."""
+
+
+def steps_needed(trial: str) -> int:
+    """Steps an attach's time left must hold for `trial` to start: the trial, then ordinary steps."""
+    return SPANS[trial] + max(SPANS[trial], ORDINARY_AFTER_MIN)
 
 
 class Trials:
@@ -55,7 +64,7 @@ class Trials:
             return None
         pace_s = statistics.median(self._own_ns[-20:]) / 1e9
         left_s = self.deadline_wall_s - time.time()
-        return left_s >= 2 * SPANS[trial] * pace_s
+        return left_s >= steps_needed(trial) * pace_s
 
     def observe(self, record: dict[str, Any]) -> None:
         """A finished step's steps.jsonl line."""
