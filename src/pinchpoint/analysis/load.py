@@ -124,18 +124,10 @@ def split_by_load(rank: RankData, samples: Sequence[SystemSample]) -> tuple[Rank
         CLEAN_MIN_STEPS, CLEAN_MIN_FRACTION * len(known)
     )
     if used:
-        out = {id(s) for s in steady if s.index in set(loaded)}
+        out = {id(s) for s in steady if known.get(s.index, 0.0) >= CLEAN_FOREIGN_CORES}
         rank = replace(
             rank, steps=tuple(replace(s, disturbed=True) if id(s) in out else s for s in rank.steps)
         )
-    kept = [known[i] for i in (clean if used else known)]
-    rank, dropped = _drop_disturbed_trials(rank, foreign, statistics.fmean(kept))
-    slowdown = (
-        statistics.median(durs[i] for i in loaded) / statistics.median(durs[i] for i in clean)
-        if used
-        else 1.0
-    )
-    rank, window_left = _drop_disturbed_window_steps(rank, foreign, statistics.fmean(kept), slowdown)
     split = LoadSplit(
         steps=len(known),
         clean=len(clean),
@@ -143,9 +135,13 @@ def split_by_load(rank: RankData, samples: Sequence[SystemSample]) -> tuple[Rank
         clean_median_ns=int(statistics.median(durs[i] for i in clean)) if clean else 0,
         loaded_median_ns=int(statistics.median(durs[i] for i in loaded)) if loaded else 0,
         used=used,
-        trials_dropped=dropped,
-        window_steps_dropped=window_left,
     )
+    reference = statistics.fmean(known[i] for i in (clean if used else known))
+    rank, dropped = _drop_disturbed_trials(rank, foreign, reference)
+    rank, window_left = _drop_disturbed_window_steps(
+        rank, foreign, reference, split.slowdown if used else 1.0
+    )
+    split = replace(split, trials_dropped=dropped, window_steps_dropped=window_left)
     return rank, split
 
 
@@ -201,8 +197,3 @@ def _drop_disturbed_trials(
         rank = replace(rank, worker_trial=None)
         dropped.append("worker")
     return rank, tuple(dropped)
-
-
-def clean_spans(rank: RankData) -> list[tuple[int, int]]:
-    """The (start, end) of the steady steps left in the statistics, for sampling windows to match."""
-    return [(s.start_ns, s.end_ns) for s in steady_steps(rank.steps)]
