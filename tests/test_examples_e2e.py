@@ -28,7 +28,7 @@ from pinchpoint.capture.thread_trial import WARM as TRIAL_WARM
 from programs import CONTENDED_CORES, foreign_cores, holds_beside_busy_neighbours, loaded_steps, programs_own
 from programs import planted as planted_in
 from programs import summary as _summary
-from truth import acceptable_tops, any_truth, sections, without_a_row
+from truth import acceptable_tops, any_truth, holds_now, live_causes, sections, without_a_row
 from truth import machine_truth as _truth
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -173,7 +173,9 @@ def test_diagnosis_matches_the_planted_truth(example: Path, profiled: Any) -> No
         # bf16 autocast on a CPU with native bf16: x2.24 against its planted fix's x1.76); the planted
         # cause is still named
         tops = acceptable_tops(example.stem, planted[0], REAL_SHARE) | set(planted)
-        assert ids[0] in tops and planted[0] in ids, _summary(report)
+        if not (ids[0] in tops and planted[0] in ids):  # the stored row disagrees: measured again now
+            wrong = holds_now(example.stem, planted[0], ids[0], planted[0] in ids, REAL_SHARE)
+            assert not wrong, f"{wrong}; {_summary(report)}"
     else:
         assert set(ids[: len(planted)]) == set(planted), _summary(report)
     if "imbalance.straggler" in planted:  # the straggler is named: rank 1 loads its data slowly
@@ -231,7 +233,11 @@ def test_sixteen_threads_on_this_machine_are_priced_by_the_trial(profiled: Any) 
     found = [f for f in report["findings"] if f["id"] == "cpu.oversubscription"]
     if not found and foreign_cores(report) >= CONTENDED_CORES:
         return  # beside a busy process 16 threads measured as fast as 2 (examples/cpu_oversubscription.py)
-    (f,) = found
-    assert any(e.startswith("Measured:") for e in f["evidence"])
-    # TRUTH.md: ×1.82 with the fix on the Xeon; the trial priced it ×1.18-×1.41 on the AVX2 EPYC
-    assert f["estimated_speedup"] > 1.1
+    assert len(found) <= 1
+    if found:
+        assert any(e.startswith("Measured:") for e in found[0]["evidence"])
+    # TRUTH.md: ×1.82 with the fix on the Xeon; the trial priced it ×1.18-×1.41 on the AVX2 EPYC, ×1.14-1.33
+    # on an AVX512-BF16 one whose whole runs measured ×1.25-1.36 that day
+    if not found or found[0]["estimated_speedup"] <= 1.1:  # then the fix must not pay now either
+        now = live_causes("cpu_oversubscription", "cpu.oversubscription", frozenset({"cpu.oversubscription"}))
+        assert now["cpu.oversubscription"] < 1 - 1 / 1.1, (now, _summary(report))

@@ -66,3 +66,31 @@ def test_this_kinds_own_rows_are_read_and_nothing_is_skipped() -> None:
     for example in own:
         assert truth.missing_row(example) is None
         truth.without_a_row(example, [], [], "")  # returns: the ordering is checked against the row
+
+
+@pytest.fixture
+def measured_now(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
+    """What `live_causes` measures now, set by the test (the real one runs the examples: e2e tests)."""
+    shares: dict[str, float] = {}
+    monkeypatch.setattr(
+        truth, "live_causes", lambda example, planted, causes: {c: shares[c] for c in causes if c in shares}
+    )
+    return shares
+
+
+def test_a_top_the_stored_row_rejects_stands_if_its_fix_measures_as_much_now(
+    measured_now: dict[str, float],
+) -> None:
+    measured_now.update({"input.preprocess": 0.30, "memory.pressure": 0.25})
+    assert truth.holds_now("input_preprocess", "input.preprocess", "memory.pressure", True, 0.15) == ""
+    measured_now["memory.pressure"] = 0.02  # the trial's x1.27 does not hold in whole runs
+    wrong = truth.holds_now("input_preprocess", "input.preprocess", "memory.pressure", True, 0.15)
+    assert wrong.startswith("memory.pressure leads") and "memory.pressure +2%" in wrong
+
+
+def test_a_missing_planted_cause_fails_while_its_fix_still_pays(measured_now: dict[str, float]) -> None:
+    measured_now["cpu.oversubscription"] = 0.26
+    wrong = truth.holds_now("cpu_oversubscription", "cpu.oversubscription", "compute.math", False, 0.15)
+    assert "not named" in wrong
+    measured_now["cpu.oversubscription"] = 0.05  # the fix no longer pays here: compute leads, rightly
+    assert truth.holds_now("cpu_oversubscription", "cpu.oversubscription", "compute.math", False, 0.15) == ""

@@ -17,13 +17,19 @@ NATIVE_BF16 = ("-amx", "-bf16")
 
 
 @functools.cache
-def machine_kind() -> str:
-    """This machine's kind as examples/measure_truth.py names its TRUTH.md section."""
+def _measure_truth() -> Any:
+    """examples/measure_truth.py as a module (it names the kinds and runs the variants)."""
     spec = importlib.util.spec_from_file_location("measure_truth", EXAMPLES / "measure_truth.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return str(module.machine_kind())
+    return module
+
+
+@functools.cache
+def machine_kind() -> str:
+    """This machine's kind as examples/measure_truth.py names its TRUTH.md section."""
+    return str(_measure_truth().machine_kind())
 
 
 @functools.cache
@@ -157,6 +163,61 @@ to run, the same fix measures ±5-10 points here)."""
 def acceptable_tops(example: str, planted: str, real: float) -> set[str]:
     """The causes a report's top finding may name: real ones (their fix removed at least `real` of the
     step) within `TOP_MARGIN` of the largest."""
-    causes = {c: s for c, s in measured_causes(example, planted).items() if s >= real}
-    best = max(causes.values(), default=0.0)
-    return {c for c, s in causes.items() if s >= best - TOP_MARGIN}
+    return tops_of(measured_causes(example, planted), real)
+
+
+LIVE_REPS = 2
+"""Alternations of the planted program and each fix when a truth is measured again now."""
+
+
+@functools.cache
+def live_causes(example: str, planted: str, causes: frozenset[str]) -> dict[str, float]:
+    """category -> the largest share its fixes remove *now*, on this machine: the planted program and
+    each fix of a cause in `causes` run alternately `LIVE_REPS` times (examples/measure_truth.py's
+    variants), each row's median step against the planted one's. For a report that disagrees with the
+    stored row: a VM's speed drifts between days (a thread fix measured x1.81 one day and x1.25-1.36 on
+    the same kind later; a fresh clone's CI met its glibc trial at x1.27 where the row says x1.02), and
+    a truth is the fix measured on this machine, so the disagreement is settled by measuring again."""
+    mt = _measure_truth()
+    fixes = [
+        (label, argv)
+        for label, argv in mt.EXAMPLES[example][1]
+        if cause_of(label, planted) in causes
+        and all(mt.preloaded(a.removeprefix("preload:")) for a in argv if a.startswith("preload:"))
+    ]
+    times: dict[str, list[float]] = {label: [] for label, _ in [("", []), *fixes]}
+    for _ in range(LIVE_REPS):
+        for label, argv in [("", []), *fixes]:
+            tokens, _, _ = mt.run_once(example, argv, 600)
+            times[label].append(tokens["median_step_ms"])
+    before = sorted(times[""])[len(times[""]) // 2]
+    out: dict[str, float] = {}
+    for label, _ in fixes:
+        after = sorted(times[label])[len(times[label]) // 2]
+        cause = cause_of(label, planted)
+        out[cause] = max(1 - after / before, out.get(cause, -1.0))
+    return out
+
+
+def tops_of(causes: dict[str, float], real: float) -> set[str]:
+    """The causes a top finding may name among measured ones: real (their fix removed at least `real`
+    of the step) and within `TOP_MARGIN` of the largest."""
+    kept = {c: s for c, s in causes.items() if s >= real}
+    best = max(kept.values(), default=0.0)
+    return {c for c, s in kept.items() if s >= best - TOP_MARGIN}
+
+
+def holds_now(example: str, planted: str, top: str, named: bool, real: float) -> str:
+    """Where a report's top finding (`top`) or its naming of the planted cause (`named`) disagrees with
+    the stored truth: measure both fixes again now and return why the report is wrong on this machine
+    today ("" when it is right: the top's fix measures at least as much as the planted one, within the
+    margin, and the planted fix still pays if the report left it out)."""
+    live = live_causes(example, planted, frozenset({planted, top}))
+    said = ", ".join(f"{c} {s:+.0%}" for c, s in sorted(live.items()))
+    if not named and live.get(planted, 0.0) >= real:
+        return f"{planted} not named, yet its fix removes {live[planted]:.0%} of the step now ({said})"
+    if top == planted or top in tops_of(live, real):
+        return ""
+    if live.get(planted, 0.0) < real and top not in live:
+        return ""  # the planted fix no longer pays, and the top's fix is not one these examples measure
+    return f"{top} leads; measured again now: {said}"

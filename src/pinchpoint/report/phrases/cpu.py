@@ -22,10 +22,11 @@ PHRASES: dict[str, Callable[..., str]] = {
     "cpu.oversubscription.env": lambda variables: (
         "Thread variables set: " + ", ".join(f"{k}={v}" for k, v in variables)
     ),
-    "cpu.oversubscription.trial": lambda steps, fit, trial_ns, steady_ns, threads, speedup: (
+    "cpu.oversubscription.trial": lambda steps, fit, trial_ns, steady_ns, threads, speedup, p=0.0: (
         f"Measured: {steps} steps run by pinchpoint with torch.set_num_threads({fit}) took "
         f"{trial_ns / 1e6:.1f} ms a step (mean) against {steady_ns / 1e6:.1f} ms "
         f"with {threads} threads around them: ×{speedup:.2f}"
+        + (f", within the steps' spread (permutation test p = {p:.2f})" if p > 0.05 else "")
     ),
     "cpu.oversubscription.fix": lambda threads: (
         f"Use at most one busy thread per core: torch.set_num_threads({threads}) "
