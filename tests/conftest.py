@@ -20,6 +20,7 @@ from typing import Any
 
 import neighbours
 from pinchpoint.analysis.cpu import CpuUsage
+from pinchpoint.analysis.gc import GcStats
 from pinchpoint.analysis.loader import LoaderActivity, loader_activity
 from pinchpoint.analysis.memory import MemoryTrend, PageFaults
 from pinchpoint.analysis.ops import OpStats
@@ -318,6 +319,7 @@ def make_rank_analysis(
     runq_ms: float | None = None,
     faults: PageFaults | None = None,
     traffic: MemoryTraffic | None = None,
+    gc: GcStats | None = None,
 ) -> RankAnalysis:
     """A rank whose step statistics come from `step_stats` over `n_steps` identical synthetic steps."""
     if steps is None:
@@ -335,6 +337,7 @@ def make_rank_analysis(
         probes=Probes() if probes is None else probes,
         faults=faults,
         traffic=traffic,
+        gc=gc,
     )
 
 

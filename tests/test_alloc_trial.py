@@ -20,7 +20,8 @@ from pinchpoint.capture.alloc_trial import MIN_FAULTS, MIN_SEEN, AllocTrialRunne
 from pinchpoint.diagnosis.engine import diagnose
 from pinchpoint.diagnosis.finding import Basis, Finding, facts
 from pinchpoint.ingest.trials import alloc_trial as read_alloc_trial
-from pinchpoint.trace.run import AllocTrial, RankData
+from pinchpoint.trace.run import RankData
+from pinchpoint.trace.trials import AllocTrial
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -32,6 +32,7 @@ from conftest import (
     ns,
 )
 from pinchpoint.analysis.attention import HandAttention
+from pinchpoint.analysis.gc import GcStats
 from pinchpoint.analysis.memory import PageFaults, memory_trend, page_faults
 from pinchpoint.analysis.ops import op_stats
 from pinchpoint.analysis.roofline import Chain, MemoryTraffic
@@ -54,6 +55,7 @@ from pinchpoint.diagnosis.rules.cpu import (
     RUNQ_SHARE_MIN,
     UNDERUSE_COMPUTE_MIN,
 )
+from pinchpoint.diagnosis.rules.gc import GC_SHARE_MIN
 from pinchpoint.diagnosis.rules.host import (
     DISPATCH_RECOVERABLE,
     DISPATCH_SHARE_MIN,
@@ -94,6 +96,7 @@ from pinchpoint.trace.run import (
     StepKind,
     TensorGroup,
 )
+from pinchpoint.trace.trials import GcSite
 
 STEP_MS = 100.0
 EPS = 0.001  # a tenth of a millisecond in a 100 ms step
@@ -1100,6 +1103,35 @@ IO_CHECKPOINT = {
     "just-below-min": Case(rank_of({"checkpoint_io": CHECKPOINT_SHARE_MIN - EPS}), False),
 }
 
+
+def _gc(share: float, explicit: float = 0.0) -> GcStats:
+    """Collector stats of 100 ms steps: `share` of them collecting, `explicit` of them in gc.collect()."""
+    site = GcSite(file="/srv/app/train.py", line=40, function="epoch_end", calls=10, ns=10**9)
+    return GcStats(
+        steps=100, share=share, ns_per_step=share * 100e6, collections_per_step=2.0, full_per_step=0.1,
+        explicit_share=explicit, stall_steps=10, stall_every=10, stall_ns=round(share * 1e9),
+        median_step_ns=100_000_000, sites=(site,) if explicit else (), cwd="/srv/app",
+    )  # fmt: skip
+
+
+HOST_GC = {
+    "epoch-end-collect": Case(
+        rank_of({}, gc=_gc(0.40, 0.38)),
+        True,
+        facts={"host.gc.site": {"line": 40, "calls": 10, "own": True}, "host.gc.stalls": {"every": 10}},
+        check=_all(
+            _eq("share", 0.38), _eq("estimated_speedup", 1 / 0.62), _eq("confidence", Confidence.HIGH)
+        ),
+    ),
+    "automatic-full-collections": Case(
+        rank_of({}, gc=_gc(0.20)),
+        True,
+        check=_all(_eq("share", 0.20), _eq("confidence", Confidence.MEDIUM)),
+    ),
+    "just-below-min": Case(rank_of({}, gc=_gc(GC_SHARE_MIN - EPS)), False),
+    "not-counted": Case(rank_of({}), False),
+}
+
 _GROWING = {"slope": 8 * MIB, "growth": 160 * MIB, "r2": 0.99}
 
 
@@ -1424,6 +1456,7 @@ CASES: dict[str, dict[str, Case]] = {
     "cpu.oversubscription": CPU_OVERSUBSCRIPTION,
     "cpu.underuse": CPU_UNDERUSE,
     "io.checkpoint": IO_CHECKPOINT,
+    "host.gc": HOST_GC,
     "memory.leak": MEMORY_LEAK,
     "memory.pressure": MEMORY_PRESSURE,
 }

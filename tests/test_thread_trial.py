@@ -31,7 +31,7 @@ from pinchpoint.diagnosis.finding import Basis, Confidence, facts
 from pinchpoint.diagnosis.rules.cpu import THREAD_TRIAL_P_MAX
 from pinchpoint.report.phrases import say
 from pinchpoint.trace.run import RankData
-from pinchpoint.trace.run import ThreadTrial as TrialRecord
+from pinchpoint.trace.trials import ThreadTrial as TrialRecord
 
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,8 @@ from pinchpoint.capture.worker_trial import STEPS, WARM, WorkerTrialRunner, work
 from pinchpoint.diagnosis.engine import diagnose
 from pinchpoint.diagnosis.finding import Basis, Finding, facts
 from pinchpoint.ingest.trials import worker_trial as read_worker_trial
-from pinchpoint.trace.run import LoaderConfig, RankData, WorkerTrial
+from pinchpoint.trace.run import LoaderConfig, RankData
+from pinchpoint.trace.trials import WorkerTrial
 
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402

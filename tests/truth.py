@@ -189,7 +189,7 @@ def live_causes(example: str, planted: str, causes: frozenset[str]) -> dict[str,
     for _ in range(LIVE_REPS):
         for label, argv in [("", []), *fixes]:
             tokens, _, _ = mt.run_once(example, argv, 600)
-            times[label].append(tokens["median_step_ms"])
+            times[label].append(mt.step_ms(tokens))
     before = sorted(times[""])[len(times[""]) // 2]
     out: dict[str, float] = {}
     for label, _ in fixes:

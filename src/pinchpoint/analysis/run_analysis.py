@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from pinchpoint.analysis.checkpoint import SaveCost, save_cost
 from pinchpoint.analysis.comm import CommActivity, comm_activity
 from pinchpoint.analysis.cpu import CpuUsage, ThreadTrialResult, cpu_usage, thread_trial
+from pinchpoint.analysis.gc import GcStats, gc_stats
 from pinchpoint.analysis.load import LoadSplit, split_by_load
 from pinchpoint.analysis.loader import LoaderActivity, WorkerTrialResult, loader_activity, worker_trial
 from pinchpoint.analysis.memory import (
@@ -59,6 +61,10 @@ class RankAnalysis:
     load: LoadSplit | None = None
     """Which steady steps ran beside other processes' work; when `used`, the statistics above come
     from the clean ones alone."""
+    saves: SaveCost | None = None
+    """Checkpoints among the steady steps and what the steps after them cost (some steps saving)."""
+    gc: GcStats | None = None
+    """Python's garbage collections in the steady steps, and the lines that call `gc.collect()`."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,6 +106,8 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         cpu=cpu,
         ops=ops,
         memory=memory_trend(steady_steps(rank.steps)),
+        saves=save_cost(steady_steps(rank.steps)),
+        gc=gc_stats(steady_steps(rank.steps), rank.gc, run.meta.cwd),
         faults=page_faults(
             steady_steps(rank.steps),
             min((s.index for s in rank.steps if s.profiled), default=None),

@@ -36,6 +36,7 @@ from pinchpoint.capture import (
     opwindow,
 )
 from pinchpoint.capture.annotate import annotator_from_environment
+from pinchpoint.capture.gc_watch import WATCH as GC
 from pinchpoint.capture.loop_site import loop_site
 from pinchpoint.capture.on_demand import OnDemand
 from pinchpoint.capture.patches import PATCHES
@@ -131,6 +132,7 @@ class Agent:
     def attach(self, torch: Any) -> None:
         """Called once `torch` is importable: wrap its entry points and write process-{pid}.json."""
         self.torch = torch
+        GC.install(PATCHES)
         hooks.install_hooks(self, torch)
         for name in ("backward", "grad"):
             wrapped = dist_hooks.blocked_backward(self, getattr(torch.autograd, name))
@@ -212,10 +214,9 @@ class Agent:
             "threads": environment.thread_info(torch) if torch is not None else None,
             "autocast": {"cpu": self.autocast_dtype},
         }
-        if self.loop is not None:
-            info["loop"] = self.loop
-        if self.framework is not None:
-            info["framework"] = self.framework
+        for key, value in (("loop", self.loop), ("framework", self.framework)):
+            if value is not None:
+                info[key] = value
         write_json_atomic(self.rank_dir / f"process-{os.getpid()}.json", info)
 
     def _writers(self) -> tuple[JsonlWriter, ...]:
@@ -248,8 +249,9 @@ class Agent:
             with contextlib.suppress(Exception):
                 self.annot.end_step()
         if self.role == "main":
-            with contextlib.suppress(Exception):
-                self.write_process_info()
+            for write in (self.write_process_info, lambda: GC.write(self.rank_dir)):
+                with contextlib.suppress(Exception):
+                    write()
         for w in self._writers():
             with contextlib.suppress(OSError):
                 w.close()
@@ -486,11 +488,9 @@ def start(run_dir: Path, rank: int | None = None, window: str | None = None) -> 
         return AGENT
     if rank is None:
         rank = int(os.environ.get("RANK", "0") or 0)
-    AGENT = Agent(
-        run_dir, rank, opwindow.parse_window(window if window is not None else os.environ.get(OPWINDOW_ENV))
-    )
-    torch = sys.modules.get("torch")
-    if torch is not None and hasattr(torch, "nn"):
+    spec = opwindow.parse_window(window if window is not None else os.environ.get(OPWINDOW_ENV))
+    AGENT = Agent(run_dir, rank, spec)
+    if hasattr(torch := sys.modules.get("torch"), "nn"):
         AGENT.attach(torch)
     else:
         from pinchpoint.capture.import_hook import TorchImportHook

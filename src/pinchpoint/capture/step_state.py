@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from pinchpoint.capture.gc_watch import WATCH as GC
 from pinchpoint.capture.procfs import thread_schedstat
 
 _thread_cpu = time.thread_time_ns
@@ -30,6 +31,9 @@ class Counters(NamedTuple):
     main_sys_ns: int | None
     """System time of the main thread (None when read from another thread): faults taken on it, and
     any other syscall it makes, lengthen the step one for one."""
+    gc: tuple[int, int, int, int] = (0, 0, 0, 0)
+    """Python's collector so far (`capture/gc_watch.py`): ns inside collections, collections, full
+    ones, ns inside explicit `gc.collect()` calls."""
 
 
 def read_counters(main_tid: int) -> Counters:
@@ -37,7 +41,8 @@ def read_counters(main_tid: int) -> Counters:
     main_sys = None
     if _RUSAGE_THREAD is not None and threading.get_ident() == main_tid:
         main_sys = int(resource.getrusage(_RUSAGE_THREAD).ru_stime * 1e9)
-    return Counters(_thread_cpu(), thread_schedstat(), ru.ru_minflt, int(ru.ru_stime * 1e9), main_sys)
+    gc = (GC.ns, GC.collections, GC.full, GC.explicit_ns)
+    return Counters(_thread_cpu(), thread_schedstat(), ru.ru_minflt, int(ru.ru_stime * 1e9), main_sys, gc)
 
 
 @dataclass(slots=True)
@@ -92,6 +97,10 @@ class StepState:
             "sys_ns": now.sys_ns - c0.sys_ns,
             "main_sys_ns": main_sys,
             "agent_ns": self.agent_ns,
+            "gc_ns": now.gc[0] - c0.gc[0],
+            "gc_collections": now.gc[1] - c0.gc[1],
+            "gc_full": now.gc[2] - c0.gc[2],
+            "gc_explicit_ns": now.gc[3] - c0.gc[3],
         }
 
 

@@ -23,6 +23,7 @@ class Category(str, Enum):
     CPU_OVERSUBSCRIPTION = "cpu.oversubscription"
     CPU_UNDERUSE = "cpu.underuse"
     IO_CHECKPOINT = "io.checkpoint"
+    HOST_GC = "host.gc"
 
 
 class FixKind(str, Enum):
@@ -53,6 +54,9 @@ class FixKind(str, Enum):
     """fp32 matmuls and convolutions on Tensor Cores in TF32 (CUDA, Ampere and newer)."""
     PIN_MEMORY = "pin_memory"
     """DataLoader(pin_memory=True): host-to-device copies from page-locked memory."""
+    GC_LESS = "gc_less"
+    """Fewer or cheaper garbage collections: explicit `gc.collect()` calls dropped, `gc.freeze()` after
+    start-up; `fix_params` line of the call when one dominates (the evidence names its file)."""
 
 
 class Unit(str, Enum):

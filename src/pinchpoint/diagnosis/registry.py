@@ -8,6 +8,7 @@ from pinchpoint.diagnosis.rules.base import Rule
 from pinchpoint.diagnosis.rules.comm import CommExposed
 from pinchpoint.diagnosis.rules.compute import ComputeMath, ComputeMemory
 from pinchpoint.diagnosis.rules.cpu import CpuOversubscription, CpuUnderuse
+from pinchpoint.diagnosis.rules.gc import HostGc
 from pinchpoint.diagnosis.rules.gpu_device import GpuMemoryPressure, GpuTensorCores
 from pinchpoint.diagnosis.rules.gpu_host import GpuHostBound, GpuHostToDevice, GpuInputWait, GpuSync
 from pinchpoint.diagnosis.rules.gpu_ranks import GpuCommExposed, GpuStraggler
@@ -23,6 +24,7 @@ RULES: tuple[Rule, ...] = (
     InputPreprocess(),
     HostPython(),
     HostDispatch(),
+    HostGc(),
     ComputeMath(),
     ComputeMemory(),
     CpuOversubscription(),

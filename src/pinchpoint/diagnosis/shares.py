@@ -26,11 +26,10 @@ LIVES_IN: Mapping[Category, tuple[str, ...]] = {
     Category.COMPUTE_MATH: _COMPUTE,
     Category.COMPUTE_MEMORY: (*_COMPUTE, HOST_OTHER),
     Category.HOST_DISPATCH: (*_COMPUTE, HOST_OTHER),
-    Category.IO_CHECKPOINT: (Phase.CHECKPOINT_IO.value,),
 }
 """The phases each kind of time is spent in (functional losses and metrics run outside every module,
 so elementwise work and per-op overhead reach into the host's other time). The other categories span the
-whole step."""
+whole step: io.checkpoint too, whose write-back slows the steps after a save (`analysis/checkpoint.py`)."""
 SHARED = (Category.COMPUTE_MATH, Category.COMPUTE_MEMORY, Category.HOST_DISPATCH, Category.HOST_PYTHON)
 """Causes whose phases overlap, capped together by the union of their phases; reduced in this order
 (the compute summary is what the others leave; Python outside every phase is read from the steps)."""

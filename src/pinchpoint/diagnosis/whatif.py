@@ -22,6 +22,7 @@ PHASES_OF: Mapping[Category, tuple[str, ...]] = {
     Category.INPUT_PREPROCESS: (Phase.DATA_WAIT.value,),
     Category.HOST_PYTHON: (HOST_OTHER,),
     Category.IO_CHECKPOINT: (Phase.CHECKPOINT_IO.value,),
+    Category.HOST_GC: (HOST_OTHER,),
     Category.COMM_EXPOSED: (Phase.COMM.value, Phase.BACKWARD.value),
     Category.HOST_SYNC: (Phase.SYNC_WAIT.value,),
     Category.TRANSFER_H2D: (Phase.H2D_COPY.value,),

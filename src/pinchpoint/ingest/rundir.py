@@ -17,6 +17,7 @@ from typing import Any
 from pinchpoint.errors import RunDirError
 from pinchpoint.ingest import opwindow as opwindow_reader
 from pinchpoint.ingest.fields import as_dict, as_float, as_int, as_list, as_str, jsonl, load_json
+from pinchpoint.ingest.gc_file import gc_record
 from pinchpoint.ingest.probes import read_probes
 from pinchpoint.ingest.run_stacks import run_native, run_stacks
 from pinchpoint.ingest.trials import (
@@ -244,6 +245,7 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
         worker_trial=worker_trial(
             load_json(d / WORKER_TRIAL_FILE, warnings) if (d / WORKER_TRIAL_FILE).is_file() else None
         ),
+        gc=gc_record(load_json(d / "gc.json", warnings) if (d / "gc.json").is_file() else None),
     )
 
 
@@ -286,6 +288,10 @@ def _step(o: dict[str, Any]) -> Step | None:
         minor_faults=as_int(o.get("minor_faults")),
         sys_ns=as_int(o.get("sys_ns")),
         main_sys_ns=as_int(o.get("main_sys_ns")),
+        gc_ns=as_int(o.get("gc_ns")),
+        gc_collections=as_int(o.get("gc_collections")),
+        gc_full=as_int(o.get("gc_full")),
+        gc_explicit_ns=as_int(o.get("gc_explicit_ns")),
     )
 
 

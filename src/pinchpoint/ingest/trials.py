@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pinchpoint.ingest.fields import as_int, as_list
-from pinchpoint.trace.run import AllocTrial, ThreadTrial, WorkerTrial
+from pinchpoint.trace.trials import AllocTrial, ThreadTrial, WorkerTrial
 
 TRIAL_FILE = "thread_trial.json"
 ALLOC_TRIAL_FILE = "alloc_trial.json"

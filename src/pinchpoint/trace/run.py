@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from pinchpoint.trace.stacks import Stacks
+from pinchpoint.trace.trials import AllocTrial, GcRecord, ThreadTrial, WorkerTrial
 
 
 class Phase(str, Enum):
@@ -109,6 +110,13 @@ class Step:
     """System (kernel) time of the whole process during the step, all threads."""
     main_sys_ns: int | None = None
     """System time of the main thread during the step: it lengthens the step one for one."""
+    gc_ns: int | None = None
+    """Time inside Python's garbage collections during the step (all threads; `capture/gc_watch.py`)."""
+    gc_collections: int | None = None
+    gc_full: int | None = None
+    """Collections of the oldest generation: each walks every tracked object."""
+    gc_explicit_ns: int | None = None
+    """Of `gc_ns`, the time inside `gc.collect()` calls the program made."""
     device_ns: int | None = None
     """On a CUDA program: the step as the GPU ran it (between the CUDA events recorded at its
     boundaries). The host's `dur_ns` is only the time to enqueue it when the GPU is the slower side."""
@@ -347,46 +355,6 @@ class Probes:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ThreadTrial:
-    """Steps pinchpoint ran with one intra-op thread per core left free instead of the program's `threads`."""
-
-    threads: int
-    fit: int
-    steps: tuple[int, ...]
-    """Indices of the measured trial steps."""
-    foreign_cores: float = 0.0
-    """Cores' worth of CPU other processes used before the trial (the fit leaves them out)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AllocTrial:
-    """Steps pinchpoint ran with glibc's mmap and trim thresholds raised (`capture/alloc_trial.py`)."""
-
-    steps: tuple[int, ...]
-    """Indices of the measured trial steps."""
-    mmap_threshold: int
-    trim_threshold: int
-    reference_steps: tuple[int, ...] = ()
-    """Steps between the trial's blocks at the program's own thresholds (the reference with the steady
-    steps around the trial)."""
-    faults_before: int = 0
-    """Median minor faults per step of the steps before the trial, at the program's settings."""
-    restored_from: str = ""
-    """How the thresholds set back afterwards were found: "environment" or "probed"."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WorkerTrial:
-    """Steps whose batches pinchpoint loaded with `workers` DataLoader workers (`capture/worker_trial.py`)."""
-
-    workers: int
-    steps: tuple[int, ...]
-    """Indices of the measured trial steps."""
-    complete: bool = True
-    """The program's sampler had all the batches the trial asked for (else the epoch ended in it)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RankData:
     rank: int
     steps: tuple[Step, ...] = ()
@@ -399,6 +367,7 @@ class RankData:
     thread_trial: ThreadTrial | None = None
     alloc_trial: AllocTrial | None = None
     worker_trial: WorkerTrial | None = None
+    gc: GcRecord | None = None
 
     @property
     def main(self) -> ProcessInfo | None:

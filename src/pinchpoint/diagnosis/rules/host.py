@@ -70,6 +70,10 @@ class HostPython(Rule):
             if loose_share >= 0.01:
                 evidence.append(Fact("host.python.loose_ops", share=loose_share))
         share = other_share - loose_share
+        collected = min(share, rank.gc.share) if rank.gc is not None else 0.0
+        if collected >= 0.01:  # Python's collector is host.gc's (its pauses sit outside every phase)
+            evidence.append(Fact("host.python.gc", share=collected))
+            share -= collected
         if share < HOST_SHARE_MIN:
             return
         if steps.main_cpu_fraction is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
+from pinchpoint.analysis.checkpoint import AFTER_STEPS
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Subject, speedup_removing
 from pinchpoint.trace.run import Phase
@@ -32,9 +33,34 @@ class IoCheckpoint(Rule):
         steps = rank.steps
         if steps is None:
             return
-        share = steps.share(Phase.CHECKPOINT_IO.value)
+        inside = steps.share(Phase.CHECKPOINT_IO.value)
+        saves = rank.saves
+        after = saves.after_share if saves is not None else 0.0
+        # the steps after a save pay for its write-back too: the save's share of the run is both
+        share = min(0.95, inside + after * (1.0 - inside))
         if share < CHECKPOINT_SHARE_MIN:
             return
+        evidence = [
+            Fact(
+                "io.checkpoint.save",
+                share=inside,
+                per_step_ns=steps.phase_ns.get(Phase.CHECKPOINT_IO.value, 0.0),
+            )
+        ]
+        if saves is not None:
+            evidence.append(
+                Fact(
+                    "io.checkpoint.after",
+                    saves=saves.saves,
+                    every=saves.every,
+                    save_ns=saves.save_ns,
+                    after_ns=saves.after_ns,
+                    typical_ns=saves.typical_ns,
+                    steps=AFTER_STEPS,
+                    share=after,
+                    p=saves.p_slower,
+                )
+            )
         yield Finding(
             id=self.id,
             title=Fact("rule.title", name=self.title),
@@ -42,13 +68,7 @@ class IoCheckpoint(Rule):
             estimated_speedup=speedup_removing(share),
             basis=Basis.REMOVED,
             confidence=Confidence.HIGH,
-            evidence=(
-                Fact(
-                    "io.checkpoint.save",
-                    share=share,
-                    per_step_ns=steps.phase_ns.get(Phase.CHECKPOINT_IO.value, 0.0),
-                ),
-            ),
+            evidence=tuple(evidence),
             fix=Fact("io.checkpoint.fix"),
             snippet=Fact("io.checkpoint.snippet"),
             ranks=(rank.rank,),

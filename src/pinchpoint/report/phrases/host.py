@@ -71,6 +71,9 @@ def _dispatch_fix(remedy: str, optimizer_ns: float | None) -> str:
 
 
 PHRASES: dict[str, Callable[..., str]] = {
+    "host.python.gc": lambda share: (
+        f"{pct(share)} of the step is Python's garbage collector: left to host.gc"
+    ),
     "stacks.top": _stacks,
     "host.python.title": _python_title,
     "host.python.outside": lambda share, outside_ns: (

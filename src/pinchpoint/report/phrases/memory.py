@@ -95,6 +95,15 @@ PHRASES: dict[str, Callable[..., str]] = {
     "io.checkpoint.save": lambda share, per_step_ns: (
         f"torch.save takes {pct(share)} of the step ({ms(per_step_ns)} per step on average)"
     ),
+    "io.checkpoint.after": lambda saves, every, save_ns, after_ns, typical_ns, steps, share, p: (
+        f"The {steps} steps after each of the {saves} saves (one every {every} steps, {ms(save_ns)} inside "
+        f"torch.save) and the saving step outside it ran {ms(after_ns)} longer in all than a step far "
+        f"from a save ({ms(typical_ns)}): the kernel writing the checkpoint back while they run, "
+        f"{pct(share)} of the run more (rank test p = {p:.3f})"
+        if after_ns > 0
+        else f"The {steps} steps after each of the {saves} saves (one every {every} steps) ran as fast as the "
+        f"steps far from a save ({ms(typical_ns)}; rank test p = {p:.2f}): the save costs its own time only"
+    ),
     "io.checkpoint.fix": lambda: (
         "Checkpoint less often (every N steps or minutes) and off the critical path: snapshot the "
         "state dict, then write it from a background thread."
