@@ -7,11 +7,14 @@ run-queue near 1 means it is CPU-bound (`input.preprocess`), even when contentio
 
 from __future__ import annotations
 
+import bisect
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pinchpoint.analysis.rank_test import TRIAL_P_MAX, faster_p, measured, reference
 from pinchpoint.analysis.steps import steady_steps
-from pinchpoint.trace.run import LoaderConfig, RankData
+from pinchpoint.trace.run import Fetch, LoaderConfig, RankData
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,15 +56,19 @@ class LoaderActivity:
 
 def loader_activity(rank: RankData, start_ns: int, end_ns: int) -> LoaderActivity | None:
     """Fetch activity between `start_ns` and `end_ns` (the steady steps); None if nothing was fetched."""
+    main = rank.main
+    main_pid = main.pid if main is not None else None
+    config = feeding_loader(rank)
     fetches = [f for f in rank.fetches if f.start_ns >= start_ns and f.end_ns <= end_ns]
+    if config is not None and config.serial is not None and len(rank.loaders) > 1:
+        # Other loaders (evaluation's) fetch too: only the batches of the one that feeds the steps
+        feeds = _feeds(config, main_pid, rank)
+        fetches = [f for f in fetches if feeds(f)]
     if not fetches:
         fetches = list(rank.fetches)
     if not fetches:
         return None
-    main = rank.main
-    main_pid = main.pid if main is not None else None
     pids = {f.pid for f in fetches}
-    config = rank.loaders[-1] if rank.loaders else None
     return LoaderActivity(
         config=config,
         batches=len(fetches),
@@ -71,6 +78,35 @@ def loader_activity(rank: RankData, start_ns: int, end_ns: int) -> LoaderActivit
         in_main_process=main_pid in pids if main_pid is not None else len(pids) == 1,
         processes=len(pids),
     )
+
+
+def feeding_loader(rank: RankData) -> LoaderConfig | None:
+    """The loader whose iterators gave the steady steps most of their batches (a training loader, not
+    the evaluation loader a program builds at step 500); the last one built where steps do not say."""
+    if not rank.loaders:
+        return None
+    fed = Counter(s.loader for s in steady_steps(rank.steps) if s.loader is not None)
+    if fed:
+        serial = fed.most_common(1)[0][0]
+        found = next((c for c in rank.loaders if c.serial == serial), None)
+        if found is not None:
+            return found
+    return rank.loaders[-1]
+
+
+def _feeds(config: LoaderConfig, main_pid: int | None, rank: RankData) -> Callable[[Fetch], bool]:
+    """Whether a batch is `config`'s: fetched by its workers, or in the training process within a
+    steady step that it fed."""
+    if config.num_workers > 0:
+        return lambda f: f.pid in config.worker_pids if config.worker_pids else f.pid != main_pid
+    spans = sorted((s.start_ns, s.end_ns) for s in steady_steps(rank.steps) if s.loader == config.serial)
+    starts = [a for a, _ in spans]
+
+    def inside(f: Fetch) -> bool:
+        i = bisect.bisect_right(starts, f.start_ns) - 1
+        return f.pid == main_pid and i >= 0 and f.start_ns <= spans[i][1]
+
+    return inside
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

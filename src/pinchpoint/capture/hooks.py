@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +22,7 @@ from typing import Any, Protocol
 from pinchpoint.capture import loader_probe
 from pinchpoint.capture.patches import PATCHES
 from pinchpoint.capture.procfs import thread_schedstat
+from pinchpoint.capture.step_state import StepState
 from pinchpoint.capture.trials import Trials
 
 _now = time.monotonic_ns
@@ -44,6 +48,10 @@ class HookedAgent(Protocol):
     @property
     def trials(self) -> Trials:
         """pinchpoint's trials: the workers trial serves batches of the program's iterator."""
+
+    @property
+    def step(self) -> StepState:
+        """The step in progress: which loader's iterator fed it (`loader`)."""
 
     def begin(self, phase: str) -> None: ...
     def end(self) -> None: ...
@@ -97,11 +105,25 @@ def _wrap_loader(agent: HookedAgent) -> None:
 
     it_cls = dl_mod._BaseDataLoaderIter
     orig_next = it_cls.__next__
+    orig_it_init, orig_loader_init = it_cls.__init__, dl_mod.DataLoader.__init__
+    serials = itertools.count()
+
+    @functools.wraps(orig_loader_init)  # (its signature stays readable: Lightning re-creates loaders from it)
+    def loader_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        self._pinchpoint_site = _caller_site()  # (where the program built it: a finding names it)
+        orig_loader_init(self, *args, **kwargs)
+
+    @functools.wraps(orig_it_init)
+    def it_init(self: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
+        orig_it_init(self, loader, *args, **kwargs)
+        self._pinchpoint_serial = next(serials)
+        self._pinchpoint_site = getattr(loader, "_pinchpoint_site", None)
 
     def next_wrapper(self: Any) -> Any:
         if agent.role != "main" or threading.get_ident() != agent.tid or loader_probe.ACTIVE:
             return orig_next(self)  # (the loader probe's batches are pinchpoint's, not the program's)
         agent.data_wait_begins()  # (before the clock: an annotation's task opens before its interval)
+        agent.step.loader = getattr(self, "_pinchpoint_serial", None)
         t0 = _now()
         try:
             batch = agent.trials.next_batch(self, orig_next)
@@ -117,6 +139,22 @@ def _wrap_loader(agent: HookedAgent) -> None:
                 _record_loader(agent, self)
 
     PATCHES.set(it_cls, "__next__", next_wrapper)
+    PATCHES.set(it_cls, "__init__", it_init)
+    PATCHES.set(dl_mod.DataLoader, "__init__", loader_init)
+
+
+def _caller_site() -> str | None:
+    """file:line of the first frame outside torch's data package and pinchpoint (a subclass's
+    `super().__init__` is its own file's line)."""
+    f = sys._getframe(2)
+    while f is not None:
+        name = f.f_code.co_filename
+        if os.sep + "torch" + os.sep + "utils" + os.sep + "data" not in name and (
+            os.sep + "pinchpoint" + os.sep + "capture" not in name
+        ):
+            return f"{name}:{f.f_lineno}"
+        f = f.f_back  # type: ignore[assignment]
+    return None
 
 
 def _wrap_fetchers(agent: HookedAgent, torch: Any) -> None:
@@ -249,5 +287,7 @@ def _record_loader(agent: HookedAgent, it: Any) -> None:
                 "batch_size": getattr(sampler, "batch_size", None),
                 "dataset": type(getattr(it, "_dataset", None)).__name__,
                 "worker_pids": [int(w.pid) for w in workers if getattr(w, "pid", None)],
+                "serial": getattr(it, "_pinchpoint_serial", None),
+                "site": getattr(it, "_pinchpoint_site", None),
             }
         )

@@ -59,6 +59,8 @@ class StepState:
     not the program's, and it is written as profiled."""
     trial: bool = False
     """It runs at the thread trial's thread count (`thread_trial`)."""
+    loader: int | None = None
+    """The serial of the DataLoader iterator that last gave it a batch (`hooks._wrap_loader`)."""
     agent_ns: int = 0
     """pinchpoint's own bookkeeping at its start (writing the previous step, reading counters): not the
     program's time; analysis starts the step after it."""
@@ -75,6 +77,7 @@ class StepState:
     ) -> dict[str, Any]:
         """This step as its steps.jsonl line (docs/run-directory.md), ending at `end` with `now`."""
         c0 = self.counters
+        loader, self.loader = self.loader, None  # (the next step says which fed it)
         runq = now.sched[1] - c0.sched[1] if (now.sched is not None and c0.sched is not None) else None
         main_sys = (
             now.main_sys_ns - c0.main_sys_ns
@@ -97,6 +100,7 @@ class StepState:
             "sys_ns": now.sys_ns - c0.sys_ns,
             "main_sys_ns": main_sys,
             "agent_ns": self.agent_ns,
+            "loader": loader,
             "gc_ns": now.gc[0] - c0.gc[0],
             "gc_collections": now.gc[1] - c0.gc[1],
             "gc_full": now.gc[2] - c0.gc[2],

@@ -292,6 +292,7 @@ def _step(o: dict[str, Any]) -> Step | None:
         gc_collections=as_int(o.get("gc_collections")),
         gc_full=as_int(o.get("gc_full")),
         gc_explicit_ns=as_int(o.get("gc_explicit_ns")),
+        loader=as_int(o.get("loader")),
     )
 
 
@@ -390,6 +391,8 @@ def _loader(o: dict[str, Any]) -> LoaderConfig:
         batch_size=as_int(o.get("batch_size")),
         dataset=str(o.get("dataset") or "?"),
         worker_pids=tuple(p for p in (as_int(x) for x in as_list(o.get("worker_pids"))) if p is not None),
+        serial=as_int(o.get("serial")),
+        site=as_str(o.get("site")),
     )
 
 

@@ -12,7 +12,7 @@ from pinchpoint.analysis.steps import StepStats
 from pinchpoint.diagnosis.engine import Diagnosis
 from pinchpoint.diagnosis.finding import Finding
 from pinchpoint.report.phrases import say, say_all
-from pinchpoint.trace.run import HOST_OTHER, Attach, Phase, ProcessInfo, Run
+from pinchpoint.trace.run import HOST_OTHER, Attach, LoaderConfig, Phase, ProcessInfo, RankData, Run
 
 SCHEMA = "pinchpoint.report/1"
 MIB = 1 << 20
@@ -151,7 +151,25 @@ def _loader(rank: RankAnalysis) -> dict[str, Any] | None:
         "prefetch_factor": c.prefetch_factor,
         "persistent_workers": c.persistent_workers,
         "batch_size": c.batch_size,
+        "site": c.site,
     }
+
+
+def _loaders(rank: RankData, feeding: LoaderConfig | None) -> list[dict[str, Any]]:
+    """Every DataLoader the rank iterated, one entry per place it was built and its settings: how many
+    iterators it made and whether it fed the steady steps (the training loader) or not (evaluation)."""
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for c in rank.loaders:
+        key = (c.site, c.dataset, c.num_workers, c.batch_size, c.pin_memory, c.persistent_workers)
+        entry = out.setdefault(
+            key,
+            {"site": c.site, "dataset": c.dataset, "num_workers": c.num_workers, "batch_size": c.batch_size,
+             "pin_memory": c.pin_memory, "persistent_workers": c.persistent_workers, "iterators": 0,
+             "feeds_steps": False},
+        )  # fmt: skip
+        entry["iterators"] += 1
+        entry["feeds_steps"] = entry["feeds_steps"] or (feeding is not None and c.serial == feeding.serial)
+    return list(out.values())
 
 
 def _memory(rank: RankAnalysis) -> dict[str, Any] | None:
@@ -221,6 +239,9 @@ def build_report(analysis: RunAnalysis, diagnosis: Diagnosis) -> dict[str, Any]:
     env = _environment(run, main)
     if first is not None:
         env["dataloader"] = _loader(first)
+        rank0 = next((r for r in run.ranks if r.rank == first.rank), None)
+        if rank0 is not None and rank0.loaders:
+            env["dataloaders"] = _loaders(rank0, first.loader.config if first.loader else None)
     return {
         "schema": SCHEMA,
         "run": {

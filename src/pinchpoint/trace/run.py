@@ -117,6 +117,8 @@ class Step:
     """Collections of the oldest generation: each walks every tracked object."""
     gc_explicit_ns: int | None = None
     """Of `gc_ns`, the time inside `gc.collect()` calls the program made."""
+    loader: int | None = None
+    """The serial of the DataLoader iterator that gave the step its batch (`LoaderConfig.serial`)."""
     device_ns: int | None = None
     """On a CUDA program: the step as the GPU ran it (between the CUDA events recorded at its
     boundaries). The host's `dur_ns` is only the time to enqueue it when the GPU is the slower side."""
@@ -220,6 +222,10 @@ class LoaderConfig:
     batch_size: int | None
     dataset: str
     worker_pids: tuple[int, ...] = ()
+    serial: int | None = None
+    """The iterator's number in the process (steps name the one that fed them: `Step.loader`)."""
+    site: str | None = None
+    """file:line where the program built its DataLoader."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -124,7 +124,16 @@ def _settings(loader: LoaderActivity | None) -> Fact | None:
         pin_memory=c.pin_memory,
         persistent_workers=c.persistent_workers,
         prefetch_factor=c.prefetch_factor,
+        site=_short_site(c.site),
     )
+
+
+def _short_site(site: str | None) -> str | None:
+    """file:line with the file's last two path parts."""
+    if not site:
+        return None
+    path, _, line = site.rpartition(":")
+    return f"{'/'.join(path.split('/')[-2:])}:{line}" if path else site
 
 
 class InputFetch(Rule):

@@ -15,7 +15,7 @@ def _whose(own: bool) -> str:
 PHRASES: dict[str, Callable[..., str]] = {
     "host.gc.time": lambda share, per_step_ns, collections, full: (
         f"Garbage collections take {pct(share)} of the steps ({ms(per_step_ns)} a step on average): "
-        f"{collections:.1f} collections a step, {full:.2f} of them full (every tracked object walked)"
+        f"{collections:.2f} collections a step, {full:.2f} of them full (every tracked object walked)"
     ),
     "host.gc.stalls": lambda steps, of, every, stall_ns, median_ns: (
         f"They come as stalls: {steps} of {of} steps spent {ms(stall_ns)} collecting (median), against a "

@@ -44,11 +44,13 @@ def _settings(
     pin_memory: bool,
     persistent_workers: bool,
     prefetch_factor: int | None,
+    site: str | None = None,
 ) -> str:
     return (
         f"DataLoader settings in use: num_workers={num_workers}, batch_size={batch_size}, "
         f"pin_memory={pin_memory}, persistent_workers={persistent_workers}, "
         f"prefetch_factor={prefetch_factor}"
+        + (f" (the loader built at {site}, which feeds the steps)" if site else "")
     )
 
 
