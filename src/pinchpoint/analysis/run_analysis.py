@@ -23,6 +23,7 @@ from pinchpoint.analysis.memory import (
 from pinchpoint.analysis.native import NativeBreakdown, native_breakdown
 from pinchpoint.analysis.ops import OpStats, op_stats
 from pinchpoint.analysis.roofline import MemoryTraffic, memory_traffic
+from pinchpoint.analysis.run_time import RunTime, run_time
 from pinchpoint.analysis.stacks import StackSummary, stack_summary
 from pinchpoint.analysis.steps import StepStats, steady_steps, step_stats, why_no_steps
 from pinchpoint.trace.run import Environment, Probes, ProcessInfo, RankData, Role, Run
@@ -65,6 +66,9 @@ class RankAnalysis:
     """Checkpoints among the steady steps and what the steps after them cost (some steps saving)."""
     gc: GcStats | None = None
     """Python's garbage collections in the steady steps, and the lines that call `gc.collect()`."""
+    run_time: RunTime | None = None
+    """Where the whole run's wall clock went on this rank (start-up, steps by kind, between steps,
+    shutdown): the steps' statistics above are only part of it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,6 +77,11 @@ class RunAnalysis:
     ranks: tuple[RankAnalysis, ...]
     no_steps: str | None = None
     """Why no step was recorded, and how to mark steps (`steps.why_no_steps`); None when there are steps."""
+
+    @property
+    def run_time(self) -> RunTime | None:
+        """Where the whole run's wall clock went, on the first rank."""
+        return self.ranks[0].run_time if self.ranks else None
 
     @property
     def environment(self) -> Environment:
@@ -108,6 +117,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         memory=memory_trend(steady_steps(rank.steps)),
         saves=save_cost(steady_steps(rank.steps)),
         gc=gc_stats(steady_steps(rank.steps), rank.gc, run.meta.cwd),
+        run_time=run_time(run.meta, rank),
         faults=page_faults(
             steady_steps(rank.steps),
             min((s.index for s in rank.steps if s.profiled), default=None),

@@ -76,7 +76,7 @@ def start_run_dir(run_dir: Path, command: list[str], mode: str, cwd: Path | None
 
 
 def finish_run_dir(run_dir: Path, meta: dict[str, Any], exit_code: int, sig: str | None) -> None:
-    meta.update(ended_at=_iso_now(), exit_code=exit_code, signal=sig)
+    meta.update(ended_at=_iso_now(), ended_ns=time.monotonic_ns(), exit_code=exit_code, signal=sig)
     write_json_atomic(run_dir / "meta.json", meta)
 
 

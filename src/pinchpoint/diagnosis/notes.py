@@ -59,6 +59,10 @@ def trace_notes(analysis: GpuRunAnalysis) -> list[Note]:
     return notes
 
 
+STEPS_NOTE_BELOW = 0.6
+"""Training steps under 60% of the run: the findings judge only part of it, and the report says so."""
+
+
 def context_notes(ranks: tuple[RankAnalysis, ...]) -> list[Note]:
     """Facts about the run that qualify every finding (a shared machine, too few steps)."""
     notes = []
@@ -103,6 +107,23 @@ def context_notes(ranks: tuple[RankAnalysis, ...]) -> list[Note]:
                         ),
                     )
                 )
+        whole = rank.run_time
+        if whole is not None and whole.share("training steps") < STEPS_NOTE_BELOW and rank.steps is not None:
+            others = sorted(
+                (g for g in whole.segments if g.name != "training steps" and g.ns >= 0.01 * whole.wall_ns),
+                key=lambda g: -g.ns,
+            )
+            notes.append(
+                Note(
+                    kind=NoteKind.CONTEXT,
+                    fact=Fact(
+                        "note.run_time",
+                        steps_share=whole.share("training steps"),
+                        wall_ns=whole.wall_ns,
+                        others=tuple((g.name, g.ns / max(1, whole.wall_ns)) for g in others[:3]),
+                    ),
+                )
+            )
         if rank.steps is not None and rank.steps.count < 10:
             notes.append(Note(kind=NoteKind.CONTEXT, fact=Fact("note.few_steps", steps=rank.steps.count)))
     return notes

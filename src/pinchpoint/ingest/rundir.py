@@ -135,6 +135,7 @@ def _meta(o: dict[str, Any]) -> RunMeta:
         wall_time_ns=as_int(clock.get("wall_time_ns"), 0) or 0,
         monotonic_ns=as_int(clock.get("monotonic_ns"), 0) or 0,
         ended_at=as_str(o.get("ended_at")),
+        ended_ns=as_int(o.get("ended_ns")),
         exit_code=as_int(o.get("exit_code")),
         signal=as_str(o.get("signal")),
         world_size=as_int(o.get("world_size"), 1) or 1,

@@ -267,3 +267,18 @@ def roofline_svg(view: RooflineView, width: int = 1000, height: int = 380) -> st
     dtypes = sorted({DTYPE_LABELS.get(p.dtype, p.dtype) for p in points} | set(peaks))
     key = legend(dtypes, {d: DTYPE_COLORS.get(d, "#888") for d in dtypes})
     return key + "".join(out)
+
+
+RUN_COLORS = {
+    "start-up": "#c4a000", "training steps": "#4e9a06", "evaluation": "#3465a4", "inference": "#75507b",
+    "marked steps": "#4e9a06", "pinchpoint's probes": "#bbbbbb", "between steps": "#cc0000", "shutdown": "#8f5902",
+}  # fmt: skip
+
+
+def run_time_chart(report: Mapping[str, Any]) -> str:
+    """The whole run's wall clock as one bar, by segment (report.json's `run_time`), in seconds."""
+    whole = report.get("run_time")
+    if not whole:
+        return ""
+    parts = {g["name"]: float(g["s"]) for g in whole.get("segments") or []}
+    return stacked_rows([("the run", parts)], {n: RUN_COLORS.get(n, "#888") for n in parts}, " s")

@@ -136,7 +136,12 @@ def _roofline_section(view: RooflineView) -> str:
 
 def _charts(report: Mapping[str, Any], views: RunViews, title: str) -> list[str]:
     rank0 = " (rank 0)" if views.multi_rank else ""
-    out = [_section("steps", f"Each step's time, by phase{rank0}", charts.steps_chart(views))]
+    out = []
+    whole = charts.run_time_chart(report)
+    if whole:
+        wall = report["run_time"]["wall_s"]
+        out.append(_section("run-time", f"Where the run's {wall:.1f} s went{rank0}", whole))
+    out.append(_section("steps", f"Each step's time, by phase{rank0}", charts.steps_chart(views)))
     ranks = charts.ranks_chart(views)
     if ranks:
         out.append(_section("ranks", "Each rank's step, by phase (mean of the steady steps)", ranks))

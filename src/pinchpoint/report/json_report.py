@@ -172,6 +172,29 @@ def _loaders(rank: RankData, feeding: LoaderConfig | None) -> list[dict[str, Any
     return list(out.values())
 
 
+def _run_time(analysis: RunAnalysis) -> dict[str, Any] | None:
+    """The whole run's wall clock by segment (`analysis/run_time.py`)."""
+    t = analysis.run_time
+    if t is None:
+        return None
+    return {
+        "wall_s": rounded(t.wall_ns / 1e9, 3),
+        "ended": t.ended,
+        "segments": [
+            {
+                "name": g.name,
+                "s": rounded(g.ns / 1e9, 3),
+                "share": rounded(g.ns / max(1, t.wall_ns), 4),
+                "steps": g.count,
+            }
+            for g in t.segments
+        ],
+        "checkpoint_s": rounded(t.checkpoint_ns / 1e9, 3),
+        "pinchpoint_s": rounded(t.pinchpoint_ns / 1e9, 3),
+        "unattributed_share": rounded(t.share("between steps"), 4),
+    }
+
+
 def _memory(rank: RankAnalysis) -> dict[str, Any] | None:
     """Host RSS over the steps and, on CUDA, the caching allocator's peaks."""
     out: dict[str, Any] = {}
@@ -258,6 +281,7 @@ def build_report(analysis: RunAnalysis, diagnosis: Diagnosis) -> dict[str, Any]:
         "steps": _steps(first.steps if first else None)
         | ({"missing": analysis.no_steps} if analysis.no_steps else {}),
         "breakdown": _breakdown(first.steps if first else None),
+        **({"run_time": whole} if (whole := _run_time(analysis)) is not None else {}),
         "ranks": [
             {"rank": r.rank, "steps": _steps(r.steps), "breakdown": _breakdown(r.steps), "memory": _memory(r)}
             | ({"stacks": _stacks(r)} if r.stacks is not None else {})

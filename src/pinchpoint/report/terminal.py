@@ -200,6 +200,21 @@ def _breakdown(report: dict[str, Any]) -> Table | Text:
     return table
 
 
+RUN_COLORS = {"training steps": "green", "between steps": "red", "start-up": "yellow", "shutdown": "yellow"}
+
+
+def _run_time(whole: dict[str, Any]) -> Table:
+    table = Table.grid(padding=(0, 2))
+    for g in whole["segments"]:
+        label = g["name"] + (" (unattributed)" if g["name"] == "between steps" else "")
+        count = f", {g['steps']} steps" if g["steps"] else ""
+        table.add_row(
+            label, _bar(g["share"], RUN_COLORS.get(g["name"], "cyan")), f"{100 * g['share']:4.0f}%",
+            Text(f"{g['s']:.1f} s{count}", style="dim"),
+        )  # fmt: skip
+    return table
+
+
 def _findings(report: dict[str, Any]) -> Group | Text:
     findings = report.get("findings") or []
     if not findings:
@@ -257,6 +272,15 @@ def _render(report: dict[str, Any], out: TextIO, *, color: bool | None, width: i
         title = "Where the profiled steps' time goes, seen from the GPU"
     else:
         title = "Where a step's time goes (mean over steady steps)"
+        whole = report.get("run_time")
+        if whole:
+            console.print(
+                Text(
+                    f"Where the run's time goes ({whole['wall_s']:.1f} s wall clock)", style="bold underline"
+                )
+            )
+            console.print(_run_time(whole))
+            console.print()
     console.print(Text(title, style="bold underline"))
     console.print(_breakdown(report))
     console.print()

@@ -452,6 +452,8 @@ class RunMeta:
     wall_time_ns: int = 0
     monotonic_ns: int = 0
     ended_at: str | None = None
+    ended_ns: int | None = None
+    """When the program ended, on the monotonic clock (the launcher's reading)."""
     exit_code: int | None = None
     signal: str | None = None
     world_size: int = 1

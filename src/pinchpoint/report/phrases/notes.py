@@ -34,6 +34,16 @@ PHRASES: dict[str, Callable[..., str]] = {
         "profile? GPU findings need `ProfilerActivity.CUDA`"
     ),
     "note.analysis": lambda text: text,
+    "note.run_time": lambda steps_share, wall_ns, others: (
+        f"the training steps are {steps_share:.0%} of the run's {wall_ns / 1e9:.1f} s; the findings judge them "
+        "only. The rest: "
+        + ", ".join(f"{name} {share:.0%}" for name, share in others)
+        + (
+            " (time no step covered: `--stacks` samples it)"
+            if any(n == "between steps" for n, _ in others)
+            else ""
+        )
+    ),
     "note.span_shares": lambda: "shares are of the GPU-activity span: the trace has no ProfilerStep ranges",
     "note.shared_machine": lambda foreign_cores, usable_cores: (
         f"other processes kept {foreign_cores:.1f} of {usable_cores} cores busy during the "
