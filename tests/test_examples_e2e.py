@@ -234,8 +234,12 @@ def test_sixteen_threads_on_this_machine_are_priced_by_the_trial(profiled: Any) 
     if not found and foreign_cores(report) >= CONTENDED_CORES:
         return  # beside a busy process 16 threads measured as fast as 2 (examples/cpu_oversubscription.py)
     assert len(found) <= 1
+    disturbed = any("thread trial" in n and "not read" in n for n in report.get("notes") or [])
+    if disturbed:  # another process took cores during the trial's steps: priced by its model, said so
+        assert not found or not any(e.startswith("Measured:") for e in found[0]["evidence"])
+        return
     if found:
-        assert any(e.startswith("Measured:") for e in found[0]["evidence"])
+        assert any(e.startswith("Measured:") for e in found[0]["evidence"]), _summary(report)
     # TRUTH.md: ×1.82 with the fix on the Xeon; the trial priced it ×1.18-×1.41 on the AVX2 EPYC, ×1.14-1.33
     # on an AVX512-BF16 one whose whole runs measured ×1.25-1.36 that day
     if not found or found[0]["estimated_speedup"] <= 1.1:  # then the fix must not pay now either

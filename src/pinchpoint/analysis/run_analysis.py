@@ -25,6 +25,7 @@ from pinchpoint.analysis.ops import OpStats, op_stats
 from pinchpoint.analysis.roofline import MemoryTraffic, memory_traffic
 from pinchpoint.analysis.run_time import RunTime, run_time
 from pinchpoint.analysis.stacks import StackSummary, stack_summary
+from pinchpoint.analysis.stalls import Stalls, stalls
 from pinchpoint.analysis.steps import StepStats, steady_steps, step_stats, why_no_steps
 from pinchpoint.trace.run import Environment, Probes, ProcessInfo, RankData, Role, Run
 
@@ -66,6 +67,8 @@ class RankAnalysis:
     """Checkpoints among the steady steps and what the steps after them cost (some steps saving)."""
     gc: GcStats | None = None
     """Python's garbage collections in the steady steps, and the lines that call `gc.collect()`."""
+    stalls: Stalls | None = None
+    """A few steps far slower than the rest (a stall every N steps), and what they have in common."""
     run_time: RunTime | None = None
     """Where the whole run's wall clock went on this rank (start-up, steps by kind, between steps,
     shutdown): the steps' statistics above are only part of it."""
@@ -118,6 +121,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         saves=save_cost(steady_steps(rank.steps)),
         gc=gc_stats(steady_steps(rank.steps), rank.gc, run.meta.cwd),
         run_time=run_time(run.meta, rank),
+        stalls=stalls(steady_steps(rank.steps)),
         faults=page_faults(
             steady_steps(rank.steps),
             min((s.index for s in rank.steps if s.profiled), default=None),

@@ -107,25 +107,50 @@ def context_notes(ranks: tuple[RankAnalysis, ...]) -> list[Note]:
                         ),
                     )
                 )
-        whole = rank.run_time
-        if whole is not None and whole.share("training steps") < STEPS_NOTE_BELOW and rank.steps is not None:
-            others = sorted(
-                (g for g in whole.segments if g.name != "training steps" and g.ns >= 0.01 * whole.wall_ns),
-                key=lambda g: -g.ns,
-            )
-            notes.append(
-                Note(
-                    kind=NoteKind.CONTEXT,
-                    fact=Fact(
-                        "note.run_time",
-                        steps_share=whole.share("training steps"),
-                        wall_ns=whole.wall_ns,
-                        others=tuple((g.name, g.ns / max(1, whole.wall_ns)) for g in others[:3]),
-                    ),
-                )
-            )
+        notes.extend(run_notes(rank))
         if rank.steps is not None and rank.steps.count < 10:
             notes.append(Note(kind=NoteKind.CONTEXT, fact=Fact("note.few_steps", steps=rank.steps.count)))
+    return notes
+
+
+def run_notes(rank: RankAnalysis) -> list[Note]:
+    """What the steps' statistics leave out: the run outside its training steps, and periodic stalls."""
+    notes: list[Note] = []
+    whole = rank.run_time
+    if whole is not None and whole.share("training steps") < STEPS_NOTE_BELOW and rank.steps is not None:
+        others = sorted(
+            (g for g in whole.segments if g.name != "training steps" and g.ns >= 0.01 * whole.wall_ns),
+            key=lambda g: -g.ns,
+        )
+        notes.append(
+            Note(
+                kind=NoteKind.CONTEXT,
+                fact=Fact(
+                    "note.run_time",
+                    steps_share=whole.share("training steps"),
+                    wall_ns=whole.wall_ns,
+                    others=tuple((g.name, g.ns / max(1, whole.wall_ns)) for g in others[:3]),
+                ),
+            )
+        )
+    if rank.stalls is not None:
+        st = rank.stalls
+        notes.append(
+            Note(
+                kind=NoteKind.CONTEXT,
+                fact=Fact(
+                    "note.stalls",
+                    stalls=st.stalls,
+                    steps=st.steps,
+                    every=st.every,
+                    stall_ns=st.stall_ns,
+                    median_ns=st.median_ns,
+                    share=st.share,
+                    cause=st.cause,
+                    explained=st.explained,
+                ),
+            )
+        )
     return notes
 
 

@@ -23,6 +23,16 @@ def _not_judged(category: str, rank: int, missing: str) -> str:
     return f"{category}: not judged on rank {rank}: {reason}"
 
 
+STALL_CAUSES = {
+    "gc": "Python's garbage collector holds their extra time (host.gc)",
+    "checkpoint": "torch.save holds their extra time (io.checkpoint)",
+    "loader": "they wait for a new DataLoader iterator's first batches (an epoch's start, workers started again)",
+    "data": "they wait for the DataLoader",
+    "host_other": "their extra time is Python outside every framework phase (logging, metrics, evaluation by hand)",
+    "mixed": "their extra time has no single cause",
+}
+
+
 PHRASES: dict[str, Callable[..., str]] = {
     "note.not_judged": _not_judged,
     "note.cuda_source": lambda: (
@@ -34,6 +44,15 @@ PHRASES: dict[str, Callable[..., str]] = {
         "profile? GPU findings need `ProfilerActivity.CUDA`"
     ),
     "note.analysis": lambda text: text,
+    "note.stalls": lambda stalls, steps, every, stall_ns, median_ns, share, cause, explained: (
+        f"{stalls} of {steps} steps stall"
+        + (f", one every {every} steps" if every else "")
+        + f": {stall_ns / 1e6:.1f} ms (median) against a {median_ns / 1e6:.1f} ms median step, {share:.0%} of the "
+        "steps' time over the median; "
+        + STALL_CAUSES.get(cause, f"most of their extra time is in {cause}")
+        + (f" ({explained:.0%} of them)" if cause != "mixed" else "")
+        + ("" if cause in ("gc", "checkpoint") else ": a median step does not show them")
+    ),
     "note.run_time": lambda steps_share, wall_ns, others: (
         f"the training steps are {steps_share:.0%} of the run's {wall_ns / 1e9:.1f} s; the findings judge them "
         "only. The rest: "
