@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pinchpoint.analysis.ops import VECTOR_ROWS, OpStats
+from pinchpoint.analysis.stacks import StackScope
 from pinchpoint.analysis.steps import COMPUTE_PHASES, StepStats
 from pinchpoint.diagnosis.costs import batched_requests
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
@@ -95,19 +96,52 @@ class HostPython(Rule):
         if blocked:
             evidence.append(Fact("host.python.asleep", asleep_ns=waiting))
         inference = steps.kind == "inference"
+        owner = None if blocked or host is None else library_owned(host)
+        if host is None:
+            evidence.append(Fact("host.python.unnamed"))
+        if owner is not None:
+            # The Python is a library's own: no logging or metric change removes it, and no gain is promised.
+            library, function, owned = owner
+            evidence.append(Fact("host.python.library", library=library, function=function, share=owned))
         yield Finding(
             id=self.id,
             title=Fact("host.python.title", waiting=blocked, inference=inference),
             share=share,
-            estimated_speedup=speedup_removing(share),
-            basis=Basis.REMOVED,
+            estimated_speedup=1.0 if owner is not None else speedup_removing(share),
+            basis=Basis.NONE if owner is not None else Basis.REMOVED,
             confidence=Confidence.HIGH if share >= HOST_SHARE_HIGH else Confidence.MEDIUM,
             evidence=tuple(evidence),
-            fix=Fact("host.python.fix", waiting=blocked),
-            snippet=Fact("host.python.snippet", waiting=blocked),
+            fix=Fact("host.python.fix_library", library=owner[0])
+            if owner
+            else Fact("host.python.fix", waiting=blocked),
+            snippet=None if owner else Fact("host.python.snippet", waiting=blocked),
             ranks=(rank.rank,),
-            fix_kind=None if blocked else FixKind.LOG_LESS,
+            fix_kind=None if blocked or owner else FixKind.LOG_LESS,
         )
+
+
+LIBRARY_MOST = 0.5
+"""A library owns the loop's Python when the hot lines calling into it hold half the samples."""
+OWN_LIBRARIES = ("torch", "builtins", "<")
+"""Calls into these are the program's own doing (a tensor op per element, a Python loop): its code."""
+
+
+def library_owned(host: StackScope) -> tuple[str, str, float] | None:
+    """(library, its hottest function, share of the samples) when the loop's hot lines mostly sit inside
+    one library's code other than torch (a Gaussian-process library's lazy tensors), else None."""
+    by_lib: dict[str, list[tuple[float, str]]] = {}
+    for h in host.top:
+        if not h.calls_into or "(" not in h.calls_into:
+            continue
+        path = h.calls_into.rsplit("(", 1)[1].rstrip(")")
+        library = path.split("/", 1)[0]
+        if library and not library.startswith(OWN_LIBRARIES):
+            by_lib.setdefault(library, []).append((h.share, h.calls_into))
+    if not by_lib:
+        return None
+    library, hits = max(by_lib.items(), key=lambda kv: sum(x for x, _ in kv[1]))
+    owned = sum(x for x, _ in hits)
+    return (library, max(hits)[1], owned) if owned >= LIBRARY_MOST else None
 
 
 WAITING_EXPLAINS = 0.5

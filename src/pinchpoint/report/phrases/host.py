@@ -96,6 +96,19 @@ PHRASES: dict[str, Callable[..., str]] = {
         f"≈ {ms(asleep_ns)} of it the main thread is asleep (not on a CPU, not waiting for one, not in "
         "a data, communication or device wait): the loop blocks on something outside the framework"
     ),
+    "host.python.unnamed": lambda: (
+        "No stack samples, so the code is not named (`pinchpoint run --stacks` names the function and "
+        "line): the fix below is the common cause of Python in a loop, not this program's measured one"
+    ),
+    "host.python.library": lambda library, function, share: (
+        f"{pct(share)} of the loop's stack samples are inside {library}'s own code ({function}): "
+        "the Python is the library's, not the loop's"
+    ),
+    "host.python.fix_library": lambda library: (
+        f"No setting of the loop removes Python inside {library}: logging or metrics less often would not "
+        f"help. Give each call more work (larger batches, fewer calls per step), see whether {library} "
+        "has a faster path or compiles, or accept it: no gain is predicted."
+    ),
     "host.python.fix": lambda waiting: (
         "Find the blocking call and take it off the step: `pinchpoint run --stacks` shows where the "
         "main thread sits; write logs, metrics and files from a background thread, and drop sleeps "
