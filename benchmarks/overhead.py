@@ -84,6 +84,7 @@ def main() -> int:
             "kineto",
             "bootstrap-noop",
             "stacks",
+            "stacks-low",
             "native",
             "stacks-native",
             "live",
@@ -125,6 +126,8 @@ def main() -> int:
         arms["sampler rare"] = ["--interval", "60"]
     if "stacks" in args.arm:  # deep mode: py-spy samples the program's stacks at 100 Hz
         arms["stacks"] = ["--stacks"]
+    if "stacks-low" in args.arm:  # py-spy at 5 Hz: what stacks on by default would cost
+        arms["stacks-low"] = ["--stacks-rate", "5"]
     if "native" in args.arm:  # perf samples the program's native stacks at 99 Hz
         arms["native"] = ["--native"]
     if (

@@ -18,16 +18,17 @@ from pinchpoint.trace.run import Phase, RankData, RunMeta, StepKind
 SEGMENTS = (
     "start-up",
     "training steps",
-    "evaluation",
+    "evaluation and rollouts",
     "inference",
     "marked steps",
     "pinchpoint's probes",
     "between steps",
     "shutdown",
 )
+# (no-grad, eval-mode calls of a model that also trains: an evaluation pass, or an RL library's rollouts)
 KIND_SEGMENT = {
     StepKind.TRAIN: "training steps",
-    StepKind.EVAL: "evaluation",
+    StepKind.EVAL: "evaluation and rollouts",
     StepKind.INFERENCE: "inference",
     StepKind.EXPLICIT: "marked steps",
 }
