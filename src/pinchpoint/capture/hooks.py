@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any, Protocol
 
 from pinchpoint.capture import loader_probe
@@ -144,17 +145,25 @@ def _wrap_loader(agent: HookedAgent) -> None:
 
 
 def _caller_site() -> str | None:
-    """file:line of the first frame outside torch's data package and pinchpoint (a subclass's
-    `super().__init__` is its own file's line)."""
-    f = sys._getframe(2)
+    """file:line in the program's own code that built a DataLoader: the first frame outside installed
+    packages (a Trainer's or accelerate's wrapper builds it for `trainer.train()`), else the first
+    outside torch's data package and pinchpoint."""
+    f: FrameType | None = sys._getframe(2)
+    fallback = None
     while f is not None:
         name = f.f_code.co_filename
-        if os.sep + "torch" + os.sep + "utils" + os.sep + "data" not in name and (
-            os.sep + "pinchpoint" + os.sep + "capture" not in name
-        ):
+        ours = _DATA_PKG in name or _CAPTURE_PKG in name
+        if not ours and fallback is None:
+            fallback = f"{name}:{f.f_lineno}"
+        if not ours and not any(p in name for p in _INSTALLED) and not name.startswith("<"):
             return f"{name}:{f.f_lineno}"
-        f = f.f_back  # type: ignore[assignment]
-    return None
+        f = f.f_back
+    return fallback
+
+
+_DATA_PKG = os.sep.join(("", "torch", "utils", "data", ""))
+_CAPTURE_PKG = os.sep.join(("", "pinchpoint", "capture", ""))
+_INSTALLED = ("site-packages", "dist-packages", os.sep + "lib" + os.sep + "python3")
 
 
 def _wrap_fetchers(agent: HookedAgent, torch: Any) -> None:
