@@ -94,3 +94,37 @@ def test_the_feeding_loader_is_the_one_most_steps_name_else_the_last_built() -> 
     older = tuple(replace(s, loader=None) for s in steps)  # a run directory from before steps said
     assert feeding_loader(RankData(rank=0, steps=older, loaders=(train, evaluation))) is evaluation
     assert feeding_loader(RankData(rank=0, steps=steps)) is None
+
+
+EPOCHS = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+ds = TensorDataset(torch.randn(640, 64), torch.randint(0, 10, (640,)))
+loader = DataLoader(ds, batch_size=64, num_workers=2)  # workers started again every epoch
+model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+steps = 0
+for epoch in range(8):
+    for x, y in loader:
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        steps += 1
+print(f"steps={steps}")
+"""
+
+
+@pytest.mark.e2e
+def test_workers_started_again_every_epoch_are_a_named_stall(tmp_path: Path) -> None:
+    """Ten 2 ms steps an epoch, and each epoch's first waits ~50 ms for two new worker processes
+    (persistent_workers=True measured 0.50 -> 0.19 s for the 80 steps here, idle)."""
+    script = tmp_path / "epochs.py"
+    script.write_text(EPOCHS)
+    _, out, _ = run_program(script, tmp_path)
+    notes = json.loads((out / "report.json").read_text())["notes"]
+    (stall,) = [n for n in notes if "steps stall" in n]
+    assert "new DataLoader iterator" in stall, stall  # (the period too, when no other slow step breaks it)
+    assert "persistent_workers=True" in stall, stall

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pinchpoint.analysis.steps import exposed_by_phase
-from pinchpoint.trace.run import Phase, Step
+from pinchpoint.trace.run import HOST_OTHER, Phase, Step
 
 STALL_X = 3.0
 """A step over three times the median is a stall (ordinary steps spread ±10-30% on these machines)."""
@@ -86,7 +86,13 @@ def _cause(step: Step, median: int, before: Step | None) -> str:
     exposed = exposed_by_phase(step)
     if exposed.get(Phase.CHECKPOINT_IO.value, 0) >= CAUSE_MIN * over:
         return "checkpoint"
+    new_iterator = step.loader is not None and before is not None and before.loader != step.loader
+    # (a new iterator starts its workers in `iter(loader)`, outside the data wait, then waits for them)
+    if (
+        new_iterator
+        and exposed.get(Phase.DATA_WAIT.value, 0) + exposed.get(HOST_OTHER, 0) >= CAUSE_MIN * over
+    ):
+        return "loader"
     if exposed.get(Phase.DATA_WAIT.value, 0) >= CAUSE_MIN * over:
-        new_iterator = step.loader is not None and before is not None and before.loader != step.loader
-        return "loader" if new_iterator else "data"
+        return "data"
     return max(exposed, key=lambda k: exposed[k]) if exposed else "mixed"

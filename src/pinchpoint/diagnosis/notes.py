@@ -148,10 +148,17 @@ def run_notes(rank: RankAnalysis) -> list[Note]:
                     share=st.share,
                     cause=st.cause,
                     explained=st.explained,
+                    restarted=_workers_restart(rank) if st.cause == "loader" else False,
                 ),
             )
         )
     return notes
+
+
+def _workers_restart(rank: RankAnalysis) -> bool:
+    """The loader feeding the steps starts its worker processes again with each iterator (an epoch)."""
+    config = rank.loader.config if rank.loader is not None else None
+    return config is not None and config.num_workers > 0 and not config.persistent_workers
 
 
 def unique(notes: list[Note]) -> tuple[Note, ...]:
