@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from conftest import make_env, make_rank_analysis, make_run_analysis
-from pinchpoint.analysis.checkpoint import AFTER_STEPS, save_cost, slower_p
+from pinchpoint.analysis.checkpoint import AFTER_STEPS, save_cost
+from pinchpoint.analysis.rank_test import slower_p
 from pinchpoint.analysis.steps import step_stats
 from pinchpoint.diagnosis.engine import diagnose
 from pinchpoint.diagnosis.finding import facts

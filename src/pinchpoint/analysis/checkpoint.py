@@ -10,13 +10,12 @@ saves there is nothing to compare with, and only the time inside the save is kno
 
 from __future__ import annotations
 
-import bisect
 import itertools
-import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pinchpoint.analysis.rank_test import slower_p
 from pinchpoint.analysis.steps import exposed_by_phase
 from pinchpoint.trace.run import Phase, Step
 
@@ -59,7 +58,7 @@ def save_cost(steady: Sequence[Step]) -> SaveCost | None:
     """The saves' aftermath among `steady` steps; None when no step saved, every step did, or too few
     steps ran far from a save."""
     ordered = sorted(steady, key=lambda s: s.index)
-    inside = {s.index: exposed_by_phase(s).get(Phase.CHECKPOINT_IO.value, 0) for s in ordered}
+    inside = {s.index: _inside_save(s) for s in ordered}
     saving = [s for s in ordered if inside[s.index] > 0]
     if not saving or len(saving) == len(ordered):
         return None
@@ -92,17 +91,8 @@ def save_cost(steady: Sequence[Step]) -> SaveCost | None:
     )
 
 
-def slower_p(these: Sequence[int], others: Sequence[int]) -> float:
-    """One-sided Mann-Whitney test, normal approximation (runs have hundreds of steps; the exact count
-    in `rank_test` is for a trial's few): the chance of `these` ranking this high among `others` if
-    they were drawn alike. Ties count half."""
-    m, n = len(these), len(others)
-    if m == 0 or n == 0:
-        return 1.0
-    ranked = sorted(others)
-    u = 0.0
-    for t in these:
-        lo, hi = bisect.bisect_left(ranked, t), bisect.bisect_right(ranked, t)
-        u += lo + (hi - lo) / 2
-    z = (u - m * n / 2) / math.sqrt(m * n * (m + n + 1) / 12)
-    return 0.5 * math.erfc(z / math.sqrt(2))
+def _inside_save(step: Step) -> int:
+    """Exposed time inside `torch.save` (only a step with a save interval is resolved by priority)."""
+    if not any(iv.phase is Phase.CHECKPOINT_IO for iv in step.intervals):
+        return 0
+    return exposed_by_phase(step).get(Phase.CHECKPOINT_IO.value, 0)

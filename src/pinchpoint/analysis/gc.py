@@ -35,7 +35,6 @@ class GcStats:
     sites: tuple[GcSite, ...] = ()
     """Lines that called `gc.collect()`, longest total first."""
     frozen: int = 0
-    threshold: tuple[int, ...] = ()
     cwd: str | None = None
     """The program's working directory: a call site under it is the program's own code."""
 
@@ -65,6 +64,5 @@ def gc_stats(steady: Sequence[Step], record: GcRecord | None, cwd: str | None = 
         median_step_ns=median,
         sites=record.explicit if record is not None else (),
         frozen=record.frozen if record is not None else 0,
-        threshold=record.threshold if record is not None else (),
         cwd=cwd,
     )

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pinchpoint.analysis.rank_test import TRIAL_P_MAX, faster_p, measured, reference
 from pinchpoint.analysis.steps import steady_steps
-from pinchpoint.trace.run import Fetch, LoaderConfig, RankData
+from pinchpoint.trace.run import Fetch, LoaderConfig, RankData, Step
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,11 +58,12 @@ def loader_activity(rank: RankData, start_ns: int, end_ns: int) -> LoaderActivit
     """Fetch activity between `start_ns` and `end_ns` (the steady steps); None if nothing was fetched."""
     main = rank.main
     main_pid = main.pid if main is not None else None
-    config = feeding_loader(rank)
+    steady = steady_steps(rank.steps)
+    config = feeding_loader(rank, steady)
     fetches = [f for f in rank.fetches if f.start_ns >= start_ns and f.end_ns <= end_ns]
     if config is not None and config.serial is not None and len(rank.loaders) > 1:
         # Other loaders (evaluation's) fetch too: only the batches of the one that feeds the steps
-        feeds = _feeds(config, main_pid, rank)
+        feeds = _feeds(config, main_pid, steady)
         fetches = [f for f in fetches if feeds(f)]
     if not fetches:
         fetches = list(rank.fetches)
@@ -80,12 +81,14 @@ def loader_activity(rank: RankData, start_ns: int, end_ns: int) -> LoaderActivit
     )
 
 
-def feeding_loader(rank: RankData) -> LoaderConfig | None:
-    """The loader whose iterators gave the steady steps most of their batches (a training loader, not
-    the evaluation loader a program builds at step 500); the last one built where steps do not say."""
+def feeding_loader(rank: RankData, steady: Sequence[Step] | None = None) -> LoaderConfig | None:
+    """The loader whose iterators gave the steady steps (`steady`, else the rank's) most of their
+    batches (a training loader, not the evaluation loader a program builds at step 500); the last one
+    built where steps do not say."""
     if not rank.loaders:
         return None
-    fed = Counter(s.loader for s in steady_steps(rank.steps) if s.loader is not None)
+    steps = steady_steps(rank.steps) if steady is None else steady
+    fed = Counter(s.loader for s in steps if s.loader is not None)
     if fed:
         serial = fed.most_common(1)[0][0]
         found = next((c for c in rank.loaders if c.serial == serial), None)
@@ -94,12 +97,12 @@ def feeding_loader(rank: RankData) -> LoaderConfig | None:
     return rank.loaders[-1]
 
 
-def _feeds(config: LoaderConfig, main_pid: int | None, rank: RankData) -> Callable[[Fetch], bool]:
+def _feeds(config: LoaderConfig, main_pid: int | None, steady: Sequence[Step]) -> Callable[[Fetch], bool]:
     """Whether a batch is `config`'s: fetched by its workers, or in the training process within a
     steady step that it fed."""
     if config.num_workers > 0:
         return lambda f: f.pid in config.worker_pids if config.worker_pids else f.pid != main_pid
-    spans = sorted((s.start_ns, s.end_ns) for s in steady_steps(rank.steps) if s.loader == config.serial)
+    spans = sorted((s.start_ns, s.end_ns) for s in steady if s.loader == config.serial)
     starts = [a for a, _ in spans]
 
     def inside(f: Fetch) -> bool:

@@ -8,6 +8,7 @@ about the shape of step times.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import random
@@ -122,3 +123,19 @@ def mean_faster_p(trial: Sequence[int], reference: Sequence[int]) -> float:
         total += 1
         hits += sum(split) <= observed
     return hits / total
+
+
+def slower_p(these: Sequence[int], others: Sequence[int]) -> float:
+    """One-sided Mann-Whitney test, normal approximation (runs have hundreds of steps; `faster_p`'s exact
+    count is for a trial's few): the chance of `these` ranking this high among `others` if
+    they were drawn alike. Ties count half."""
+    m, n = len(these), len(others)
+    if m == 0 or n == 0:
+        return 1.0
+    ranked = sorted(others)
+    u = 0.0
+    for t in these:
+        lo, hi = bisect.bisect_left(ranked, t), bisect.bisect_right(ranked, t)
+        u += lo + (hi - lo) / 2
+    z = (u - m * n / 2) / math.sqrt(m * n * (m + n + 1) / 12)
+    return 0.5 * math.erfc(z / math.sqrt(2))

@@ -95,6 +95,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
     rank, load = split_by_load(rank, run.system)  # (steps beside another process's load marked)
     clean = load is not None and load.used
     stats = step_stats(rank)
+    steady = steady_steps(rank.steps)
     main = rank.main
     loader = cpu = None
     if stats is not None:
@@ -117,13 +118,13 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         loader=loader,
         cpu=cpu,
         ops=ops,
-        memory=memory_trend(steady_steps(rank.steps)),
-        saves=save_cost(steady_steps(rank.steps)),
-        gc=gc_stats(steady_steps(rank.steps), rank.gc, run.meta.cwd),
+        memory=memory_trend(steady),
+        saves=save_cost(steady),
+        gc=gc_stats(steady, rank.gc, run.meta.cwd),
         run_time=run_time(run.meta, rank),
-        stalls=stalls(steady_steps(rank.steps)),
+        stalls=stalls(steady),
         faults=page_faults(
-            steady_steps(rank.steps),
+            steady,
             min((s.index for s in rank.steps if s.profiled), default=None),
             rank.probes.page_fault_ns,
         ),

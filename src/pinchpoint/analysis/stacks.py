@@ -67,7 +67,12 @@ class StackSummary:
 
 
 def is_library(frame: Frame) -> bool:
-    return not frame.file or frame.native or _LIBRARY.search(frame.file) is not None
+    return not frame.file or frame.native or is_library_file(frame.file)
+
+
+def is_library_file(path: str) -> bool:
+    """Installed packages, the standard library, or no real file (`<string>`)."""
+    return _LIBRARY.search(path) is not None
 
 
 def stack_summary(

@@ -10,6 +10,7 @@ the wrapper around `gc.collect` one frame lookup per call. Both are put back on 
 
 from __future__ import annotations
 
+import functools
 import gc
 import sys
 import time
@@ -62,6 +63,7 @@ class GcWatch:
     def wrap(self, collect: Any) -> Any:
         watch = self
 
+        @functools.wraps(collect)
         def collect_noted(*args: Any, **kwargs: Any) -> Any:
             t0 = time.perf_counter_ns()
             try:
@@ -81,8 +83,6 @@ class GcWatch:
                 elif len(watch.explicit) < SITES_MAX:
                     watch.explicit[site] = [1, took]
 
-        collect_noted.__wrapped__ = collect  # type: ignore[attr-defined]
-        collect_noted.__doc__ = collect.__doc__
         return collect_noted
 
     def write(self, rank_dir: Path) -> None:

@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterable
 from typing import ClassVar
 
+from pinchpoint.analysis.stacks import is_library_file
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Subject, speedup_removing
 
@@ -102,7 +103,7 @@ class HostGc(Rule):
 
 
 def _own_code(path: str, cwd: str | None) -> bool:
-    """The program's own file (under its working directory, outside installed packages)."""
-    if "site-packages" in path or "dist-packages" in path or path.startswith("<"):
+    """The program's own file: not a library's (`stacks.is_library_file`), under its working directory."""
+    if is_library_file(path):
         return False
     return cwd is None or os.path.abspath(path).startswith(os.path.abspath(cwd) + os.sep)
