@@ -85,6 +85,7 @@ def main() -> int:
             "bootstrap-noop",
             "stacks",
             "stacks-low",
+            "pystacks-off",
             "native",
             "stacks-native",
             "live",
@@ -126,6 +127,8 @@ def main() -> int:
         arms["sampler rare"] = ["--interval", "60"]
     if "stacks" in args.arm:  # deep mode: py-spy samples the program's stacks at 100 Hz
         arms["stacks"] = ["--stacks"]
+    if "pystacks-off" in args.arm:  # the default without pinchpoint's own stack sampler
+        arms["pystacks off"] = ["ENV:PINCHPOINT_PYSTACKS=0"]
     if "stacks-low" in args.arm:  # py-spy at 5 Hz: what stacks on by default would cost
         arms["stacks-low"] = ["--stacks-rate", "5"]
     if "native" in args.arm:  # perf samples the program's native stacks at 99 Hz

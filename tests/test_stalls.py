@@ -54,3 +54,29 @@ def test_steps_that_only_spread_have_no_stall() -> None:
     steps = [replace(s, end_ns=s.end_ns + (s.index % 3) * 5 * MS) for s in steps]  # 10-20 ms
     assert stalls(steps) is None
     assert stalls(_with_stall(make_steps(8, {"forward": 2}), 4, 150, "gc")) is None  # too few to tell
+
+
+def test_the_stalled_steps_code_is_named_from_the_stack_samples() -> None:
+    """Samples every 10 ms on the main thread: inside the stalls they sit in the epoch-end function,
+    elsewhere in the loop; the stalls' code names the former, by its share of the stalls' samples."""
+    from pinchpoint.trace.stacks import Frame, StackSample, TimedSample
+
+    steps = _with_stall(make_steps(70, {"forward": 2}), 7, 150, "python")
+    loop = StackSample(
+        frames=(Frame("<module>", "/w/train.py", 30), Frame("train_step", "/w/train.py", 12)), count=0
+    )
+    epoch = StackSample(
+        frames=(Frame("<module>", "/w/train.py", 31), Frame("end_epoch", "/w/train.py", 20)), count=0
+    )
+    slow = [(s.start_ns, s.end_ns) for s in steps if s.dur_ns > 100 * MS]
+    t0, t1 = steps[0].start_ns, steps[-1].end_ns
+    samples = [
+        TimedSample(
+            t_ns=t, stack=epoch if any(a <= t < b for a, b in slow) else loop, cpu_ns=0, wall_ns=10 * MS
+        )
+        for t in range(t0, t1, 10 * MS)
+    ]
+    found = stalls(steps, samples, "/w")
+    assert found is not None and found.code is not None
+    assert found.code.top[0].label == "end_epoch (train.py:20)" and found.code.top[0].share == 1.0
+    assert stalls(steps).code is None  # (no samples: nothing named)

@@ -23,7 +23,7 @@ from pinchpoint.analysis.memory import (
 from pinchpoint.analysis.native import NativeBreakdown, native_breakdown
 from pinchpoint.analysis.ops import OpStats, op_stats
 from pinchpoint.analysis.roofline import MemoryTraffic, memory_traffic
-from pinchpoint.analysis.run_time import RunTime, run_time
+from pinchpoint.analysis.run_time import RunTime, main_samples, run_time
 from pinchpoint.analysis.stacks import StackSummary, stack_summary
 from pinchpoint.analysis.stalls import Stalls, stalls
 from pinchpoint.analysis.steps import StepStats, steady_steps, step_stats, why_no_steps
@@ -103,6 +103,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         cpu = cpu_usage(run, stats.start_ns, stats.end_ns, main.pid if main else None, clean_only=clean)
     ops = op_stats(rank.opwindow, rank.probes, rank.steps) if rank.opwindow is not None else None
     stacks = None
+    main_timeline = main_samples(run.stacks, main.pid) if run.stacks is not None and main is not None else []
     if run.stacks is not None and main is not None:
         workers = {p for c in rank.loaders for p in c.worker_pids} | {f.pid for f in rank.fetches}
         stacks = stack_summary(run.stacks, [main.pid], workers - {main.pid}, run.meta.cwd, main.loop)
@@ -121,8 +122,8 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         memory=memory_trend(steady),
         saves=save_cost(steady),
         gc=gc_stats(steady, rank.gc, run.meta.cwd),
-        run_time=run_time(run.meta, rank),
-        stalls=stalls(steady),
+        run_time=run_time(run.meta, rank, run.stacks, main.pid if main is not None else None),
+        stalls=stalls(steady, main_timeline, run.meta.cwd),
         faults=page_faults(
             steady,
             min((s.index for s in rank.steps if s.profiled), default=None),

@@ -11,9 +11,12 @@ by its kind, the gaps between steps that no step covered, and from the last step
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import bisect
+from dataclasses import dataclass, replace
 
-from pinchpoint.trace.run import Phase, RankData, RunMeta, StepKind
+from pinchpoint.analysis.stacks import StackScope, scope_of
+from pinchpoint.trace.run import Phase, RankData, RunMeta, Step, StepKind
+from pinchpoint.trace.stacks import Stacks, StackSample, TimedSample
 
 SEGMENTS = (
     "start-up",
@@ -34,12 +37,35 @@ KIND_SEGMENT = {
 }
 
 
+PROBES = "pinchpoint's probes"
+OWN_FILE = "<pinchpoint>"
+"""The file of the frame pinchpoint's sampler puts at the leaf of a stack in its own code."""
+Span = tuple[int, int, str, bool]
+"""(start ns, end ns, segment, is a step)."""
+_IMPORTLIB = "<frozen importlib."
+CODE_MIN_SAMPLES = 5
+"""A segment's code is named from at least this many samples (a quarter second at 20 Hz)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SegmentCode:
+    """Where the main thread was during a segment (pinchpoint's stack samples, by wall time)."""
+
+    scope: StackScope
+    cpu_frac: float
+    """Of the sampled wall time, the share the thread was on a CPU (the rest: it waited)."""
+    imports_frac: float = 0.0
+    """Of it, the share inside an `import` (start-up's usual weight)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Segment:
     name: str
     ns: int
     count: int = 0
     """Steps in it (0 for start-up, shutdown and the gaps)."""
+    code: SegmentCode | None = None
+    """Outside the training steps, with pinchpoint's stack samples: the code the time went to."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,9 +88,12 @@ class RunTime:
         return max(self.segments, key=lambda s: s.ns)
 
 
-def run_time(meta: RunMeta, rank: RankData) -> RunTime | None:
+def run_time(
+    meta: RunMeta, rank: RankData, stacks: Stacks | None = None, pid: int | None = None
+) -> RunTime | None:
     """The run's segments on `rank`; None without a start clock or steps (another profiler's files,
-    an attach: its start is not the program's)."""
+    an attach: its start is not the program's). With pinchpoint's own stack samples (`stacks`, of
+    process `pid`), each segment outside the training steps names the code its main thread was in."""
     steps = sorted((s for s in rank.steps if s.dur_ns > 0), key=lambda s: s.start_ns)
     if not meta.monotonic_ns or not steps or meta.mode == "attach":
         return None
@@ -73,25 +102,19 @@ def run_time(meta: RunMeta, rank: RankData) -> RunTime | None:
     end = meta.ended_ns if ended and meta.ended_ns is not None else last
     if first < start:
         return None  # (clocks that do not line up: another machine's run directory)
-    by_kind: dict[str, list[int]] = {}
-    gaps, probes, reach = 0, 0, first
-    for s in steps:
-        by_kind.setdefault(KIND_SEGMENT.get(s.kind, "marked steps"), []).append(s.dur_ns)
-        gap = max(0, s.start_ns - reach)
-        if s.profiled or s.trial:
-            probes += gap  # (the op window opened or closed, its probes ran, a trial changed a setting)
-        else:
-            gaps += gap
-        reach = max(reach, s.end_ns)
-    named = {
-        "start-up": (first - start, 0),
-        **{name: (sum(d), len(d)) for name, d in by_kind.items()},
-        "pinchpoint's probes": (probes, 0),
-        "between steps": (gaps, 0),
-        "shutdown": (end - last, 0),
-    }
+    spans = _spans(start, end, steps)
+    if stacks is not None and pid is not None and stacks.timeline:
+        spans = _probes_checked(spans, main_samples(stacks, pid))
+    named: dict[str, list[int]] = {}
+    for a, b, name, is_step in spans:
+        got = named.setdefault(name, [0, 0])
+        got[0] += b - a
+        got[1] += is_step
+    code = _segment_code(spans, stacks, pid, meta.cwd) if stacks is not None and pid is not None else {}
     segments = tuple(
-        Segment(name=n, ns=named[n][0], count=named[n][1]) for n in SEGMENTS if named.get(n, (0,))[0] > 0
+        Segment(name=n, ns=named[n][0], count=named[n][1], code=code.get(n))
+        for n in SEGMENTS
+        if named.get(n, (0,))[0] > 0
     )
     save = sum(
         min(iv.end_ns, s.end_ns) - max(iv.start_ns, s.start_ns)
@@ -103,3 +126,77 @@ def run_time(meta: RunMeta, rank: RankData) -> RunTime | None:
     return RunTime(
         wall_ns=end - start, segments=segments, checkpoint_ns=max(0, save), pinchpoint_ns=ours, ended=ended
     )
+
+
+def _spans(start: int, end: int, steps: list[Step]) -> list[Span]:
+    """The run cut into (start, end, segment, is a step), in time order: start-up to the first step,
+    each step by its kind, each gap no step covered (pinchpoint's when the next step is one it
+    profiled or ran a trial in), and from the last step to the end."""
+    first = steps[0].start_ns
+    out: list[Span] = [(start, first, "start-up", False)]
+    reach = first
+    for s in steps:
+        if s.start_ns > reach:
+            out.append((reach, s.start_ns, PROBES if s.profiled or s.trial else "between steps", False))
+        a = max(s.start_ns, reach)
+        if s.end_ns > a:
+            out.append((a, s.end_ns, KIND_SEGMENT.get(s.kind, "marked steps"), True))
+        reach = max(reach, s.end_ns)
+    out.append((reach, max(reach, end), "shutdown", False))
+    return out
+
+
+def main_samples(stacks: Stacks, pid: int) -> list[TimedSample]:
+    """The samples of process `pid`'s main thread, in time."""
+    main = str(pid)
+    return [t for t in stacks.timeline if t.stack.pid == pid and t.stack.thread == main]
+
+
+def _probes_checked(spans: list[Span], samples: list[TimedSample]) -> list[Span]:
+    """A gap before a step pinchpoint profiled or ran a trial in is its probes' time, unless the main
+    thread's samples there were mostly in the program's code (a rollout that happened to precede the
+    op window): then it is time between steps like any other."""
+    starts = [a for a, *_ in spans]
+    ours: dict[int, list[int]] = {}
+    for t in samples:
+        i = bisect.bisect_right(starts, t.t_ns) - 1
+        if i >= 0 and t.t_ns < spans[i][1] and spans[i][2] == PROBES:
+            seen = ours.setdefault(i, [0, 0])
+            seen[0] += t.wall_ns
+            seen[1] += t.wall_ns if t.stack.frames and t.stack.frames[-1].file == OWN_FILE else 0
+    return [
+        (a, b, "between steps", False)
+        if (mine := ours.get(i)) and mine[1] < 0.5 * mine[0]
+        else (a, b, name, step)
+        for i, (a, b, name, step) in enumerate(spans)
+    ]
+
+
+def _segment_code(spans: list[Span], stacks: Stacks, pid: int, cwd: str) -> dict[str, SegmentCode]:
+    """Per segment outside the training steps: where the main thread's samples landed (by wall time:
+    a wait counts where it waits) and how much of that time it was on a CPU."""
+    starts = [a for a, *_ in spans]
+    by_segment: dict[str, dict[StackSample, list[int]]] = {}
+    for t in main_samples(stacks, pid):
+        i = bisect.bisect_right(starts, t.t_ns) - 1
+        if i < 0 or t.t_ns >= spans[i][1] or spans[i][2] == "training steps":
+            continue
+        acc = by_segment.setdefault(spans[i][2], {}).setdefault(t.stack, [0, 0])
+        acc[0] += t.wall_ns
+        acc[1] += t.cpu_ns
+    rate = stacks.rate_hz or 1.0
+    out: dict[str, SegmentCode] = {}
+    for name, got in by_segment.items():
+        wall = sum(w for w, _ in got.values())
+        samples = [replace(s, count=round(w * rate / 1e9)) for s, (w, _) in got.items()]
+        scope = scope_of(name, [s for s in samples if s.count > 0], rate, cwd)
+        if scope is not None and scope.samples >= CODE_MIN_SAMPLES:
+            imports = sum(
+                w for s, (w, _) in got.items() if any(f.file.startswith(_IMPORTLIB) for f in s.frames)
+            )
+            out[name] = SegmentCode(
+                scope=scope,
+                cpu_frac=sum(c for _, c in got.values()) / max(1, wall),
+                imports_frac=imports / max(1, wall),
+            )
+    return out

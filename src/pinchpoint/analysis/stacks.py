@@ -93,11 +93,11 @@ def stack_summary(
                 loader.append(s)
             elif _on_main_thread(s) and not _in_timed_phase(s) and _in_loop(s, loop):
                 host.append(s)
-    host_scope = _scope("host", host, stacks.rate_hz, cwd)
+    host_scope = scope_of("host", host, stacks.rate_hz, cwd)
     if host_scope is not None and loop is not None:
         where = display_path(loop.file, cwd)
         host_scope = replace(host_scope, within=f"lines {loop.first_line}-{loop.last_line} of {where}")
-    return StackSummary(loader=_scope("loader", loader, stacks.rate_hz, cwd), host=host_scope)
+    return StackSummary(loader=scope_of("loader", loader, stacks.rate_hz, cwd), host=host_scope)
 
 
 def loop_samples(stacks: Stacks, loops: Mapping[int, LoopSite]) -> Stacks:
@@ -127,7 +127,7 @@ def _in_timed_phase(s: StackSample) -> bool:
     return False
 
 
-def _scope(name: str, samples: list[StackSample], rate_hz: float | None, cwd: str) -> StackScope | None:
+def scope_of(name: str, samples: list[StackSample], rate_hz: float | None, cwd: str) -> StackScope | None:
     """Samples charged per function (file and name; its lines summed), the hottest line named."""
     total = sum(s.count for s in samples)
     if total == 0:

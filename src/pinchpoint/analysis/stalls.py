@@ -9,13 +9,16 @@ again), or else the phase that grew most.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from pinchpoint.analysis.stacks import StackScope, scope_of
 from pinchpoint.analysis.steps import exposed_by_phase
 from pinchpoint.trace.run import HOST_OTHER, Phase, Step
+from pinchpoint.trace.stacks import StackSample, TimedSample
 
 STALL_X = 3.0
 """A step over three times the median is a stall (ordinary steps spread ±10-30% on these machines)."""
@@ -43,10 +46,13 @@ class Stalls:
     """`gc`, `checkpoint`, `loader` (a new iterator), `data`, a phase name, or `mixed`."""
     explained: float
     """Share of the stalls the cause explains."""
+    code: StackScope | None = None
+    """Where the main thread was during the stalled steps (pinchpoint's stack samples, by wall time)."""
 
 
-def stalls(steady: Sequence[Step]) -> Stalls | None:
-    """The steps' stalls, or None when there are none worth saying (or too few steps to tell)."""
+def stalls(steady: Sequence[Step], samples: Sequence[TimedSample] = (), cwd: str = "") -> Stalls | None:
+    """The steps' stalls, or None when there are none worth saying (or too few steps to tell).
+    `samples`: the main thread's stack samples in time, to name the stalled steps' code."""
     ordered = sorted(steady, key=lambda s: s.index)
     if len(ordered) < 10:
         return None
@@ -76,7 +82,25 @@ def stalls(steady: Sequence[Step]) -> Stalls | None:
         every=every,
         cause=cause if explained >= CAUSE_MIN else "mixed",
         explained=explained,
+        code=_code(slow, samples, cwd),
     )
+
+
+CODE_MIN_SAMPLES = 5
+
+
+def _code(slow: Sequence[Step], samples: Sequence[TimedSample], cwd: str) -> StackScope | None:
+    """The functions the main thread's samples inside the stalled steps landed in."""
+    spans = sorted((s.start_ns, s.end_ns) for s in slow)
+    starts = [a for a, _ in spans]
+    weight: dict[StackSample, int] = {}
+    for t in samples:
+        i = bisect.bisect_right(starts, t.t_ns) - 1
+        if i >= 0 and t.t_ns < spans[i][1]:
+            weight[t.stack] = weight.get(t.stack, 0) + 1
+    picked = [replace(s, count=n) for s, n in weight.items()]
+    scope = scope_of("stalls", picked, None, cwd)
+    return scope if scope is not None and scope.samples >= CODE_MIN_SAMPLES and scope.top else None
 
 
 def _cause(step: Step, median: int, before: Step | None) -> str:

@@ -26,7 +26,7 @@ def start_from_environment(run_dir: str) -> None:
         m in joined for m in LAUNCHER_MARKERS[1:]
     ):
         return  # torchrun's elastic agent: its children (the ranks) start their own agents
-    from pinchpoint.capture import agent, stacks
+    from pinchpoint.capture import agent, pysampler, stacks
 
     if os.environ.get(stacks.STACKS_ENV):
         stacks.allow_ptrace_from_any()
@@ -34,3 +34,5 @@ def start_from_environment(run_dir: str) -> None:
     if any(m in joined for m in SPAWNED_WORKER_MARKERS):
         a.role = "worker"
         a.window.disable()
+    elif not os.environ.get(stacks.STACKS_ENV):
+        pysampler.start(Path(run_dir))  # (py-spy, when asked for, samples the whole tree instead)

@@ -129,7 +129,11 @@ def run_notes(rank: RankAnalysis) -> list[Note]:
                     "note.run_time",
                     steps_share=whole.share("training steps"),
                     wall_ns=whole.wall_ns,
-                    others=tuple((g.name, g.ns / max(1, whole.wall_ns)) for g in others[:3]),
+                    others=tuple(
+                        (g.name, g.ns / max(1, whole.wall_ns))
+                        + ((g.code.scope.top[0].label,) if g.code is not None and g.code.scope.top else ())
+                        for g in others[:3]
+                    ),
                 ),
             )
         )
@@ -149,6 +153,7 @@ def run_notes(rank: RankAnalysis) -> list[Note]:
                     cause=st.cause,
                     explained=st.explained,
                     restarted=_workers_restart(rank) if st.cause == "loader" else False,
+                    code=(st.code.top[0].label, st.code.top[0].share) if st.code is not None else None,
                 ),
             )
         )

@@ -11,15 +11,16 @@ from pathlib import Path
 from pinchpoint.errors import TraceError
 from pinchpoint.ingest.fields import load_json
 from pinchpoint.ingest.perf_script import read_perf_script
-from pinchpoint.ingest.stacks import read_folded
-from pinchpoint.trace.stacks import Stacks
+from pinchpoint.ingest.stacks import parse_folded, read_folded
+from pinchpoint.trace.stacks import Frame, Stacks, StackSample, TimedSample
 
 
 def run_stacks(path: Path, warnings: list[str]) -> Stacks | None:
-    """`stacks.folded` (py-spy), when the run asked for stacks; what went wrong otherwise."""
+    """`stacks.folded` (py-spy), when the run asked for stacks; what went wrong otherwise. Else the
+    default sampler's `pystacks-PID.json` files, when there are any."""
     meta = load_json(path / "stacks.json", []) if (path / "stacks.json").is_file() else None
     if not isinstance(meta, dict):
-        return None
+        return own_stacks(path, warnings)
     folded = path / "stacks.folded"
     if not folded.is_file() or folded.stat().st_size == 0:
         warnings.append(_none_recorded("stacks", path / "stacks.log"))
@@ -39,6 +40,47 @@ def run_stacks(path: Path, warnings: list[str]) -> Stacks | None:
     if meta.get("idle") is True:
         stacks = dataclasses.replace(stacks, idle_included=True)
     return _native_tails(stacks) if meta.get("native") is True else stacks
+
+
+def own_stacks(path: Path, warnings: list[str]) -> Stacks | None:
+    """The default sampler's files (`capture/pysampler.py`), one per process: the stacks (py-spy's
+    folded form) and the samples in time. A stack's count is the CPU time its samples carried, in
+    samples; the timeline keeps each sample with its wall time. Unreadable files are skipped, said."""
+    merged: dict[tuple[int | None, str | None, tuple[Frame, ...]], StackSample] = {}
+    cpu: dict[tuple[int | None, str | None, tuple[Frame, ...]], int] = {}
+    timeline: list[TimedSample] = []
+    rate = None
+    files = sorted(path.glob("pystacks-*.json"))
+    for file in files:
+        doc = load_json(file, [])
+        try:
+            rate = float(doc["rate_hz"])
+            folded = [str(t) for t in doc["stacks"]]
+            samples = [(int(t), int(i), int(c), int(w)) for t, i, c, w in doc["samples"]]
+            parsed = [parse_folded(f"{t} 1")[0].samples for t in folded]
+        except (KeyError, TypeError, ValueError) as exc:
+            warnings.append(f"{file.name}: not a stack file pinchpoint wrote ({type(exc).__name__}): skipped")
+            continue
+        stacks = []
+        for one in parsed:
+            s = one[0] if one else StackSample(frames=(), count=0)
+            key = (s.pid, s.thread, s.frames)
+            stacks.append(merged.setdefault(key, s))
+        for t, i, c, w in samples:
+            if 0 <= i < len(stacks) and stacks[i].frames:
+                s = stacks[i]
+                timeline.append(TimedSample(t_ns=t, stack=s, cpu_ns=max(0, c), wall_ns=max(0, w)))
+                key = (s.pid, s.thread, s.frames)
+                cpu[key] = cpu.get(key, 0) + max(0, c)
+    if rate is None or rate <= 0 or not timeline:
+        return None
+    weighed = tuple(
+        dataclasses.replace(s, count=n)
+        for key, s in merged.items()
+        if (n := round(cpu.get(key, 0) * rate / 1e9)) > 0
+    )
+    timeline.sort(key=lambda t: t.t_ns)
+    return Stacks(samples=weighed, rate_hz=rate, source="pinchpoint", timeline=tuple(timeline))
 
 
 def _native_tails(stacks: Stacks) -> Stacks:

@@ -18,6 +18,7 @@ from pinchpoint.analysis.views import RooflineView, RunViews
 from pinchpoint.report import charts
 from pinchpoint.report.flamegraph import flamegraph_svg
 from pinchpoint.report.phrases.common import gain as gain_words
+from pinchpoint.report.phrases.common import segment_code_lines
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;
@@ -140,7 +141,9 @@ def _charts(report: Mapping[str, Any], views: RunViews, title: str) -> list[str]
     whole = charts.run_time_chart(report)
     if whole:
         wall = report["run_time"]["wall_s"]
-        out.append(_section("run-time", f"Where the run's {wall:.1f} s went{rank0}", whole))
+        lines = "".join(f"<li>{escape(line.strip())}</li>" for line in segment_code_lines(report["run_time"]))
+        code = f'<ul class="segment-code">{lines}</ul>' if lines else ""
+        out.append(_section("run-time", f"Where the run's {wall:.1f} s went{rank0}", whole, code))
     out.append(_section("steps", f"Each step's time, by phase{rank0}", charts.steps_chart(views)))
     ranks = charts.ranks_chart(views)
     if ranks:

@@ -8,6 +8,7 @@ from typing import Any
 
 from pinchpoint.analysis.load import LoadSplit
 from pinchpoint.analysis.run_analysis import RankAnalysis, RunAnalysis
+from pinchpoint.analysis.run_time import SegmentCode
 from pinchpoint.analysis.steps import StepStats
 from pinchpoint.diagnosis.engine import Diagnosis
 from pinchpoint.diagnosis.finding import Finding
@@ -186,12 +187,26 @@ def _run_time(analysis: RunAnalysis) -> dict[str, Any] | None:
                 "s": rounded(g.ns / 1e9, 3),
                 "share": rounded(g.ns / max(1, t.wall_ns), 4),
                 "steps": g.count,
+                **({"code": _segment_code(g.code)} if g.code is not None and g.code.scope.top else {}),
             }
             for g in t.segments
         ],
         "checkpoint_s": rounded(t.checkpoint_ns / 1e9, 3),
         "pinchpoint_s": rounded(t.pinchpoint_ns / 1e9, 3),
         "unattributed_share": rounded(t.share("between steps"), 4),
+    }
+
+
+def _segment_code(code: SegmentCode) -> dict[str, Any]:
+    """Where a segment's main thread was: its hottest functions (share of the segment's samples) and
+    the share of the segment it was on a CPU."""
+    return {
+        "on_cpu": rounded(code.cpu_frac, 3),
+        "imports": rounded(code.imports_frac, 3),
+        "top": [
+            {"function": h.label, "share": rounded(h.share, 3), "inside": h.calls_into}
+            for h in code.scope.top
+        ],
     }
 
 

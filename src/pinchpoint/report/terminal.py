@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pinchpoint.report.model import Report
-from pinchpoint.report.phrases.common import gain
+from pinchpoint.report.phrases.common import gain, segment_code_lines
 
 PHASE_LABELS = {
     "data_wait": "data wait",
@@ -280,6 +280,8 @@ def _render(report: dict[str, Any], out: TextIO, *, color: bool | None, width: i
                 )
             )
             console.print(_run_time(whole))
+            for line in segment_code_lines(whole):
+                console.print(Text(line, style="dim"))
             console.print()
     console.print(Text(title, style="bold underline"))
     console.print(_breakdown(report))

@@ -40,6 +40,20 @@ class StackSample:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TimedSample:
+    """One sample of one thread, in time (pinchpoint's own sampler, `capture/pysampler.py`)."""
+
+    t_ns: int
+    """On the monotonic clock the steps use."""
+    stack: StackSample
+    """Its frames, pid and thread (`count` is the aggregate's, not this sample's)."""
+    cpu_ns: int
+    """Of `wall_ns`, the CPU time it stands for (the thread's running share at the sample)."""
+    wall_ns: int
+    """The wall time since the thread's previous sample (a period, or more when a call held the GIL)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Stacks:
     samples: tuple[StackSample, ...]
     rate_hz: float | None = None
@@ -47,6 +61,9 @@ class Stacks:
     source: str = ""
     idle_included: bool = False
     """False: waiting threads (I/O, locks, sleeping) were not sampled, as py-spy does by default."""
+    timeline: tuple[TimedSample, ...] = ()
+    """Each sample in time (pinchpoint's sampler): where the run's segments spent their wall time.
+    `samples` then weigh each stack by the CPU time its samples carried, in samples of 1/rate_hz."""
 
     @property
     def total(self) -> int:

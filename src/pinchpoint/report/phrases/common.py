@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 PHRASES: dict[str, Callable[..., str]] = {
     "rule.title": lambda name: name,
@@ -22,3 +23,23 @@ def gain(speedup: float, basis: str | None) -> str:
     if basis == "removed":
         return f"fix → up to ×{speedup:.2f} faster (the share removed)"
     return f"fix → est. ×{speedup:.2f} faster"
+
+
+SEGMENT_CODE_MIN_SHARE = 0.05
+
+
+def segment_code_lines(whole: dict[str, Any]) -> list[str]:
+    """A line per segment outside the training steps of at least 5% of the run whose code was sampled:
+    where its main thread was."""
+    out = []
+    for g in whole["segments"]:
+        code = g.get("code")
+        if not code or g["share"] < SEGMENT_CODE_MIN_SHARE or g["name"] == "pinchpoint's probes":
+            continue
+        top = "; ".join(
+            f"{h['function']} {100 * h['share']:.0f}%"
+            + (f", inside {h['inside']}" if h.get("inside") else "")
+            for h in code["top"][:2]
+        )
+        out.append(f"  {g['name']}: {top} · on a CPU {100 * code['on_cpu']:.0f}% of it")
+    return out

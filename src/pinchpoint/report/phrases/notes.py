@@ -44,7 +44,7 @@ PHRASES: dict[str, Callable[..., str]] = {
         "profile? GPU findings need `ProfilerActivity.CUDA`"
     ),
     "note.analysis": lambda text: text,
-    "note.stalls": lambda stalls, steps, every, stall_ns, median_ns, share, cause, explained, restarted=False: (
+    "note.stalls": lambda stalls, steps, every, stall_ns, median_ns, share, cause, explained, restarted=False, code=None: (
         f"{stalls} of {steps} steps stall"
         + (f", one every {every} steps" if every else "")
         + f": {stall_ns / 1e6:.1f} ms (median) against a {median_ns / 1e6:.1f} ms median step, {share:.0%} of the "
@@ -52,6 +52,11 @@ PHRASES: dict[str, Callable[..., str]] = {
         + STALL_CAUSES.get(cause, f"most of their extra time is in {cause}")
         + (f" ({explained:.0%} of them)" if cause != "mixed" else "")
         + ("" if cause in ("gc", "checkpoint") else ": a median step does not show them")
+        + (
+            f". In the stalled steps the main thread was mostly in {code[0]} ({code[1]:.0%} of their samples)"
+            if code
+            else ""
+        )
         + (
             ". Its workers start again with each epoch's iterator (persistent_workers=False): "
             "DataLoader(..., persistent_workers=True) keeps them, and their prefetched batches, across epochs"
@@ -62,10 +67,10 @@ PHRASES: dict[str, Callable[..., str]] = {
     "note.run_time": lambda steps_share, wall_ns, others: (
         f"the training steps are {steps_share:.0%} of the run's {wall_ns / 1e9:.1f} s; the findings judge them "
         "only. The rest: "
-        + ", ".join(f"{name} {share:.0%}" for name, share in others)
+        + ", ".join(f"{o[0]} {o[1]:.0%}" + (f" (mostly {o[2]})" if len(o) > 2 else "") for o in others)
         + (
             " (time no step covered: `--stacks` samples it)"
-            if any(n == "between steps" for n, _ in others)
+            if any(o[0] == "between steps" and len(o) == 2 for o in others)
             else ""
         )
     ),

@@ -1,0 +1,219 @@
+"""Python stacks by default: a thread inside the program that reads every Python thread's stack a few
+times a second (`sys._current_frames`), so findings name their function and line without `--stacks`.
+
+py-spy (`--stacks`, `capture/stacks.py`) reads from outside, follows DataLoader workers and costs a
+process on a 2-core machine: at 5 Hz it added 5-9% to short runs (its start-up, mostly), too much to be
+on by default. This thread costs a CPU-clock read and a frame walk per thread per sample (~30 µs): at `RATE_HZ` well under 0.1% of a core. torch's ops release the GIL, so a thread in a
+matmul or a backward is seen at the Python line that called it; a C call that holds the GIL (a full
+`gc.collect()`) delays the sample to its return, and the sample then carries the time it waited.
+
+Each sample records, per thread, the stack, the wall time and the CPU time the thread used since its
+previous sample (from its CPU-time clock): the flame graph and the host scope weigh
+stacks by CPU time (as py-spy, which skips idle threads), the run's segments by wall time (where the
+main thread was, asleep or not). Written at exit as `pystacks-PID.json` in the run directory
+(`docs/run-directory.md`). Standard library only; never raises into the program.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+ENV = "PINCHPOINT_PYSTACKS"
+"""`0` turns the default sampler off (`run --stacks` replaces it with py-spy)."""
+RATE_HZ = 20
+"""Samples per second: a thousand a minute, enough to name a function holding a tenth of a run."""
+MAX_SAMPLES = 400_000
+"""Per process (5.5 hours at `RATE_HZ`), then sampling stops: a bounded file."""
+WINDOW_S = 0.001
+"""After reading the stacks, how long the sampler watches each thread's CPU clock: running or waiting."""
+RUNNING_FRACTION = 0.25
+"""A thread on a CPU for at least this share of the window is running (a preempted one still is)."""
+FAST_SWITCH_S = 5e-5
+"""The switch interval while the sampler waits for its sample (Python's default: 5 ms)."""
+PAUSE_S = (0.001, 0.005)
+"""The sample is taken this long after the sampler's wake, at random."""
+LATE_NS = 2_000_000
+"""A sample held up this long: a call held the GIL (Python code lets go within ~0.1 ms here)."""
+MAX_DEPTH = 128
+MAX_THREADS = 16
+FILE_PREFIX = "pystacks-"
+OWN_FRAME = "pinchpoint (<pinchpoint>)"
+"""The leaf of a stack whose innermost Python frame is pinchpoint's (a probe's matmul, a record being
+written); its wrappers around the program's calls (hooks) are left out, as py-spy's files are read."""
+_OWN = ("pinchpoint/capture/", "pinchpoint/notebook.py")
+
+
+class PySampler(threading.Thread):
+    def __init__(self, run_dir: Path, rate_hz: float = RATE_HZ) -> None:
+        super().__init__(name="pinchpoint-stacks", daemon=True)
+        self.run_dir = run_dir
+        self.period = 1.0 / rate_hz
+        self.rate_hz = rate_hz
+        self.pid = os.getpid()
+        self.stop_event = threading.Event()
+        self.codes: dict[int, object] = {}
+        """id -> code object: keeps each sampled code alive so its id stays its own."""
+        self.stack_ids: dict[tuple[int, tuple[tuple[int, int], ...]], int] = {}
+        self.samples: list[tuple[int, int, int, int]] = []
+        """(monotonic ns, stack id, CPU ns and wall ns it stands for)."""
+        self.threads: dict[int, str] = {}
+        self._clocks: dict[int, int] = {}
+        self._last: dict[int, tuple[int, int | None]] = {}
+        """native thread id -> (monotonic ns, CPU ns) at its previous sample."""
+        self.written = False
+
+    def run(self) -> None:
+        me = threading.get_ident()
+        jitter = random.Random(self.pid)
+        while not self.stop_event.wait(self.period * jitter.uniform(0.5, 1.5)):
+            if len(self.samples) >= MAX_SAMPLES:
+                return
+            with contextlib.suppress(Exception):
+                self.sample(me, jitter.uniform(*PAUSE_S))
+
+    def sample(self, me: int, pause: float) -> None:
+        """Each Python thread's stack, with the wall time since its previous sample and the CPU time of
+        it this sample stands for: the thread's CPU since then where it is running, none where it waits.
+
+        The sampler's wait ended where a thread let the GIL go (an op, a blocking call): a biased
+        moment. So it pauses (`pause`, the GIL free) with the switch interval shortened, and reads the
+        stacks when the GIL comes back: within ~0.1 ms wherever the thread is, in Python code that runs
+        a few ms between ops too (an environment step between policy forwards). Running: the thread's
+        CPU clock moved through the pause before the stack was read and through `WINDOW_S` after it; a
+        thread that waits (a queue, I/O, sleep) does not get the compute before its wait put on the
+        line that waits. A call that holds the GIL (`gc.collect()`) keeps the sampler out until the
+        thread next checks for a switch (a loop's jump, a function's entry): the time it was held up, as
+        far as the thread used CPU meanwhile, goes to where the thread is then."""
+        threads = [
+            (t.name, t.ident, t.native_id)
+            for t in threading.enumerate()[:MAX_THREADS]
+            if t.ident is not None and t.ident != me and t.native_id is not None
+        ]
+        start = [self._thread_cpu(ident) for _, ident, _ in threads]
+        old = sys.getswitchinterval()
+        try:
+            sys.setswitchinterval(FAST_SWITCH_S)
+            t0 = time.monotonic_ns()
+            time.sleep(pause)
+        finally:
+            sys.setswitchinterval(old)
+        frames = sys._current_frames()
+        now = time.monotonic_ns()
+        before = [self._thread_cpu(ident) for _, ident, _ in threads]
+        walked = [self._walk(frames.get(ident)) for _, ident, _ in threads]
+        del frames
+        late = max(0, now - t0 - int(pause * 1e9))
+        time.sleep(WINDOW_S)
+        window = time.monotonic_ns() - now
+        after = [self._thread_cpu(ident) for _, ident, _ in threads]
+        for (name, _, tid), stack, ca, c0, c1 in zip(threads, walked, start, before, after, strict=True):
+            prev = self._last.get(tid)
+            self._last[tid] = (now, c0)
+            if prev is None or not stack:
+                continue  # (a thread's first sample: nothing to weigh yet)
+            wall = now - prev[0]
+            used = min(wall, c0 - prev[1]) if c0 is not None and prev[1] is not None else wall
+            if ca is None or c0 is None or c1 is None:
+                running = True
+            else:
+                running = c0 - ca >= RUNNING_FRACTION * (now - t0) and c1 - c0 >= RUNNING_FRACTION * window
+            held = min(used, late) if late >= LATE_NS else 0
+            key = (tid, stack)
+            sid = self.stack_ids.get(key)
+            if sid is None:
+                sid = self.stack_ids[key] = len(self.stack_ids)
+                self.threads.setdefault(tid, name)
+            self.samples.append((now, sid, max(0, used if running else held), wall))
+
+    def _walk(self, frame: FrameType | None) -> tuple[tuple[int, int], ...]:
+        out: list[tuple[int, int]] = []
+        while frame is not None and len(out) < MAX_DEPTH:
+            code = frame.f_code
+            cid = id(code)
+            if cid not in self.codes:
+                self.codes[cid] = code
+            out.append((cid, frame.f_lineno or 0))
+            frame = frame.f_back
+        out.reverse()
+        return tuple(out)
+
+    def _thread_cpu(self, ident: int) -> int | None:
+        """The thread's CPU time now. Its CPU-time clock, not `/proc/.../schedstat`: the kernel brings a
+        running thread's count up to date for the clock, while schedstat lags by up to a tick."""
+        clock = self._clocks.get(ident)
+        try:
+            if clock is None:
+                clock = self._clocks[ident] = time.pthread_getcpuclockid(ident)
+            return time.clock_gettime_ns(clock)
+        except (OSError, AttributeError, OverflowError):
+            return None
+
+    def write(self) -> None:
+        """`pystacks-PID.json`: the stacks in py-spy's folded form and the samples that point at them."""
+        if self.written or os.getpid() != self.pid:
+            return
+        self.written = True
+        self.stop_event.set()
+        stacks = [""] * len(self.stack_ids)
+        for (tid, frames), sid in self.stack_ids.items():
+            name = self.threads.get(tid, "")
+            parts = [f'process {self.pid}:"python"', f"thread ({tid}): {name}"]
+            labels = [self._label(cid, line) for cid, line in frames]
+            parts += [label for label in labels if label is not None]
+            if labels and labels[-1] is None:
+                parts.append(OWN_FRAME)  # (pinchpoint's own code was running: a probe, a record written)
+            stacks[sid] = ";".join(parts)
+        doc = {
+            "sampler": "pinchpoint",
+            "pid": self.pid,
+            "rate_hz": self.rate_hz,
+            "stacks": stacks,
+            "samples": self.samples,
+        }
+        path = self.run_dir / f"{FILE_PREFIX}{self.pid}.json"
+        tmp = path.with_suffix(".tmp")
+        with contextlib.suppress(OSError):
+            tmp.write_text(json.dumps(doc, separators=(",", ":")))
+            os.replace(tmp, path)
+
+    def _label(self, cid: int, line: int) -> str | None:
+        code = self.codes[cid]
+        file = getattr(code, "co_filename", "?")
+        if any(own in file for own in _OWN):
+            return None
+        name = getattr(code, "co_qualname", None) or getattr(code, "co_name", "?")
+        return f"{name} ({file}:{line})".replace(";", ":")
+
+
+SAMPLER: PySampler | None = None
+
+
+def start(run_dir: Path) -> PySampler | None:
+    """Start sampling this process, unless turned off (`PINCHPOINT_PYSTACKS=0`) or py-spy samples it."""
+    global SAMPLER
+    if SAMPLER is not None or os.environ.get(ENV, "1") == "0":
+        return SAMPLER
+    sampler = PySampler(run_dir)
+    try:
+        sampler.start()
+    except RuntimeError:
+        return None
+    SAMPLER = sampler
+    atexit.register(sampler.write)
+    os.register_at_fork(after_in_child=_forget)
+    return sampler
+
+
+def _forget() -> None:
+    """A forked child (a DataLoader worker) has no sampling thread: it writes nothing."""
+    global SAMPLER
+    SAMPLER = None
