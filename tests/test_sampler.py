@@ -33,6 +33,7 @@ PROC_KEYS = {
     "ctx_invol",
     "read_bytes",
     "write_bytes",
+    "runq_s",
 }
 
 # Root forks a busy child and a sleeping child at once, and a third (sleeping) child later, prints

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from pinchpoint.analysis.checkpoint import SaveCost, save_cost
 from pinchpoint.analysis.comm import CommActivity, comm_activity
 from pinchpoint.analysis.cpu import CpuUsage, ThreadTrialResult, cpu_usage, thread_trial
+from pinchpoint.analysis.cpu_waits import CpuWaits, cpu_waits
 from pinchpoint.analysis.gc import GcStats, gc_stats
 from pinchpoint.analysis.load import LoadSplit, split_by_load
 from pinchpoint.analysis.loader import LoaderActivity, WorkerTrialResult, loader_activity, worker_trial
@@ -61,6 +62,9 @@ class RankAnalysis:
     worker_trial: WorkerTrialResult | None = None
     """Steps whose batches pinchpoint loaded with DataLoader workers, against the steady step."""
     load: LoadSplit | None = None
+    waits: CpuWaits | None = None
+    """Beside a load that lasted the whole run: the threads' waits for a CPU, which bound the step
+    without it (`analysis/cpu_waits.py`)."""
     """Which steady steps ran beside other processes' work; when `used`, the statistics above come
     from the clean ones alone."""
     saves: SaveCost | None = None
@@ -114,6 +118,11 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
     return RankAnalysis(
         rank=rank.rank,
         load=load,
+        waits=(
+            cpu_waits(steady, run.system, main.pid, cpu.foreign_cores)
+            if cpu is not None and main is not None and cpu.contended and not clean
+            else None
+        ),
         native=native,
         steps=stats,
         loader=loader,

@@ -129,6 +129,29 @@ class ProcFile:
         self.fd = None
 
 
+def tasks_run_delay_s(pid: int) -> float | None:
+    """Seconds the process's threads have waited, runnable, for a CPU (all threads, so far: their
+    `schedstat` run delays summed); None where Linux doesn't say. A thread that has exited takes its
+    share with it, so the sum is read as a rate over a run's steady stretch."""
+    total, seen = 0, False
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tids[:MAX_TASKS]:
+        try:
+            parts = read_proc(f"/proc/{pid}/task/{tid}/schedstat").split()
+            total += int(parts[1])
+            seen = True
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9 if seen else None
+
+
+MAX_TASKS = 256
+"""Threads read per process and sample (a program with more is read in part: a lower bound)."""
+
+
 _thread_files = threading.local()
 
 

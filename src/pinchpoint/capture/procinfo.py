@@ -72,6 +72,7 @@ def procfs_record(k: Known, comm: str, st: list[bytes], status: bytes) -> dict[s
         "ctx_invol": procfs.field(status, b"nonvoluntary_ctxt_switches:"),
         "read_bytes": read_bytes,
         "write_bytes": write_bytes,
+        "runq_s": procfs.tasks_run_delay_s(pid),
     }
 
 
@@ -119,4 +120,5 @@ def psutil_record(k: Known, on_root_exit: Callable[[], None] | None) -> dict[str
         "ctx_invol": int(ctx.involuntary),
         "read_bytes": read_bytes,
         "write_bytes": write_bytes,
+        "runq_s": procfs.tasks_run_delay_s(k.pid) if procfs.PROCFS else None,
     }

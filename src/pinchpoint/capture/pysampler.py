@@ -50,6 +50,14 @@ OWN_FRAME = "pinchpoint (<pinchpoint>)"
 """The leaf of a stack whose innermost Python frame is pinchpoint's (a probe's matmul, a record being
 written); its wrappers around the program's calls (hooks) are left out, as py-spy's files are read."""
 _OWN = ("pinchpoint/capture/", "pinchpoint/notebook.py")
+OWN_WORK = tuple(
+    f"pinchpoint/capture/{m}.py"
+    for m in (
+        "agent", "alloc_trial", "calibrate", "loader_probe", "loop_shapes", "loop_site", "opcensus",
+        "opwindow", "step_state", "thread_trial", "trials", "worker_trial", "writer", "environment",
+    )
+)  # fmt: skip
+"""pinchpoint's modules that do its own work; the others (hooks, patches) wrap the program's calls."""
 
 
 class PySampler(threading.Thread):
@@ -169,7 +177,7 @@ class PySampler(threading.Thread):
             parts = [f'process {self.pid}:"python"', f"thread ({tid}): {name}"]
             labels = [self._label(cid, line) for cid, line in frames]
             parts += [label for label in labels if label is not None]
-            if labels and labels[-1] is None:
+            if frames and labels[-1] is None and self._own_work(frames[-1][0]):
                 parts.append(OWN_FRAME)  # (pinchpoint's own code was running: a probe, a record written)
             stacks[sid] = ";".join(parts)
         doc = {
@@ -184,6 +192,12 @@ class PySampler(threading.Thread):
         with contextlib.suppress(OSError):
             tmp.write_text(json.dumps(doc, separators=(",", ":")))
             os.replace(tmp, path)
+
+    def _own_work(self, cid: int) -> bool:
+        """A frame of pinchpoint's own work (a probe, a trial, a record written), not of a wrapper
+        around the program's call (`.tolist()`, `gc.collect()`, a module call: the program's time)."""
+        file = getattr(self.codes[cid], "co_filename", "")
+        return file.endswith(OWN_WORK)
 
     def _label(self, cid: int, line: int) -> str | None:
         code = self.codes[cid]

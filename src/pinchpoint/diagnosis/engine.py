@@ -37,6 +37,7 @@ from pinchpoint.diagnosis.notes import (
 from pinchpoint.diagnosis.registry import DEVICE_OWNS, RULES
 from pinchpoint.diagnosis.rules.base import Job, Rule, Scope, Subject
 from pinchpoint.diagnosis.shares import bound_shares
+from pinchpoint.diagnosis.unloaded import without_the_load
 from pinchpoint.diagnosis.whatif import with_next_limits
 
 
@@ -82,6 +83,7 @@ def diagnose_job(job: Job, rules: Sequence[Rule] = RULES) -> Diagnosis:
     findings = tuple(sorted(by_id.values(), key=sort_key))
     if job.runs:
         findings = on_a_shared_machine(_in_context(job, findings), job.runs)
+        findings = without_the_load(findings, job.runs, job.env)
         findings = with_native_evidence(findings, job.runs, job.env)
         notes.extend(context_notes(job.runs))
     return Diagnosis(findings=findings, notes=unique(notes))

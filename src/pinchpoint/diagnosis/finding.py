@@ -171,6 +171,11 @@ class Finding:
     explained_by: tuple[Category, ...] = ()
     """Categories of per-rank findings that, found on this finding's ranks alone, say why it happens
     (a straggler's cause): the engine folds the first one found into this finding."""
+    unloaded: tuple[float, float] | None = None
+    """Beside a load that lasted the whole run: the gain's range on this machine without that load (a
+    model, `diagnosis/unloaded.py`); `estimated_speedup` is the machine's as it was."""
+    as_was: tuple[float, float] | None = None
+    """...and the gain as it was, over the loaded steps' spread."""
 
 
 class NoteKind(str, Enum):

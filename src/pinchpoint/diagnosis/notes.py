@@ -98,7 +98,7 @@ def context_notes(ranks: tuple[RankAnalysis, ...]) -> list[Note]:
         cpu = rank.cpu
         if cpu is not None:
             foreign = cpu.foreign_cores
-            if foreign >= FOREIGN_LOAD_NOTE:
+            if foreign >= FOREIGN_LOAD_NOTE and rank.waits is None:  # (else note.unloaded says more)
                 notes.append(
                     Note(
                         kind=NoteKind.CONTEXT,
@@ -107,6 +107,21 @@ def context_notes(ranks: tuple[RankAnalysis, ...]) -> list[Note]:
                         ),
                     )
                 )
+        if rank.waits is not None:
+            w = rank.waits
+            notes.append(
+                Note(
+                    kind=NoteKind.CONTEXT,
+                    fact=Fact(
+                        "note.unloaded",
+                        step_ns=w.step_ns,
+                        main_ns=w.main_ns,
+                        all_ns=w.all_ns,
+                        low_ns=w.idle_low_ns,
+                        high_ns=w.idle_high_ns,
+                    ),
+                )
+            )
         notes.extend(run_notes(rank))
         if rank.steps is not None and rank.steps.count < 10:
             notes.append(Note(kind=NoteKind.CONTEXT, fact=Fact("note.few_steps", steps=rank.steps.count)))

@@ -453,6 +453,7 @@ def _system_sample(o: dict[str, Any]) -> SystemSample:
                 ctx_invol=as_int(p.get("ctx_invol")),
                 read_bytes=as_int(p.get("read_bytes")),
                 write_bytes=as_int(p.get("write_bytes")),
+                runq_s=as_float(p.get("runq_s")),
             )
         )
     gpus = tuple(

@@ -75,6 +75,14 @@ def finding_dict(f: Finding) -> dict[str, Any]:
             out["fix_params"] = dict(f.fix_params)
     if f.framework_fix:
         out["framework_fix"] = say(f.framework_fix)
+    if f.unloaded is not None:
+        out["estimate_without_load"] = {
+            "low": rounded(f.unloaded[0], 3),
+            "high": rounded(f.unloaded[1], 3),
+            "basis": "model",
+        }
+    if f.as_was is not None:
+        out["estimate_as_was"] = {"low": rounded(f.as_was[0], 3), "high": rounded(f.as_was[1], 3)}
     return out
 
 

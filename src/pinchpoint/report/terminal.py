@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pinchpoint.report.model import Report
-from pinchpoint.report.phrases.common import gain, segment_code_lines
+from pinchpoint.report.phrases.common import gain, load_words, segment_code_lines
 
 PHASE_LABELS = {
     "data_wait": "data wait",
@@ -233,6 +233,8 @@ def _findings(report: dict[str, Any]) -> Group | Text:
         if len(report.get("ranks") or []) > 1:
             stats.append(f" · ranks {f['ranks']}", style="dim")
         lines: list[Any] = [head, stats]
+        if f.get("estimate_without_load"):
+            lines.append(Text(f"   {load_words(f)}", style="green"))
         for e in f["evidence"]:
             lines.append(Text(f"   • {e}"))
         lines.append(Text.assemble(("   Fix: ", "bold"), f["fix"]))

@@ -393,6 +393,8 @@ class ProcSample:
     ctx_invol: int | None = None
     read_bytes: int | None = None
     write_bytes: int | None = None
+    runq_s: float | None = None
+    """Seconds its threads have waited, runnable, for a CPU so far (all threads' schedstat)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

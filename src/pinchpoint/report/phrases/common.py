@@ -43,3 +43,19 @@ def segment_code_lines(whole: dict[str, Any]) -> list[str]:
         )
         out.append(f"  {g['name']}: {top} · on a CPU {100 * code['on_cpu']:.0f}% of it")
     return out
+
+
+def load_words(f: dict[str, Any]) -> str:
+    """A finding's gain as the machine was (over its steps' spread) and without the other load."""
+    low, high = f["estimate_without_load"]["low"], f["estimate_without_load"]["high"]
+    idle = f"×{low:.2f}" if high - low < 0.005 else f"×{low:.2f}-{high:.2f}"
+    was = f.get("estimate_as_was") or {}
+    spread = (
+        f" (×{was['low']:.2f}-{was['high']:.2f} over the steps' spread)"
+        if was and was["high"] - was["low"] >= 0.005
+        else ""
+    )
+    return (
+        f"as the machine was: ×{f['estimated_speedup']:.2f}{spread} · without the other load: {idle} "
+        "(model: the time the program's threads waited for a CPU gone)"
+    )

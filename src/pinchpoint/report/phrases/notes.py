@@ -80,6 +80,12 @@ PHRASES: dict[str, Callable[..., str]] = {
         "steps: timings, shares and estimates are for the machine as it was, shared (contention "
         "findings too); on an idle machine the compute runs faster and waits weigh more"
     ),
+    "note.unloaded": lambda step_ns, main_ns, all_ns, low_ns, high_ns: (
+        f"the other load lasted the whole run: of its {step_ns / 1e6:.1f} ms step, the program's threads waited "
+        f"{all_ns / 1e6:.1f} ms for a CPU (the main thread {main_ns / 1e6:.1f} ms); without the load the step would "
+        f"take {low_ns / 1e6:.0f}-{high_ns / 1e6:.0f} ms (a model: the waits gone, one after another or at once), "
+        "and each finding gives its gain both ways, ordered by the gain without the load"
+    ),
     "note.clean_steps": lambda loaded, steps, clean, foreign_cores, slowdown: (
         f"other processes kept {foreign_cores:.1f} cores busy during {loaded} of {steps} steps (those ran "
         f"×{slowdown:.2f} as long): shares and estimates come from the {clean} steps without them, "

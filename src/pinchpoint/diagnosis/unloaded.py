@@ -1,0 +1,86 @@
+"""Each finding's gain on this machine without the other processes' load, when the load lasted the
+whole run (`analysis/cpu_waits.py` bounds the unloaded step).
+
+Beside a byte-compile loop holding 0.7 of a core, a Python-bound loop's fix measured ×1.22 and the
+report said ×1.23, right for the machine as it was; idle, the same fix measures ×1.6-2.0, and the
+report gave one number, for the loaded machine only. Now each estimate also comes as a range without
+the load: the time the fix removes, taken from the step as measured, against the unloaded step's
+bounds. Time in single-threaded phases (the loop's Python, the collector, a save, the DataLoader's
+wait) had its core and keeps its length; time in the intra-op phases shrinks with the step. A thread
+count lowered only to make room for the other load gains nothing without it. The findings are then
+ordered by what they gain without the load, so the top finding is the idle machine's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pinchpoint.analysis.cpu_waits import CpuWaits
+from pinchpoint.analysis.run_analysis import RankAnalysis
+from pinchpoint.diagnosis.finding import Category, Finding
+from pinchpoint.trace.run import Environment
+
+OWN_CORE = frozenset(
+    {
+        Category.HOST_PYTHON,
+        Category.HOST_GC,
+        Category.IO_CHECKPOINT,
+        Category.INPUT_FETCH,
+        Category.INPUT_PREPROCESS,
+    }
+)
+"""Categories whose time is one thread's: with a core of its own beside the load, it keeps its length."""
+
+
+def without_the_load(
+    findings: tuple[Finding, ...], ranks: tuple[RankAnalysis, ...], env: Environment | None
+) -> tuple[Finding, ...]:
+    """The findings with `unloaded` (and `as_was`) set when rank 0's run was loaded throughout, ordered
+    by the unloaded gain; unchanged otherwise."""
+    rank = ranks[0] if ranks else None
+    waits = rank.waits if rank is not None else None
+    if rank is None or waits is None:
+        return findings
+    out = []
+    for f in findings:
+        if f.estimated_speedup <= 1.0 or f.share <= 0:
+            out.append(f)
+            continue
+        removed = waits.step_ns * (1.0 - 1.0 / f.estimated_speedup)
+        if f.id is Category.CPU_OVERSUBSCRIPTION and _fits_alone(rank, env):
+            unloaded = (1.0, 1.0)
+        else:
+            keeps = f.id in OWN_CORE
+            lo, hi = (_gain(waits, step, removed, keeps) for step in (waits.idle_low_ns, waits.idle_high_ns))
+            unloaded = (min(lo, hi), max(lo, hi))
+        out.append(replace(f, unloaded=unloaded, as_was=_as_was(rank, removed, f.estimated_speedup)))
+    return tuple(sorted(out, key=_unloaded_order))
+
+
+def _gain(waits: CpuWaits, step: int, removed: float, keeps: bool) -> float:
+    left = removed if keeps else removed * step / max(1, waits.step_ns)
+    return step / max(0.05 * step, step - left)
+
+
+def _as_was(rank: RankAnalysis, removed: float, speedup: float) -> tuple[float, float]:
+    """The gain as the machine was, over the loaded steps' spread (median to p90 step)."""
+    steps = rank.steps
+    if steps is None:
+        return (speedup, speedup)
+    gains = [w / max(0.05 * w, w - removed) for w in (steps.median_ns, steps.p90_ns) if w > 0]
+    return (min(speedup, *gains), max(speedup, *gains))
+
+
+def _fits_alone(rank: RankAnalysis, env: Environment | None) -> bool:
+    """The program's own threads fit the machine's cores: only the other load oversubscribed them."""
+    main = rank.main
+    if env is None or main is None or main.threads.intra_op is None:
+        return False
+    demand = main.threads.intra_op * rank.local_ranks + sum((w.threads.intra_op or 1) for w in rank.workers)
+    return demand <= max(1, env.cpu.usable_cores)
+
+
+def _unloaded_order(f: Finding) -> tuple[int, float, float, float]:
+    """Findings with a share first, by the gain without the load, then as the machine was."""
+    gain = (f.unloaded[0] + f.unloaded[1]) / 2 if f.unloaded is not None else f.estimated_speedup
+    return (0 if f.share > 0 else 1, -round(gain, 3), -round(f.estimated_speedup, 3), -f.share)
