@@ -5,6 +5,7 @@ ordered by the latter (`diagnosis/unloaded.py`)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from pinchpoint.diagnosis.unloaded import without_the_load
 from pinchpoint.trace.run import ProcSample, SystemSample
 
 MS = 1_000_000
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def _samples(pid: int, start: int, end: int, rate: float) -> list[SystemSample]:
@@ -86,3 +88,39 @@ def test_intra_op_time_shrinks_with_the_step_and_no_waits_change_nothing() -> No
         1.25, abs=0.01
     )  # (a share of a smaller step)
     assert without_the_load((memory,), (rank,), make_env(cores=2)) == (memory,)
+
+
+@pytest.mark.e2e
+def test_a_python_bound_loop_beside_a_compile_loop_keeps_its_top_finding(tmp_path: Path) -> None:
+    """examples/host_python.py beside real work on the other core throughout (the standard library
+    byte-compiled over and over): the planted host.python still leads, and, when no step ran alone,
+    its gain is given as the machine was and, larger, without the load, and a note says how."""
+    pytest.importorskip("torch")
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import neighbours
+
+    load = neighbours.start("compile")
+    try:
+        out = tmp_path / "run"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PINCHPOINT")}
+        res = subprocess.run(
+            [sys.executable, "-m", "pinchpoint", "run", "-q", "-o", str(out), str(EXAMPLES / "host_python.py")],
+            cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env,
+        )  # fmt: skip
+    finally:
+        load.kill()
+        load.wait()
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    top = report["findings"][0]
+    assert top["id"] == "host.python", [f["id"] for f in report["findings"]]
+    if any("steps without them" in n for n in report["notes"]):
+        return  # (the load paused long enough: the clean steps speak, for the idle machine)
+    assert any(n.startswith("the other load lasted the whole run") for n in report["notes"]), report["notes"]
+    idle, was = top["estimate_without_load"], top["estimate_as_was"]
+    assert was["low"] <= top["estimated_speedup"] <= was["high"]
+    assert idle["low"] >= top["estimated_speedup"] and idle["high"] >= idle["low"]
