@@ -18,7 +18,7 @@ from pinchpoint.analysis.views import RooflineView, RunViews
 from pinchpoint.report import charts
 from pinchpoint.report.flamegraph import flamegraph_svg
 from pinchpoint.report.phrases.common import gain as gain_words
-from pinchpoint.report.phrases.common import segment_code_lines
+from pinchpoint.report.phrases.common import load_words, segment_code_lines
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;
@@ -50,7 +50,9 @@ def _finding(f: Mapping[str, Any], multi_rank: bool) -> str:
     out = [
         f'<div class="finding {_e(f.get("confidence"))}">',
         f'<div><b>{_e(f.get("title"))}</b> <span class="id">[{_e(f.get("id"))}]</span></div>',
-        f'<div class="stats">{stats}</div><ul>',
+        f'<div class="stats">{stats}</div>',
+        f'<div class="stats gain">{_e(load_words(f))}</div>' if f.get("estimate_without_load") else "",
+        "<ul>",
         *(f"<li>{_e(e)}</li>" for e in f.get("evidence") or []),
         f"</ul><div><b>Fix:</b> {_e(f.get('fix'))}</div>",
     ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 PHRASES: dict[str, Callable[..., str]] = {
@@ -45,7 +45,7 @@ def segment_code_lines(whole: dict[str, Any]) -> list[str]:
     return out
 
 
-def load_words(f: dict[str, Any]) -> str:
+def load_words(f: Mapping[str, Any]) -> str:
     """A finding's gain as the machine was (over its steps' spread) and without the other load."""
     low, high = f["estimate_without_load"]["low"], f["estimate_without_load"]["high"]
     idle = f"×{low:.2f}" if high - low < 0.005 else f"×{low:.2f}-{high:.2f}"
