@@ -180,3 +180,14 @@ def test_concurrent_runs_do_not_corrupt_the_history(tmp_path: Path) -> None:
     assert len(store.list_runs(limit=1000, path=db)) == 80
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_stalls_every_few_steps_are_compared_by_the_mean_step() -> None:
+    """One step in eight 150 ms against 8 ms steps (an epoch-end collection): the medians hardly
+    differ, the mean steps ×3.4; removing the stalls is measured by the means, and said so."""
+    stalling = [150_000_000 if i % 8 == 7 else 8_000_000 for i in range(64)]
+    smooth = [8_200_000] * 64
+    t = ratio_test(stalling, smooth)
+    assert t.statistic == "mean" and t.significant and 3.0 < t.ratio < 3.8
+    plain = ratio_test(_steps(20.0, seed=1), _steps(10.0, seed=2))
+    assert plain.statistic == "median"

@@ -561,3 +561,23 @@ def test_without_a_fresh_baseline_the_trials_run_in_place(
     out = io.StringIO()
     render_try(doc, {"steps": {"median_ms": 50.0}, "findings": []}, out)
     assert "no scratch copy: the baseline was recorded earlier" in out.getvalue()
+
+
+def test_the_collectors_fix_is_tried_both_ways_by_the_agent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """host.gc (gc_less): explicit collections made young, and start-up frozen after the first step;
+    each a plan of its own, applied inside the program."""
+    import gc
+
+    finding = {"id": "host.gc", "fix_kind": "gc_less", "fix_params": {"line": 12}, "estimated_speedup": 3.7}
+    plans = try_fix.plans({"findings": [finding]})
+    assert [p.agent for p in plans] == [{"gc": {"collect": "young"}}, {"gc": {"freeze": True}}]
+    assert all(p.cannot is None for p in plans)
+    calls: list[int] = []
+    monkeypatch.setattr(gc, "collect", lambda generation=2: calls.append(generation) or 0)
+    appliers.Applier({"gc": {"collect": "young"}}).apply(torch)
+    gc.collect()
+    assert calls == [0]
+    frozen: list[bool] = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+    appliers.Applier({"gc": {"freeze": True}}).step_written(0, steady=False)
+    assert frozen == [True]

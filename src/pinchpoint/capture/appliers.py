@@ -1,6 +1,6 @@
 """`pinchpoint try`'s fixes inside the program, without changing its code: what `$PINCHPOINT_TRY` asks
 (JSON: `threads`, `loader`, `malloc`, `checkpoint_every`, `compile`, `autocast`, `fused_optimizer`,
-`tf32`, `cudnn_benchmark`, `no_sync`, `stop_after`), applied when torch is attached.
+`tf32`, `cudnn_benchmark`, `no_sync`, `gc`, `stop_after`), applied when torch is attached.
 
 - `threads`: intra-op threads for the whole run. `torch.set_num_threads` is held to it, so a program
   that sets its own count (the setting being tried) keeps the tried one.
@@ -22,6 +22,9 @@
 - `no_sync`: N micro-batches: a DistributedDataParallel module's forwards run under `no_sync()` but
   every N-th since the last optimizer step, so a loop that accumulates gradients over N micro-batches
   all-reduces once (the finding says when the loop already accumulates; else the fix needs code).
+- `gc`: `{"collect": "young"}` makes each `gc.collect()` the program calls collect the youngest
+  generation only; `{"freeze": true}` calls `gc.freeze()` at the end of the first step (what start-up
+  built is left out of later collections).
 - `tf32`, `cudnn_benchmark`: `torch.backends.cuda.matmul.allow_tf32` and `cudnn.allow_tf32`, and
   `torch.backends.cudnn.benchmark`, set at start-up (CUDA only; on a CPU they change nothing).
 - `stop_after`: end the program cleanly (`SystemExit(0)` at a step boundary, so its `finally` blocks
@@ -35,6 +38,7 @@ launcher sets them (`pipeline/try_fix.py`).
 from __future__ import annotations
 
 import functools
+import gc
 import importlib
 import inspect
 import json
@@ -100,12 +104,18 @@ class Applier:
         micro = self.spec.get("no_sync")
         if isinstance(micro, int) and micro >= 2:
             _no_sync_accumulation(torch, micro)
+        collector = self.spec.get("gc")
+        if isinstance(collector, dict) and collector.get("collect") == "young":
+            _young_collections()
 
     def step_written(self, index: int, steady: bool) -> None:
         """After step `index`'s line is written; `steady`: statistics will use it. Raises `StopTrial`
         once `stop_after` such steps were written."""
         if index == 0:
             self._first_step()
+            collector = self.spec.get("gc")
+            if isinstance(collector, dict) and collector.get("freeze") is True:
+                gc.freeze()
         if self.stop_after is None or not steady or index < WARMUP_STEPS:
             return
         self.measured += 1
@@ -125,6 +135,17 @@ class Applier:
         glibc = Glibc.load()
         if glibc is not None and isinstance(mmap, int) and isinstance(trim, int):
             glibc.set(mmap, trim)
+
+
+def _young_collections() -> None:
+    """Each `gc.collect()` the program calls collects the youngest generation only."""
+    original = gc.collect
+
+    @functools.wraps(original)
+    def collect(generation: int = 2) -> int:
+        return int(original(0))
+
+    gc.collect = collect
 
 
 def _hold_threads(torch: Any, threads: int) -> None:

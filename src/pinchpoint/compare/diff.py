@@ -45,6 +45,7 @@ class RunDiff:
     after: str
     test: RatioTest
     before_median_ms: float
+    """The step the test compares (`test.statistic`: median, or mean where stalls hold much of the time)."""
     after_median_ms: float
     phases: tuple[PhaseChange, ...]
     findings: tuple[FindingChange, ...]
@@ -153,8 +154,8 @@ def diff_runs(before: RunSide, after: RunSide) -> RunDiff:
         before=before.label,
         after=after.label,
         test=test,
-        before_median_ms=_median_ms(before),
-        after_median_ms=_median_ms(after),
+        before_median_ms=_median_ms(before) if test.statistic == "median" else _avg_ms(before),
+        after_median_ms=_median_ms(after) if test.statistic == "median" else _avg_ms(after),
         phases=phases,
         findings=findings,
         before_top=top_a,
@@ -163,6 +164,10 @@ def diff_runs(before: RunSide, after: RunSide) -> RunDiff:
         environment_differences=tuple(env),
         setting_changes=tuple(_differences(a, b, SETTING_FIELDS)),
     )
+
+
+def _avg_ms(side: RunSide) -> float:
+    return sum(side.step_ns) / max(1, len(side.step_ns)) / 1e6
 
 
 def _median_ms(side: RunSide) -> float:
@@ -182,7 +187,7 @@ def verdict(d: RunDiff) -> list[str]:
     if t.significant:
         how = f"×{t.ratio:.2f} faster" if t.ratio > 1 else f"×{1 / t.ratio:.2f} slower"
         lines.append(
-            f"{d.after} is {how} than {d.before}: median step {d.before_median_ms:.2f} → "
+            f"{d.after} is {how} than {d.before}: {t.statistic} step {d.before_median_ms:.2f} → "
             f"{d.after_median_ms:.2f} ms ({change:+.1%}; {interval}; {t.n_before} and {t.n_after} steps)"
         )
     else:
@@ -192,7 +197,7 @@ def verdict(d: RunDiff) -> list[str]:
             else "the interval includes no change"
         )
         lines.append(
-            f"No significant change: median step {d.before_median_ms:.2f} → {d.after_median_ms:.2f} ms "
+            f"No significant change: {t.statistic} step {d.before_median_ms:.2f} → {d.after_median_ms:.2f} ms "
             f"({change:+.1%}; {interval}): {why}"
         )
     if d.shifted:
@@ -228,6 +233,7 @@ def diff_json(d: RunDiff) -> dict[str, Any]:
         "interval": [round(t.low, 4), round(t.high, 4)],
         "significant": t.significant,
         "median_ms": {"before": round(d.before_median_ms, 3), "after": round(d.after_median_ms, 3)},
+        "statistic": t.statistic,
         "before_top": d.before_top,
         "after_top": d.after_top,
         "shifted": d.shifted,

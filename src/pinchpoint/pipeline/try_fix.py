@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pinchpoint.errors import PinchpointError
+from pinchpoint.pipeline.agent_fixes import AGENT_ONLY, GC_PLANS
 
 if TYPE_CHECKING:
     from pinchpoint.compare.diff import RunSide
@@ -79,39 +80,6 @@ class Tried:
     """Why the first pair was in doubt (`doubt()`), when it was."""
 
 
-AGENT_ONLY: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "load_in_process": (
-        "num_workers=0",
-        "every DataLoader built with num_workers=0",
-        {"loader": {"num_workers": 0}},
-    ),
-    "bf16_autocast": (
-        "bf16 autocast",
-        "each top-level module with parameters run under torch.autocast(its device, bfloat16), its "
-        "outputs cast back to float32 for the loss (fp32 weights and optimizer)",
-        {"autocast": "bfloat16"},
-    ),
-    "fp32": ("autocast off", "every torch.autocast region entered with enabled=False", {"autocast": "off"}),
-    "fused_optimizer": (
-        "fused optimizer",
-        "Adam, AdamW, SGD and Adagrad built with fused=True (foreach=True where fused refuses), unless "
-        "the program chose",
-        {"fused_optimizer": True},
-    ),
-    "tf32": (
-        "TF32",
-        "torch.backends.cuda.matmul.allow_tf32 and cudnn.allow_tf32 set at start-up",
-        {"tf32": True},
-    ),
-    "pin_memory": (
-        "pin_memory=True",
-        "every DataLoader built with pin_memory=True",
-        {"loader": {"pin_memory": True}},
-    ),
-}
-"""Fixes the agent applies with nothing from the finding but its kind: (fix, how, the agent's part)."""
-
-
 def _preloads(base: Plan) -> list[Plan]:
     """jemalloc and tcmalloc in place of glibc's malloc, each where installed (else said so)."""
     from pinchpoint.pipeline import preload
@@ -139,7 +107,13 @@ def _plans(finding: Mapping[str, Any]) -> list[Plan]:
     first = _plan(finding)
     if first is None:
         return []
-    return [first, *_preloads(first)] if finding.get("fix_kind") == "allocator" else [first]
+    if finding.get("fix_kind") == "allocator":
+        return [first, *_preloads(first)]
+    if finding.get("fix_kind") == "gc_less":  # (both of the collector's fixes, each measured)
+        return [
+            replace(first, fix=fix, applied_how=how, agent=agent, cannot=None) for fix, how, agent in GC_PLANS
+        ]
+    return [first]
 
 
 def _plan(finding: Mapping[str, Any]) -> Plan | None:
