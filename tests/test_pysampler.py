@@ -214,3 +214,25 @@ def test_the_rollouts_segment_names_the_environment(tmp_path: Path) -> None:
     assert (
         "evaluation and rollouts: env_step (rl.py:" in res.stderr
     )  # (the console's line under the run's chart)
+
+
+def test_threads_that_come_and_go_while_it_samples_are_safe(tmp_path: Path) -> None:
+    """Thousands of short threads started and joined beside the sampler (a thread pool's churn): a
+    thread that exits between the sampler's listing and its CPU-clock read is skipped, not crashed on
+    (reading it through `pthread_getcpuclockid` once ended a program with SIGSEGV)."""
+    source = """
+        import threading, time
+
+        def work():
+            sum(range(2000))
+
+        t = time.perf_counter()
+        while time.perf_counter() - t < 3.0:
+            threads = [threading.Thread(target=work) for _ in range(8)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+    """
+    _, stacks, _ = _sampled(tmp_path, source)  # (exit status 0 asserted inside)
+    assert stacks is not None

@@ -33,6 +33,9 @@ RATE_HZ = 20
 """Samples per second: a thousand a minute, enough to name a function holding a tenth of a run."""
 MAX_SAMPLES = 400_000
 """Per process (5.5 hours at `RATE_HZ`), then sampling stops: a bounded file."""
+JOIN_S = 0.5
+THREAD_CPUCLOCK = 6
+"""Linux: a per-thread (4) scheduler-time (2) CPU clock, `MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)`."""
 WINDOW_S = 0.001
 """After reading the stacks, how long the sampler watches each thread's CPU clock: running or waiting."""
 RUNNING_FRACTION = 0.25
@@ -74,7 +77,6 @@ class PySampler(threading.Thread):
         self.samples: list[tuple[int, int, int, int]] = []
         """(monotonic ns, stack id, CPU ns and wall ns it stands for)."""
         self.threads: dict[int, str] = {}
-        self._clocks: dict[int, int] = {}
         self._last: dict[int, tuple[int, int | None]] = {}
         """native thread id -> (monotonic ns, CPU ns) at its previous sample."""
         self.written = False
@@ -106,7 +108,7 @@ class PySampler(threading.Thread):
             for t in threading.enumerate()[:MAX_THREADS]
             if t.ident is not None and t.ident != me and t.native_id is not None
         ]
-        start = [self._thread_cpu(ident) for _, ident, _ in threads]
+        start = [self._thread_cpu(tid) for _, _, tid in threads]
         old = sys.getswitchinterval()
         try:
             sys.setswitchinterval(FAST_SWITCH_S)
@@ -116,13 +118,13 @@ class PySampler(threading.Thread):
             sys.setswitchinterval(old)
         frames = sys._current_frames()
         now = time.monotonic_ns()
-        before = [self._thread_cpu(ident) for _, ident, _ in threads]
+        before = [self._thread_cpu(tid) for _, _, tid in threads]
         walked = [self._walk(frames.get(ident)) for _, ident, _ in threads]
         del frames
         late = max(0, now - t0 - int(pause * 1e9))
         time.sleep(WINDOW_S)
         window = time.monotonic_ns() - now
-        after = [self._thread_cpu(ident) for _, ident, _ in threads]
+        after = [self._thread_cpu(tid) for _, _, tid in threads]
         for (name, _, tid), stack, ca, c0, c1 in zip(threads, walked, start, before, after, strict=True):
             prev = self._last.get(tid)
             self._last[tid] = (now, c0)
@@ -154,15 +156,15 @@ class PySampler(threading.Thread):
         out.reverse()
         return tuple(out)
 
-    def _thread_cpu(self, ident: int) -> int | None:
-        """The thread's CPU time now. Its CPU-time clock, not `/proc/.../schedstat`: the kernel brings a
-        running thread's count up to date for the clock, while schedstat lags by up to a tick."""
-        clock = self._clocks.get(ident)
+    def _thread_cpu(self, tid: int) -> int | None:
+        """Thread `tid`'s CPU time now, from its CPU-time clock: the kernel brings a running thread's
+        count up to date for the clock, while `/proc/.../schedstat` lags by up to a tick. The clock id
+        is built from the kernel thread id as glibc builds it; `pthread_getcpuclockid` reads the thread's
+        descriptor, and a thread that exited between `threading.enumerate()` and the call crashed the
+        program (SIGSEGV, once in a suite). A dead id here is an `OSError`."""
         try:
-            if clock is None:
-                clock = self._clocks[ident] = time.pthread_getcpuclockid(ident)
-            return time.clock_gettime_ns(clock)
-        except (OSError, AttributeError, OverflowError):
+            return time.clock_gettime_ns(((~tid) << 3) | THREAD_CPUCLOCK)
+        except (OSError, OverflowError):
             return None
 
     def write(self) -> None:
@@ -171,6 +173,8 @@ class PySampler(threading.Thread):
             return
         self.written = True
         self.stop_event.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout=JOIN_S)  # (gone before the interpreter finalizes: no daemon mid-sample)
         stacks = [""] * len(self.stack_ids)
         for (tid, frames), sid in self.stack_ids.items():
             name = self.threads.get(tid, "")
