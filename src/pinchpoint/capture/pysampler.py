@@ -1,9 +1,11 @@
 """Python stacks by default: a thread inside the program that reads every Python thread's stack a few
-times a second (`sys._current_frames`), so findings name their function and line without `--stacks`.
+times a second (`faulthandler.dump_traceback` into a memfd), so findings name their function and line
+without `--stacks`.
 
 py-spy (`--stacks`, `capture/stacks.py`) reads from outside, follows DataLoader workers and costs a
 process on a 2-core machine: at 5 Hz it added 5-9% to short runs (its start-up, mostly), too much to be
-on by default. This thread costs a CPU-clock read and a frame walk per thread per sample (~30 µs): at `RATE_HZ` well under 0.1% of a core. torch's ops release the GIL, so a thread in a
+on by default. This thread costs a stack dump (~75 µs) and a CPU-clock read per thread per sample: at
+`RATE_HZ` well under 0.2% of a core. torch's ops release the GIL, so a thread in a
 matmul or a backward is seen at the Python line that called it; a C call that holds the GIL (a full
 `gc.collect()`) delays the sample to its return, and the sample then carries the time it waited.
 
@@ -18,19 +20,21 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import faulthandler
 import json
 import os
 import random
+import re
 import sys
 import threading
 import time
 from pathlib import Path
-from types import FrameType
 
 ENV = "PINCHPOINT_PYSTACKS"
 """`0` turns the default sampler off (`run --stacks` replaces it with py-spy)."""
-RATE_HZ = 20
-"""Samples per second: a thousand a minute, enough to name a function holding a tenth of a run."""
+RATE_HZ = 10
+"""Samples per second: six hundred a minute, enough to name a function holding a tenth of a run (20 Hz
+cost 1-2% of a Python-bound step with the stack dump, `benchmarks/pysampler_cost.py`)."""
 MAX_SAMPLES = 400_000
 """Per process (5.5 hours at `RATE_HZ`), then sampling stops: a bounded file."""
 JOIN_S = 0.5
@@ -47,6 +51,13 @@ PAUSE_S = (0.001, 0.005)
 LATE_NS = 2_000_000
 """A sample held up this long: a call held the GIL (Python code lets go within ~0.1 ms here)."""
 MAX_DEPTH = 128
+DUMP_MAX = 1 << 20
+PARSED_MAX = 20_000
+"""Distinct dumps kept parsed (a few MB): beyond, each is parsed anew."""
+Stack = tuple[tuple[str, int, str], ...]
+"""(file, line, function) per frame, root first."""
+_THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+)")
+_FRAME = re.compile(r'^  File "(.*)", line (\d+) in (.*)$')
 MAX_THREADS = 16
 FILE_PREFIX = "pystacks-"
 OWN_FRAME = "pinchpoint (<pinchpoint>)"
@@ -71,9 +82,10 @@ class PySampler(threading.Thread):
         self.rate_hz = rate_hz
         self.pid = os.getpid()
         self.stop_event = threading.Event()
-        self.codes: dict[int, object] = {}
-        """id -> code object: keeps each sampled code alive so its id stays its own."""
-        self.stack_ids: dict[tuple[int, tuple[tuple[int, int], ...]], int] = {}
+        self._fd: int | None = None
+        self._stacks: dict[Stack, Stack] = {}
+        self._parsed: dict[bytes, dict[int, Stack]] = {}
+        self.stack_ids: dict[tuple[int, Stack], int] = {}
         self.samples: list[tuple[int, int, int, int]] = []
         """(monotonic ns, stack id, CPU ns and wall ns it stands for)."""
         self.threads: dict[int, str] = {}
@@ -109,6 +121,7 @@ class PySampler(threading.Thread):
             if t.ident is not None and t.ident != me and t.native_id is not None
         ]
         start = [self._thread_cpu(tid) for _, _, tid in threads]
+        self._empty()
         old = sys.getswitchinterval()
         try:
             sys.setswitchinterval(FAST_SWITCH_S)
@@ -116,11 +129,13 @@ class PySampler(threading.Thread):
             time.sleep(pause)
         finally:
             sys.setswitchinterval(old)
-        frames = sys._current_frames()
+        if self._fd is None:
+            return
+        faulthandler.dump_traceback(self._fd, all_threads=True)  # (first: it keeps the GIL)
         now = time.monotonic_ns()
         before = [self._thread_cpu(tid) for _, _, tid in threads]
-        walked = [self._walk(frames.get(ident)) for _, ident, _ in threads]
-        del frames
+        dumped = self._read()
+        walked = [dumped.get(ident, ()) for _, ident, _ in threads]
         late = max(0, now - t0 - int(pause * 1e9))
         time.sleep(WINDOW_S)
         window = time.monotonic_ns() - now
@@ -144,17 +159,44 @@ class PySampler(threading.Thread):
                 self.threads.setdefault(tid, name)
             self.samples.append((now, sid, max(0, used if running else held), wall))
 
-    def _walk(self, frame: FrameType | None) -> tuple[tuple[int, int], ...]:
-        out: list[tuple[int, int]] = []
-        while frame is not None and len(out) < MAX_DEPTH:
-            code = frame.f_code
-            cid = id(code)
-            if cid not in self.codes:
-                self.codes[cid] = code
-            out.append((cid, frame.f_lineno or 0))
-            frame = frame.f_back
-        out.reverse()
-        return tuple(out)
+    def _read(self) -> dict[int, Stack]:
+        """Every thread's Python stack, root first, by thread ident, as dumped. `faulthandler` writes them in one C
+        call, holding the GIL throughout: walking `sys._current_frames()` in Python can lose the GIL
+        midway (a switch request) and then read a frame its thread has since left, which crashed
+        programs in Python 3.11 (SIGSEGV in `PyFrame_GetLineNumber`, twice in a suite). The file was
+        emptied before the pause (`_empty`): truncating releases the GIL, and the dump must be the first
+        thing the sampler does when it gets the GIL back."""
+        raw = os.pread(self._fd, DUMP_MAX, 0) if self._fd is not None else b""
+        seen = self._parsed.get(raw)
+        if seen is not None:
+            return seen  # (a loop's dumps repeat: parsed once)
+        text = raw.decode("utf-8", "replace")
+        out: dict[int, Stack] = {}
+        frames: list[tuple[str, int, str]] = []
+        ident = None
+        for line in text.splitlines():
+            head = _THREAD.match(line)
+            if head is not None:
+                if ident is not None:
+                    out[ident] = self._intern(frames)
+                ident, frames = int(head.group(1), 16), []
+            elif (m := _FRAME.match(line)) is not None and len(frames) < MAX_DEPTH:
+                frames.append((m.group(1), int(m.group(2)), m.group(3)))
+        if ident is not None:
+            out[ident] = self._intern(frames)
+        if len(self._parsed) < PARSED_MAX:
+            self._parsed[raw] = out
+        return out
+
+    def _empty(self) -> None:
+        if self._fd is None:
+            self._fd = os.memfd_create("pinchpoint-stacks")
+        os.ftruncate(self._fd, 0)
+        os.lseek(self._fd, 0, os.SEEK_SET)
+
+    def _intern(self, frames: list[tuple[str, int, str]]) -> Stack:
+        stack = tuple(reversed(frames))
+        return self._stacks.setdefault(stack, stack)
 
     def _thread_cpu(self, tid: int) -> int | None:
         """Thread `tid`'s CPU time now, from its CPU-time clock: the kernel brings a running thread's
@@ -179,7 +221,7 @@ class PySampler(threading.Thread):
         for (tid, frames), sid in self.stack_ids.items():
             name = self.threads.get(tid, "")
             parts = [f'process {self.pid}:"python"', f"thread ({tid}): {name}"]
-            labels = [self._label(cid, line) for cid, line in frames]
+            labels = [self._label(frame) for frame in frames]
             parts += [label for label in labels if label is not None]
             if frames and labels[-1] is None and self._own_work(frames[-1][0]):
                 parts.append(OWN_FRAME)  # (pinchpoint's own code was running: a probe, a record written)
@@ -197,18 +239,17 @@ class PySampler(threading.Thread):
             tmp.write_text(json.dumps(doc, separators=(",", ":")))
             os.replace(tmp, path)
 
-    def _own_work(self, cid: int) -> bool:
+    @staticmethod
+    def _own_work(file: str) -> bool:
         """A frame of pinchpoint's own work (a probe, a trial, a record written), not of a wrapper
         around the program's call (`.tolist()`, `gc.collect()`, a module call: the program's time)."""
-        file = getattr(self.codes[cid], "co_filename", "")
         return file.endswith(OWN_WORK)
 
-    def _label(self, cid: int, line: int) -> str | None:
-        code = self.codes[cid]
-        file = getattr(code, "co_filename", "?")
+    @staticmethod
+    def _label(frame: tuple[str, int, str]) -> str | None:
+        file, line, name = frame
         if any(own in file for own in _OWN):
             return None
-        name = getattr(code, "co_qualname", None) or getattr(code, "co_name", "?")
         return f"{name} ({file}:{line})".replace(";", ":")
 
 
