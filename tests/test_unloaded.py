@@ -124,3 +124,10 @@ def test_a_python_bound_loop_beside_a_compile_loop_keeps_its_top_finding(tmp_pat
     idle, was = top["estimate_without_load"], top["estimate_as_was"]
     assert was["low"] <= top["estimated_speedup"] <= was["high"]
     assert idle["low"] >= top["estimated_speedup"] and idle["high"] >= idle["low"]
+
+
+def test_threads_waiting_for_each_other_are_not_modelled() -> None:
+    """16 intra-op threads on 2 cores beside a spinner waited 598 ms in a 166 ms step: their waits are
+    their own oversubscription, not only the load's, and no unloaded step is modelled from them."""
+    steps = tuple(replace(s, runq_ns=63 * MS) for s in make_steps(40, {"forward": 100, "backward": 60}, 6))
+    assert cpu_waits(steps, _samples(7, steps[0].start_ns, steps[-1].end_ns, 3.6), 7, 0.7) is None

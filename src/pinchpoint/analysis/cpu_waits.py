@@ -23,6 +23,9 @@ from pinchpoint.trace.run import Step, SystemSample
 
 WAITS_MIN_SHARE = 0.05
 """Threads that waited under 5% of the step: the load cost the step too little to model."""
+WAITS_MAX_SHARE = 0.9
+"""Threads that waited as long as the step or longer are waiting for each other, not only for the load
+(16 intra-op threads on 2 cores waited 598 ms in a 166 ms step): no model."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,4 +74,6 @@ def cpu_waits(
     waits = CpuWaits(
         step_ns=int(step), main_ns=int(main), all_ns=int(max(main, rate * step)), foreign_cores=foreign
     )
-    return waits if waits.all_ns >= WAITS_MIN_SHARE * step else None
+    if waits.all_ns < WAITS_MIN_SHARE * step or waits.all_ns >= WAITS_MAX_SHARE * step:
+        return None
+    return waits

@@ -120,7 +120,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         load=load,
         waits=(
             cpu_waits(steady, run.system, main.pid, cpu.foreign_cores)
-            if cpu is not None and main is not None and cpu.contended and not clean
+            if cpu is not None and main is not None and cpu.contended and not clean and _fits(run, main)
             else None
         ),
         native=native,
@@ -152,6 +152,13 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
             main.cuda_devices[0].total_memory_bytes if main is not None and main.cuda_devices else None,
         ),
     )
+
+
+def _fits(run: Run, main: ProcessInfo) -> bool:
+    """The training process's intra-op threads fit the machine's cores: its threads' waits for a CPU
+    are the other load's doing, not its own oversubscription."""
+    threads = main.threads.intra_op
+    return threads is not None and threads <= max(1, run.environment.cpu.usable_cores)
 
 
 def analyze_run(run: Run) -> RunAnalysis:
