@@ -52,8 +52,9 @@ LATE_NS = 2_000_000
 """A sample held up this long: a call held the GIL (Python code lets go within ~0.1 ms here)."""
 MAX_DEPTH = 128
 DUMP_MAX = 1 << 20
-PARSED_MAX = 20_000
-"""Distinct dumps kept parsed (a few MB): beyond, each is parsed anew."""
+PARSED_MAX = 2_000
+"""Distinct dumps kept parsed (~2 KB each: a few MB of the program's memory at most); beyond, each is
+parsed anew."""
 Stack = tuple[tuple[str, int, str], ...]
 """(file, line, function) per frame, root first."""
 _THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+)")
@@ -217,6 +218,11 @@ class PySampler(threading.Thread):
         self.stop_event.set()
         if self.is_alive() and threading.current_thread() is not self:
             self.join(timeout=JOIN_S)  # (gone before the interpreter finalizes: no daemon mid-sample)
+        if self._fd is not None and not self.is_alive():  # (a number reused by the program's next file)
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+        self._parsed.clear()
         stacks = [""] * len(self.stack_ids)
         for (tid, frames), sid in self.stack_ids.items():
             name = self.threads.get(tid, "")
