@@ -320,6 +320,7 @@ def make_rank_analysis(
     faults: PageFaults | None = None,
     traffic: MemoryTraffic | None = None,
     gc: GcStats | None = None,
+    **more: Any,
 ) -> RankAnalysis:
     """A rank whose step statistics come from `step_stats` over `n_steps` identical synthetic steps."""
     if steps is None:
@@ -338,6 +339,7 @@ def make_rank_analysis(
         faults=faults,
         traffic=traffic,
         gc=gc,
+        **more,
     )
 
 

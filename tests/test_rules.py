@@ -32,11 +32,13 @@ from conftest import (
     ns,
 )
 from pinchpoint.analysis.attention import HandAttention
+from pinchpoint.analysis.between_updates import BetweenUpdates
 from pinchpoint.analysis.gc import GcStats
 from pinchpoint.analysis.memory import PageFaults, memory_trend, page_faults
 from pinchpoint.analysis.ops import op_stats
 from pinchpoint.analysis.roofline import Chain, MemoryTraffic
 from pinchpoint.analysis.run_analysis import RankAnalysis
+from pinchpoint.analysis.run_time import RunTime, Segment
 from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.diagnosis.engine import diagnose
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Finding, FixKind, NoteKind, facts
@@ -71,6 +73,7 @@ from pinchpoint.diagnosis.rules.input import (
     SLEEP_FRACTION_IO,
 )
 from pinchpoint.diagnosis.rules.io import CHECKPOINT_SHARE_MIN
+from pinchpoint.diagnosis.rules.run import SHARE_MIN
 from pinchpoint.diagnosis.rules.memory import (
     CHURN_MIN_FAULTS,
     CHURN_MIN_SHARE,
@@ -1446,6 +1449,62 @@ COMPUTE_MEMORY = {
     "share-below-min": Case(rank_of({}, traffic=_traffic(MEMORY_BOUND_SHARE_MIN * 100 - 0.01)), False),
 }
 
+
+
+def _between(kind: str, share: float, *, passes: int = 4, call_ms: float = 0.4, torch: float | None = 0.5) -> dict[str, Any]:
+    """A 10 s run whose calls between updates (rollouts or evaluation) hold `share` of it: 2,048 calls
+    a pass, the forward a quarter of their time, an evaluation's DataLoader a fifth."""
+    wall = 10 * 10**9
+    ns = int(share * wall)
+    whole = RunTime(
+        wall_ns=wall,
+        segments=(
+            Segment(name="training steps", ns=wall - ns, count=100),
+            Segment(name="evaluation and rollouts", ns=ns, count=2048 * passes),
+        ),
+    )
+    calls = BetweenUpdates(
+        kind=kind, calls=2048 * passes, passes=passes, ns=ns, forward_ns=ns // 4,
+        data_wait_ns=0 if kind == "rollouts" else ns // 5, median_call_ns=int(call_ms * 1e6),
+        torch_frac=torch, samples=100 if torch is not None else 0,
+    )  # fmt: skip
+    return {"run_time": whole, "between": calls}
+
+
+def _of_run(f: Finding) -> None:
+    assert f.of_run and f.run_speedup == f.estimated_speedup and f.basis is Basis.MODEL
+
+
+RUN_ROLLOUTS = {
+    "rollouts-hold-the-run": Case(
+        rank_of({}, **_between("rollouts", 0.6)),
+        True,
+        facts={"run.between.time": {"passes": 4, "calls": 8192}, "run.rollouts.fix": {"envs": 8}},
+        check=_all(_of_run, _eq("share", 0.6), _eq("estimated_speedup", 1 / (1 - 0.6 * 0.5 * 7 / 8))),
+    ),
+    "not-sampled-forward-only": Case(
+        rank_of({}, **_between("rollouts", 0.6, torch=None)),
+        True,
+        check=_all(_eq("estimated_speedup", 1 / (1 - 0.6 * 0.25 * 7 / 8)), _eq("confidence", Confidence.LOW)),
+    ),
+    "below-share": Case(rank_of({}, **_between("rollouts", SHARE_MIN - 0.01)), False),
+    "calls-too-long-to-batch-free": Case(rank_of({}, **_between("rollouts", 0.6, call_ms=6.0)), False),
+    "evaluation-instead": Case(rank_of({}, **_between("evaluation", 0.6)), False),
+    "no-run-clock": Case(rank_of({}), False),
+}
+
+RUN_EVALUATION = {
+    "every-epoch": Case(
+        rank_of({}, **_between("evaluation", 0.5)),
+        True,
+        facts={"run.evaluation.fix": {"every": 2, "ceiling_x": 2.0}},
+        check=_all(_of_run, _eq("share", 0.5), _eq("estimated_speedup", 1 / (1 - 0.25))),
+    ),
+    "one-pass": Case(rank_of({}, **_between("evaluation", 0.5, passes=1)), False),
+    "below-share": Case(rank_of({}, **_between("evaluation", SHARE_MIN - 0.01)), False),
+    "rollouts-instead": Case(rank_of({}, **_between("rollouts", 0.5)), False),
+}
+
 CASES: dict[str, dict[str, Case]] = {
     "input.fetch": INPUT_FETCH,
     "input.preprocess": INPUT_PREPROCESS,
@@ -1459,6 +1518,8 @@ CASES: dict[str, dict[str, Case]] = {
     "host.gc": HOST_GC,
     "memory.leak": MEMORY_LEAK,
     "memory.pressure": MEMORY_PRESSURE,
+    "run.rollouts": RUN_ROLLOUTS,
+    "run.evaluation": RUN_EVALUATION,
 }
 
 

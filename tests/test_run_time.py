@@ -45,9 +45,11 @@ def test_a_run_whose_rollouts_outweigh_its_updates() -> None:
     assert whole is not None and whole.ended
     assert whole.wall_ns == end - T0
     names = [g.name for g in whole.segments]
-    assert names == ["start-up", "training steps", "inference", "between steps", "shutdown"]
+    # (no-grad calls of a model that trains, before or after its updates: rollouts, not inference)
+    assert names == ["start-up", "training steps", "evaluation and rollouts", "between steps", "shutdown"]
     assert sum(g.ns for g in whole.segments) == whole.wall_ns  # a partition of the run
-    assert whole.share("inference") == pytest.approx(3000 / 7000) and whole.largest.name == "inference"
+    rollouts = "evaluation and rollouts"
+    assert whole.share(rollouts) == pytest.approx(3000 / 7000) and whole.largest.name == rollouts
     assert whole.share("training steps") == pytest.approx(1000 / 7000)
     assert [g.count for g in whole.segments if g.count] == [100, 30]
     assert whole.share("between steps") == pytest.approx(500 / 7000)
@@ -61,7 +63,7 @@ def test_the_gaps_before_pinchpoints_window_are_its_own_and_a_killed_run_ends_at
     assert whole is not None and not whole.ended and whole.wall_ns == steps[-1].end_ns - T0
     assert "shutdown" not in [g.name for g in whole.segments]
     # the 50 ms gap before step 42 (the first update of the 4th iteration) was pinchpoint's
-    assert whole.share("pinchpoint's probes") == pytest.approx(50 / 6500)
+    assert whole.share("pinchpoint's own work") == pytest.approx(50 / 6500)
     assert whole.share("between steps") == pytest.approx(450 / 6500)
 
 

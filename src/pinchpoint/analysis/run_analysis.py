@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from pinchpoint.analysis.between_updates import BetweenUpdates, between_updates
 from pinchpoint.analysis.checkpoint import SaveCost, save_cost
 from pinchpoint.analysis.comm import CommActivity, comm_activity
 from pinchpoint.analysis.cpu import CpuUsage, ThreadTrialResult, cpu_usage, thread_trial
@@ -76,6 +77,8 @@ class RankAnalysis:
     run_time: RunTime | None = None
     """Where the whole run's wall clock went on this rank (start-up, steps by kind, between steps,
     shutdown): the steps' statistics above are only part of it."""
+    between: BetweenUpdates | None = None
+    """The trained model's calls between its updates (rollouts or evaluation passes), where it has any."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,6 +136,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         gc=gc_stats(steady, rank.gc, run.meta.cwd),
         run_time=run_time(run.meta, rank, run.stacks, main.pid if main is not None else None),
         stalls=stalls(steady, main_timeline, run.meta.cwd),
+        between=between_updates(rank, main_timeline),
         faults=page_faults(
             steady,
             min((s.index for s in rank.steps if s.profiled), default=None),

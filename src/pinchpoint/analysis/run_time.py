@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, replace
 
+from pinchpoint.analysis.between_updates import outside_training
 from pinchpoint.analysis.stacks import StackScope, scope_of
 from pinchpoint.trace.run import Phase, RankData, RunMeta, Step, StepKind
 from pinchpoint.trace.stacks import Stacks, StackSample, TimedSample
@@ -24,7 +25,7 @@ SEGMENTS = (
     "evaluation and rollouts",
     "inference",
     "marked steps",
-    "pinchpoint's probes",
+    "pinchpoint's own work",
     "between steps",
     "shutdown",
 )
@@ -37,7 +38,7 @@ KIND_SEGMENT = {
 }
 
 
-PROBES = "pinchpoint's probes"
+PROBES = "pinchpoint's own work"
 OWN_FILE = "<pinchpoint>"
 """The file of the frame pinchpoint's sampler puts at the leaf of a stack in its own code."""
 Span = tuple[int, int, str, bool]
@@ -130,17 +131,24 @@ def run_time(
 
 def _spans(start: int, end: int, steps: list[Step]) -> list[Span]:
     """The run cut into (start, end, segment, is a step), in time order: start-up to the first step,
-    each step by its kind, each gap no step covered (pinchpoint's when the next step is one it
-    profiled or ran a trial in), and from the last step to the end."""
+    each step by its kind, each gap no step covered (pinchpoint's own: its bookkeeping before each
+    step, and the gap before a step it profiled or ran a trial in), and from the last step to the end. In a program that trains, calls
+    of its model before the first update are rollouts or evaluation like those after it."""
     first = steps[0].start_ns
+    trains = any(s.kind is StepKind.TRAIN for s in steps)
     out: list[Span] = [(start, first, "start-up", False)]
     reach = first
     for s in steps:
+        own = min(s.agent_ns, max(0, s.start_ns - reach))
+        if own > 0:
+            out.append((reach, reach + own, PROBES, False))
+            reach += own
         if s.start_ns > reach:
             out.append((reach, s.start_ns, PROBES if s.profiled or s.trial else "between steps", False))
         a = max(s.start_ns, reach)
         if s.end_ns > a:
-            out.append((a, s.end_ns, KIND_SEGMENT.get(s.kind, "marked steps"), True))
+            segment = KIND_SEGMENT[StepKind.EVAL] if outside_training(s, trains) else KIND_SEGMENT.get(s.kind)
+            out.append((a, s.end_ns, segment or "marked steps", True))
         reach = max(reach, s.end_ns)
     out.append((reach, max(reach, end), "shutdown", False))
     return out

@@ -39,6 +39,7 @@ from pinchpoint.diagnosis.rules.base import Job, Rule, Scope, Subject
 from pinchpoint.diagnosis.shares import bound_shares
 from pinchpoint.diagnosis.unloaded import without_the_load
 from pinchpoint.diagnosis.whatif import with_next_limits
+from pinchpoint.diagnosis.whole_run import with_run_gains
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +86,7 @@ def diagnose_job(job: Job, rules: Sequence[Rule] = RULES) -> Diagnosis:
         findings = on_a_shared_machine(_in_context(job, findings), job.runs)
         findings = without_the_load(findings, job.runs, job.env)
         findings = with_native_evidence(findings, job.runs, job.env)
+        findings = with_run_gains(findings, job.runs)
         notes.extend(context_notes(job.runs))
     return Diagnosis(findings=findings, notes=unique(notes))
 

@@ -24,6 +24,8 @@ class Category(str, Enum):
     CPU_UNDERUSE = "cpu.underuse"
     IO_CHECKPOINT = "io.checkpoint"
     HOST_GC = "host.gc"
+    RUN_ROLLOUTS = "run.rollouts"
+    RUN_EVALUATION = "run.evaluation"
 
 
 class FixKind(str, Enum):
@@ -54,6 +56,11 @@ class FixKind(str, Enum):
     """fp32 matmuls and convolutions on Tensor Cores in TF32 (CUDA, Ampere and newer)."""
     PIN_MEMORY = "pin_memory"
     """DataLoader(pin_memory=True): host-to-device copies from page-locked memory."""
+    VECTORISE = "vectorise"
+    """Rollouts from several environments at once: one batched forward serves them all; `fix_params`
+    envs."""
+    EVALUATE_LESS = "evaluate_less"
+    """Evaluation passes run less often; `fix_params` every (passes)."""
     GC_LESS = "gc_less"
     """Fewer or cheaper garbage collections: explicit `gc.collect()` calls dropped, `gc.freeze()` after
     start-up; `fix_params` line of the call when one dominates (the evidence names its file)."""
@@ -176,6 +183,12 @@ class Finding:
     model, `diagnosis/unloaded.py`); `estimated_speedup` is the machine's as it was."""
     as_was: tuple[float, float] | None = None
     """...and the gain as it was, over the loaded steps' spread."""
+    of_run: bool = False
+    """`share` and `estimated_speedup` are of the whole run's wall clock, not of a training step (time
+    outside the steps: rollouts, evaluation passes; `diagnosis/rules/run.py`)."""
+    run_speedup: float | None = None
+    """The gain on the whole run's wall clock (`diagnosis/whole_run.py`): a step finding's gain where
+    the training steps are only part of the run; None where the run's wall clock is not known."""
 
 
 class NoteKind(str, Enum):

@@ -17,6 +17,7 @@ from pinchpoint.diagnosis.rules.input import InputFetch, InputPreprocess
 from pinchpoint.diagnosis.rules.io import IoCheckpoint
 from pinchpoint.diagnosis.rules.memory import AllocatorChurn, MemoryLeak
 from pinchpoint.diagnosis.rules.ranks import Straggler
+from pinchpoint.diagnosis.rules.run import Evaluation, Rollouts
 
 RULES: tuple[Rule, ...] = (
     # One rank's recordings (Scope.RANK)
@@ -32,6 +33,8 @@ RULES: tuple[Rule, ...] = (
     IoCheckpoint(),
     MemoryLeak(),
     AllocatorChurn(),
+    Rollouts(),
+    Evaluation(),
     # Every rank's recordings (Scope.RANKS)
     Straggler(),
     CommExposed(),

@@ -45,7 +45,7 @@ def without_the_load(
         return findings
     out = []
     for f in findings:
-        if f.estimated_speedup <= 1.0 or f.share <= 0:
+        if f.estimated_speedup <= 1.0 or f.share <= 0 or f.of_run:
             out.append(f)
             continue
         removed = waits.step_ns * (1.0 - 1.0 / f.estimated_speedup)

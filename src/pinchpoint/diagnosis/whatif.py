@@ -49,7 +49,7 @@ def next_limit(
         if pool > 0:
             remaining[p] = max(0.0, remaining.get(p, 0.0) - saved * remaining.get(p, 0.0) / pool)
     best = max(
-        (g for g in others if g.id is not f.id and g.share > 0),
+        (g for g in others if g.id is not f.id and g.share > 0 and not g.of_run),
         key=lambda g: g.share,
         default=None,
     )
@@ -66,4 +66,6 @@ def next_limit(
 def with_next_limits(
     findings: Sequence[Finding], step_ns: float, phase_ns: Mapping[str, float]
 ) -> tuple[Finding, ...]:
-    return tuple(replace(f, next_limit=next_limit(f, findings, step_ns, phase_ns)) for f in findings)
+    return tuple(
+        f if f.of_run else replace(f, next_limit=next_limit(f, findings, step_ns, phase_ns)) for f in findings
+    )

@@ -294,6 +294,7 @@ def _step(o: dict[str, Any]) -> Step | None:
         gc_full=as_int(o.get("gc_full")),
         gc_explicit_ns=as_int(o.get("gc_explicit_ns")),
         loader=as_int(o.get("loader")),
+        agent_ns=agent,
     )
 
 

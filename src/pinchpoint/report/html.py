@@ -18,7 +18,7 @@ from pinchpoint.analysis.views import RooflineView, RunViews
 from pinchpoint.report import charts
 from pinchpoint.report.flamegraph import flamegraph_svg
 from pinchpoint.report.phrases.common import gain as gain_words
-from pinchpoint.report.phrases.common import load_words, segment_code_lines
+from pinchpoint.report.phrases.common import load_words, run_gain_words, segment_code_lines, share_words
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;
@@ -41,9 +41,9 @@ def _e(v: Any) -> str:
 
 def _finding(f: Mapping[str, Any], multi_rank: bool) -> str:
     gain = float(f.get("estimated_speedup") or 1.0)
-    stats = f"{100 * float(f.get('share') or 0):.0f}% of the step"
+    stats = _e(share_words(f))
     if gain > 1.005:
-        stats += f' · <span class="gain">{_e(gain_words(gain, f.get("estimate_basis")))}</span>'
+        stats += f' · <span class="gain">{_e(gain_words(gain, f.get("estimate_basis")) + run_gain_words(f))}</span>'
     stats += f" · confidence {_e(f.get('confidence'))}"
     if multi_rank:
         stats += f" · ranks {_e(f.get('ranks'))}"

@@ -83,6 +83,10 @@ def finding_dict(f: Finding) -> dict[str, Any]:
         }
     if f.as_was is not None:
         out["estimate_as_was"] = {"low": rounded(f.as_was[0], 3), "high": rounded(f.as_was[1], 3)}
+    if f.of_run:
+        out["share_of"] = "run"
+    if f.run_speedup is not None:
+        out["estimated_run_speedup"] = rounded(f.run_speedup, 3)
     return out
 
 

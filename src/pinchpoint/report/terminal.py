@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pinchpoint.report.model import Report
-from pinchpoint.report.phrases.common import gain, load_words, segment_code_lines
+from pinchpoint.report.phrases.common import gain, load_words, run_gain_words, segment_code_lines, share_words
 
 PHASE_LABELS = {
     "data_wait": "data wait",
@@ -226,9 +226,10 @@ def _findings(report: dict[str, Any]) -> Group | Text:
         head.append(f"{f['title']}", style="bold " + CONFIDENCE_STYLE.get(f["confidence"], ""))
         head.append(f"  [{f['id']}]", style="dim")
         stats = Text()
-        stats.append(f"   {100 * f['share']:.0f}% of the step", style="bold")
+        stats.append(f"   {share_words(f)}", style="bold")
         if f["estimated_speedup"] > 1.005:
             stats.append(f" · {gain(f['estimated_speedup'], f.get('estimate_basis'))}", style="bold green")
+            stats.append(run_gain_words(f), style="green")
         stats.append(f" · confidence {f['confidence']}", style="dim")
         if len(report.get("ranks") or []) > 1:
             stats.append(f" · ranks {f['ranks']}", style="dim")

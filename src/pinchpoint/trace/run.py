@@ -119,6 +119,9 @@ class Step:
     """Of `gc_ns`, the time inside `gc.collect()` calls the program made."""
     loader: int | None = None
     """The serial of the DataLoader iterator that gave the step its batch (`LoaderConfig.serial`)."""
+    agent_ns: int = 0
+    """pinchpoint's bookkeeping just before the step (writing the last one, reading counters): cut
+    from the step's start, so the step is the program's time only."""
     device_ns: int | None = None
     """On a CUDA program: the step as the GPU ran it (between the CUDA events recorded at its
     boundaries). The host's `dur_ns` is only the time to enqueue it when the GPU is the slower side."""

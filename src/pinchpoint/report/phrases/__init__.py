@@ -24,6 +24,7 @@ from pinchpoint.report.phrases import (
     merge,
     native,
     notes,
+    run,
     whatif,
 )
 
@@ -43,6 +44,7 @@ BOOKS: tuple[Mapping[str, Phrase], ...] = (
     merge.PHRASES,
     native.PHRASES,
     notes.PHRASES,
+    run.PHRASES,
     whatif.PHRASES,
 )
 

@@ -25,6 +25,26 @@ def gain(speedup: float, basis: str | None) -> str:
     return f"fix → est. ×{speedup:.2f} faster"
 
 
+RUN_GAIN_SAYS = 0.05
+"""A step finding's gain on the whole run is said where it falls 5% (of the gain) short of the step's."""
+
+
+def share_words(f: Mapping[str, Any]) -> str:
+    """`41% of the step`, or of the run for a finding outside the training steps."""
+    return f"{100 * float(f.get('share') or 0):.0f}% of the {'run' if f.get('share_of') == 'run' else 'step'}"
+
+
+def run_gain_words(f: Mapping[str, Any]) -> str:
+    """` on the whole run` for a finding of the run; ` (×1.18 on the whole run)` for a step finding whose
+    steps are only part of the run; else nothing."""
+    if f.get("share_of") == "run":
+        return " on the whole run"
+    run, step = f.get("estimated_run_speedup"), float(f.get("estimated_speedup") or 1.0)
+    if run is None or step <= 1.0 or (run - 1) >= (1 - RUN_GAIN_SAYS) * (step - 1):
+        return ""
+    return f" (×{run:.2f} on the whole run: the training steps are only part of it)"
+
+
 SEGMENT_CODE_MIN_SHARE = 0.05
 
 
@@ -34,7 +54,7 @@ def segment_code_lines(whole: dict[str, Any]) -> list[str]:
     out = []
     for g in whole["segments"]:
         code = g.get("code")
-        if not code or g["share"] < SEGMENT_CODE_MIN_SHARE or g["name"] == "pinchpoint's probes":
+        if not code or g["share"] < SEGMENT_CODE_MIN_SHARE or g["name"] == "pinchpoint's own work":
             continue
         top = "; ".join(
             f"{h['function']} {100 * h['share']:.0f}%"

@@ -1,0 +1,101 @@
+"""What the trained model's calls between its updates are made of: evaluation passes over a DataLoader,
+or rollouts (a policy-gradient loop's environment steps, one policy forward each).
+
+The agent writes each no-grad, eval-mode call of a model that also trains as a step of its own (and
+calls before the first update as inference steps): a call's step runs from the previous step's end to
+the call's end, so it holds what led to the call (fetching a batch, stepping an environment) as well
+as the forward. A rollout's calls wait for no DataLoader; an evaluation pass's do.
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from dataclasses import dataclass
+
+from pinchpoint.trace.run import Phase, RankData, Step, StepKind
+from pinchpoint.trace.stacks import TimedSample
+
+ROLLOUT_DATA_WAIT_MAX = 0.05
+"""Calls that waited for a DataLoader under 5% of their time are rollouts (nothing feeds them but the
+program's own code); above it, evaluation passes."""
+TORCH_DIR = "/torch/"
+MIN_SAMPLES = 10
+"""The main thread's samples inside these calls needed to split their time between torch and the rest."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BetweenUpdates:
+    kind: str
+    """"rollouts" or "evaluation"."""
+    calls: int
+    passes: int
+    """Runs of calls with no training step between them (a rollout, an evaluation pass)."""
+    ns: int
+    """Wall time of the calls' steps (what led to each call, and the call)."""
+    forward_ns: int
+    data_wait_ns: int
+    median_call_ns: int
+    torch_frac: float | None = None
+    """Of the main thread's sampled wall time inside them, the share inside torch's Python (module
+    calls, distributions): what a batched call pays once for many; None with too few samples."""
+    samples: int = 0
+
+    @property
+    def calls_per_pass(self) -> float:
+        return self.calls / max(1, self.passes)
+
+
+def between_updates(rank: RankData, samples: list[TimedSample] | None = None) -> BetweenUpdates | None:
+    """The calls between updates on `rank` (None where it has none, or no training steps), with
+    `samples` (the main thread's, in time) splitting their time between torch and the rest."""
+    steps = sorted((s for s in rank.steps if s.dur_ns > 0 and not s.partial), key=lambda s: s.start_ns)
+    if not any(s.kind is StepKind.TRAIN for s in steps):
+        return None
+    calls = [s for s in steps if outside_training(s, True)]
+    if not calls:
+        return None
+    passes = sum(
+        1
+        for i, s in enumerate(steps)
+        if outside_training(s, True) and (i == 0 or not outside_training(steps[i - 1], True))
+    )
+    ns = sum(s.dur_ns for s in calls)
+    wait = sum(_phase_ns(s, Phase.DATA_WAIT) for s in calls)
+    torch_frac, seen = _torch_frac(calls, samples or [])
+    return BetweenUpdates(
+        kind="rollouts" if wait < ROLLOUT_DATA_WAIT_MAX * ns else "evaluation",
+        calls=len(calls),
+        passes=passes,
+        ns=ns,
+        forward_ns=sum(_phase_ns(s, Phase.FORWARD) for s in calls),
+        data_wait_ns=wait,
+        median_call_ns=int(statistics.median(s.dur_ns for s in calls)),
+        torch_frac=torch_frac,
+        samples=seen,
+    )
+
+
+def outside_training(step: Step, trains: bool) -> bool:
+    """An evaluation or rollout call: an eval step, or an inference step of a program that trains."""
+    return step.kind is StepKind.EVAL or (trains and step.kind is StepKind.INFERENCE)
+
+
+def _phase_ns(step: Step, phase: Phase) -> int:
+    return sum(max(0, iv.end_ns - iv.start_ns) for iv in step.intervals if iv.phase is phase)
+
+
+def _torch_frac(calls: list[Step], samples: list[TimedSample]) -> tuple[float | None, int]:
+    starts = [s.start_ns for s in calls]
+    inside = total = seen = 0
+    for t in samples:
+        i = bisect.bisect_right(starts, t.t_ns) - 1
+        if i < 0 or t.t_ns >= calls[i].end_ns:
+            continue
+        seen += 1
+        total += t.wall_ns
+        if any(TORCH_DIR in f.file for f in t.stack.frames):
+            inside += t.wall_ns
+    if seen < MIN_SAMPLES or total <= 0:
+        return None, seen
+    return inside / total, seen

@@ -1,0 +1,139 @@
+"""Time outside the training steps that holds the run: rollouts collected one environment step at a
+time, evaluation passes run every epoch. Findings of the whole run (`Finding.of_run`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar
+
+from pinchpoint.analysis.between_updates import BetweenUpdates
+from pinchpoint.analysis.run_time import SegmentCode
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
+from pinchpoint.diagnosis.rules.base import Rule, Subject, stack_evidence
+from pinchpoint.diagnosis.whole_run import program_ns
+
+SHARE_MIN = 0.10
+"""Calls between updates holding at least 10% of the run (the floor of `note.run_time`'s segments)."""
+ROLLOUT_CALLS_MIN = 16
+"""A rollout of at least 16 sequential calls per update: something to batch."""
+ROLLOUT_CALL_MAX_NS = 5_000_000
+"""Calls this short pay mostly their ops' fixed cost: a batched call costs about what one does (a
+64-wide MLP's forward: the same ~0.1 ms at batch 1 and 8)."""
+ENVS = 8
+"""Environments stepped together in the fix (a common vectorised default; the same transitions per
+update, in 1/8 the calls)."""
+EVAL_EVERY = 2
+"""The evaluation fix priced: passes half as often."""
+SEGMENT = "evaluation and rollouts"
+
+
+class Rollouts(Rule):
+    """Pattern: between updates, a policy-gradient loop collects its transitions one environment step
+    and one policy forward at a time (thousands of batch-1 calls per update).
+    Why it's slow: each call pays its ops' fixed cost (module calls, the action distribution, tensors
+    built from Python lists) for one environment; the environment's own Python is the rest.
+    Fix: step several environments together (vectorised environments): one batched call serves them.
+    Reference: gymnasium's vector environments; Stable-Baselines3's `n_envs`; CleanRL's PPO.
+    """
+
+    id: ClassVar[Category] = Category.RUN_ROLLOUTS
+    title: ClassVar[str] = "Rollouts one environment step at a time hold the run"
+    requires: ClassVar[frozenset[str]] = frozenset({"steps"})
+    # (no run clock: another profiler's files or an attach; nothing to judge, and no note)
+
+    def check(self, s: Subject) -> Iterable[Finding]:
+        rank = s.recorded
+        b, whole = rank.between, rank.run_time
+        if b is None or whole is None or b.kind != "rollouts":
+            return
+        wall = program_ns(whole)
+        share = b.ns / wall
+        if share < SHARE_MIN or b.calls_per_pass < ROLLOUT_CALLS_MIN or b.median_call_ns > ROLLOUT_CALL_MAX_NS:
+            return
+        batched = b.torch_frac if b.torch_frac is not None else b.forward_ns / max(1, b.ns)
+        saved = b.ns * batched * (1 - 1 / ENVS)
+        gain = wall / max(1.0, wall - saved)
+        yield Finding(
+            id=self.id,
+            title=Fact("rule.title", name=self.title),
+            share=share,
+            estimated_speedup=gain,
+            basis=Basis.MODEL,
+            confidence=Confidence.MEDIUM if b.torch_frac is not None else Confidence.LOW,
+            evidence=_evidence(b, share, wall, _code(whole.segments)),
+            fix=Fact("run.rollouts.fix", envs=ENVS, batched_share=batched),
+            snippet=Fact("run.rollouts.snippet", envs=ENVS),
+            ranks=(rank.rank,),
+            fix_kind=FixKind.VECTORISE,
+            fix_params=(("envs", ENVS),),
+            of_run=True,
+            run_speedup=gain,
+        )
+
+
+class Evaluation(Rule):
+    """Pattern: evaluation passes over a DataLoader hold a large part of the run (every epoch, on the
+    training set as well as the test set).
+    Why it's slow: it is work the training does not need at that rate.
+    Fix: evaluate less often (every N epochs, or on a subset), under `torch.inference_mode()`.
+    Reference: Lightning's `check_val_every_n_epoch`, transformers' `eval_steps`.
+    """
+
+    id: ClassVar[Category] = Category.RUN_EVALUATION
+    title: ClassVar[str] = "Evaluation passes hold the run"
+    requires: ClassVar[frozenset[str]] = frozenset({"steps"})
+
+    def check(self, s: Subject) -> Iterable[Finding]:
+        rank = s.recorded
+        b, whole = rank.between, rank.run_time
+        if b is None or whole is None or b.kind != "evaluation" or b.passes < 2:
+            return
+        wall = program_ns(whole)
+        share = b.ns / wall
+        if share < SHARE_MIN:
+            return
+        gain = wall / max(1.0, wall - b.ns * (1 - 1 / EVAL_EVERY))
+        yield Finding(
+            id=self.id,
+            title=Fact("rule.title", name=self.title),
+            share=share,
+            estimated_speedup=gain,
+            basis=Basis.MODEL,
+            confidence=Confidence.HIGH,
+            evidence=_evidence(b, share, wall, _code(whole.segments)),
+            fix=Fact("run.evaluation.fix", every=EVAL_EVERY, ceiling_x=1 / max(1e-6, 1 - share)),
+            ranks=(rank.rank,),
+            fix_kind=FixKind.EVALUATE_LESS,
+            fix_params=(("every", EVAL_EVERY),),
+            of_run=True,
+            run_speedup=gain,
+        )
+
+
+def _code(segments: Iterable[object]) -> SegmentCode | None:
+    return next((g.code for g in segments if getattr(g, "name", None) == SEGMENT), None)  # type: ignore[attr-defined]
+
+
+def _evidence(b: BetweenUpdates, share: float, wall: int, code: SegmentCode | None) -> tuple[Fact, ...]:
+    out = [
+        Fact(
+            "run.between.time",
+            kind=b.kind,
+            share=share,
+            ns=b.ns,
+            wall_ns=wall,
+            passes=b.passes,
+            calls=b.calls,
+            call_ns=b.median_call_ns,
+        ),
+        Fact(
+            "run.between.parts",
+            forward_share=b.forward_ns / max(1, b.ns),
+            wait_share=b.data_wait_ns / max(1, b.ns),
+            torch_share=b.torch_frac,
+        ),
+    ]
+    top = stack_evidence(code.scope if code is not None else None, Fact("where.segment", name=b.kind))
+    if top is not None:
+        out.append(top)
+    return tuple(out)

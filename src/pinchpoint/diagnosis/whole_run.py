@@ -1,0 +1,62 @@
+"""Every finding's gain on the whole run, so that time outside the training steps (rollouts, evaluation
+passes) and time inside them are ranked on one scale.
+
+A step finding's gain is of the step; the run is the steps plus the rest. A fix worth ×g on steps that
+hold a share f of the run gains 1 / ((1 - f) + f / g) on it (×1.6 on steps that are 40% of the run is
+×1.18). The scale changes no order among step findings (it is monotonic in g for one f); a finding
+of the run (`Finding.of_run`) takes its place among them by its own gain on the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pinchpoint.analysis.run_analysis import RankAnalysis
+from pinchpoint.analysis.run_time import PROBES, RunTime
+from pinchpoint.diagnosis.finding import Finding
+
+
+def program_ns(whole: RunTime) -> int:
+    """The run's wall clock less pinchpoint's own probes between steps (a run without pinchpoint has
+    none of it)."""
+    probes = next((g.ns for g in whole.segments if g.name == PROBES), 0)
+    return max(1, whole.wall_ns - probes)
+
+
+def steps_share(whole: RunTime) -> float:
+    """The training steps' share of the program's run."""
+    steps = next((g.ns for g in whole.segments if g.name == "training steps"), 0)
+    return min(1.0, steps / program_ns(whole))
+
+
+def on_the_run(step_gain: float, share: float) -> float:
+    """A step fix's gain `step_gain` on a run whose steps hold `share` of it."""
+    return 1.0 / max(1e-9, (1.0 - share) + share / max(1e-9, step_gain))
+
+
+def with_run_gains(findings: tuple[Finding, ...], runs: tuple[RankAnalysis, ...]) -> tuple[Finding, ...]:
+    """Each step finding's gain on the whole run (where the run's wall clock is known), and the run's
+    own findings placed among them by that gain; the step findings keep their order."""
+    whole = runs[0].run_time if runs else None
+    if whole is None:
+        return findings
+    share = steps_share(whole)
+    steps = [
+        f if f.of_run else replace(f, run_speedup=on_the_run(f.estimated_speedup, share)) for f in findings
+    ]
+    ours = sorted((f for f in steps if f.of_run), key=lambda f: -f.estimated_speedup)
+    out = [f for f in steps if not f.of_run]
+    for f in ours:
+        at = next(
+            (i for i, g in enumerate(out) if g.share <= 0 or _ordering_gain(g, share) < f.estimated_speedup), None
+        )
+        out.insert(len(out) if at is None else at, f)
+    return tuple(out)
+
+
+def _ordering_gain(f: Finding, share: float) -> float:
+    """The run gain a step finding is ordered by: without the other load where the report orders so."""
+    if f.of_run:
+        return f.estimated_speedup
+    step = sum(f.unloaded) / 2 if f.unloaded is not None else f.estimated_speedup
+    return on_the_run(step, share)
