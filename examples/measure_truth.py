@@ -59,6 +59,8 @@ EXAMPLES = {
     "cpu_underuse": ("cpu.underuse", [("--fix", ["--fix"])]),
     "io_checkpoint": ("io.checkpoint", [("--fix", ["--fix"])]),
     "checkpoint_periodic": ("io.checkpoint", [("--fix", ["--fix"])]),
+    "rollout_sequential": ("run.rollouts", [("--fix", ["--fix"])]),
+    "eval_every_epoch": ("run.evaluation", [("--fix", ["--fix"])]),
     "gc_epoch_collect": ("host.gc", [("--fix", ["--fix"]), ("--freeze", ["--freeze"])]),
     "memory_leak": ("memory.leak", [("--fix", ["--fix"])]),
     "allocator_churn": ("memory.pressure", [("--fix", ["--fix"]), ("jemalloc preload", ["preload:jemalloc"]),
@@ -83,8 +85,12 @@ EXAMPLES = {
 
 def step_ms(tokens):
     """The step time a row compares: the mean where the example prints one (its cost falls on some
-    steps only, which the median never holds), else the median."""
-    return tokens.get("mean_step_ms", tokens.get("median_step_ms", float("nan")))
+    steps only, which the median never holds), else the median. An example whose fix is judged on the
+    whole run (rollouts between updates) prints its iteration's mean instead: that is its row."""
+    for key in ("mean_iteration_ms", "mean_step_ms", "median_step_ms"):
+        if key in tokens:
+            return tokens[key]
+    return float("nan")
 
 
 def busy_seconds():

@@ -73,7 +73,6 @@ from pinchpoint.diagnosis.rules.input import (
     SLEEP_FRACTION_IO,
 )
 from pinchpoint.diagnosis.rules.io import CHECKPOINT_SHARE_MIN
-from pinchpoint.diagnosis.rules.run import SHARE_MIN
 from pinchpoint.diagnosis.rules.memory import (
     CHURN_MIN_FAULTS,
     CHURN_MIN_SHARE,
@@ -84,6 +83,7 @@ from pinchpoint.diagnosis.rules.memory import (
     LEAK_MIN_SLOPE,
     LEAK_NOISE_T,
 )
+from pinchpoint.diagnosis.rules.run import SHARE_MIN
 from pinchpoint.report.phrases import say, say_all
 from pinchpoint.report.phrases.notes import MISSING_DATA
 from pinchpoint.trace.run import (

@@ -1,5 +1,6 @@
 """The whole run's wall clock by segment (`analysis/run_time.py`): start-up, steps by kind, pinchpoint's
-probes, the gaps no step covered, shutdown."""
+own work, the gaps no step covered, shutdown; the calls between updates (`analysis/between_updates.py`)
+and each finding's gain on the whole run (`diagnosis/whole_run.py`)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,13 @@ from dataclasses import replace
 
 import pytest
 
+from pinchpoint.analysis.between_updates import between_updates
+from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.run_time import run_time
+from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding
+from pinchpoint.diagnosis.whole_run import steps_share, with_run_gains
 from pinchpoint.trace.run import Interval, Phase, RankData, RunMeta, Step, StepKind
+from pinchpoint.trace.stacks import Frame, StackSample, TimedSample
 
 MS = 1_000_000
 T0 = 1_000 * MS
@@ -73,3 +79,69 @@ def test_nothing_to_say_without_the_launchers_clock_steps_or_a_start() -> None:
     assert run_time(replace(_meta(), monotonic_ns=0), RankData(rank=0, steps=steps)) is None
     assert run_time(replace(_meta(), mode="attach"), RankData(rank=0, steps=steps)) is None
     assert run_time(replace(_meta(), monotonic_ns=steps[5].start_ns), RankData(rank=0, steps=steps)) is None
+
+
+def test_pinchpoints_bookkeeping_before_each_step_is_its_own_segment() -> None:
+    steps = [replace(s, start_ns=s.start_ns + MS, agent_ns=MS) for s in _rollouts_and_updates()]
+    whole = run_time(_meta(), RankData(rank=0, steps=tuple(steps)))
+    assert whole is not None
+    # 130 steps, each started 1 ms after the one before it ended: that 1 ms was pinchpoint's
+    assert whole.share("pinchpoint's own work") * whole.wall_ns == pytest.approx(129 * MS, rel=1e-6)
+    assert whole.share("between steps") * whole.wall_ns == pytest.approx(500 * MS, rel=1e-6)
+
+
+def _sample(t: int, *files: str) -> TimedSample:
+    frames = tuple(Frame(function=f"f{i}", file=f, line=1) for i, f in enumerate(files))
+    return TimedSample(t_ns=t, stack=StackSample(frames=frames, count=1), cpu_ns=50 * MS, wall_ns=50 * MS)
+
+
+def test_the_calls_between_updates_are_rollouts_or_evaluation_passes() -> None:
+    steps = _rollouts_and_updates()
+    calls = [s for s in steps if s.kind is StepKind.INFERENCE]
+    # two samples in each rollout call: one inside torch's Python, one in the environment's code
+    samples = [
+        _sample(
+            s.start_ns + k * 40 * MS + MS,
+            "rl.py",
+            *(("/site-packages/torch/nn/modules/module.py",) if k else ()),
+        )
+        for s in calls
+        for k in (0, 1)
+    ]
+    got = between_updates(RankData(rank=0, steps=tuple(steps)), samples)
+    assert got is not None and got.kind == "rollouts"
+    assert (got.calls, got.passes, got.ns) == (30, 10, 3000 * MS)
+    assert got.torch_frac == pytest.approx(0.5) and got.samples == 60
+    # the same calls, each waiting 20 ms for a DataLoader batch: evaluation passes
+    waited = [
+        replace(
+            s, intervals=(Interval(phase=Phase.DATA_WAIT, start_ns=s.start_ns, end_ns=s.start_ns + 20 * MS),)
+        )
+        if s.kind is StepKind.INFERENCE
+        else s
+        for s in steps
+    ]
+    got = between_updates(RankData(rank=0, steps=tuple(waited)))
+    assert got is not None and got.kind == "evaluation" and got.torch_frac is None
+    # a program that never trains has no updates to be between
+    assert between_updates(RankData(rank=0, steps=tuple(calls))) is None
+
+
+def test_findings_are_ranked_by_their_gain_on_the_whole_run() -> None:
+    whole = run_time(_meta(), RankData(rank=0, steps=tuple(_rollouts_and_updates())))
+    assert whole is not None
+    share = steps_share(whole)  # 1 s of updates in a 6.5 s run
+    assert share == pytest.approx(1000 / 6500)
+    step = lambda cid, x: Finding(  # noqa: E731
+        id=cid, title=Fact("rule.title", name="t"), share=0.5, estimated_speedup=x, basis=Basis.MODEL,
+        confidence=Confidence.HIGH, evidence=(), fix=Fact("rule.title", name="f"),
+    )  # fmt: skip
+    run = replace(step(Category.RUN_ROLLOUTS, 1.3), of_run=True, run_speedup=1.3)
+    rank = RankAnalysis(
+        rank=0, steps=None, loader=None, cpu=None, ops=None, memory=None, main=None, run_time=whole
+    )
+    got = with_run_gains((step(Category.HOST_PYTHON, 3.0), step(Category.HOST_DISPATCH, 2.0), run), (rank,))
+    # x3 on the steps is x1.11 on this run: the rollouts' x1.3 leads; the step findings keep their order
+    assert [f.id for f in got] == [Category.RUN_ROLLOUTS, Category.HOST_PYTHON, Category.HOST_DISPATCH]
+    assert got[1].run_speedup == pytest.approx(1 / ((1 - share) + share / 3))
+    assert got[0].run_speedup == 1.3

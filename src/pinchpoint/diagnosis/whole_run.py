@@ -48,7 +48,8 @@ def with_run_gains(findings: tuple[Finding, ...], runs: tuple[RankAnalysis, ...]
     out = [f for f in steps if not f.of_run]
     for f in ours:
         at = next(
-            (i for i, g in enumerate(out) if g.share <= 0 or _ordering_gain(g, share) < f.estimated_speedup), None
+            (i for i, g in enumerate(out) if g.share <= 0 or _ordering_gain(g, share) < f.estimated_speedup),
+            None,
         )
         out.insert(len(out) if at is None else at, f)
     return tuple(out)

@@ -7,10 +7,11 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pinchpoint.analysis.between_updates import BetweenUpdates
-from pinchpoint.analysis.run_time import SegmentCode
+from pinchpoint.analysis.run_time import KIND_SEGMENT, Segment, SegmentCode
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Subject, stack_evidence
 from pinchpoint.diagnosis.whole_run import program_ns
+from pinchpoint.trace.run import StepKind
 
 SHARE_MIN = 0.10
 """Calls between updates holding at least 10% of the run (the floor of `note.run_time`'s segments)."""
@@ -24,7 +25,7 @@ ENVS = 8
 update, in 1/8 the calls)."""
 EVAL_EVERY = 2
 """The evaluation fix priced: passes half as often."""
-SEGMENT = "evaluation and rollouts"
+SEGMENT = KIND_SEGMENT[StepKind.EVAL]
 
 
 class Rollouts(Rule):
@@ -48,7 +49,11 @@ class Rollouts(Rule):
             return
         wall = program_ns(whole)
         share = b.ns / wall
-        if share < SHARE_MIN or b.calls_per_pass < ROLLOUT_CALLS_MIN or b.median_call_ns > ROLLOUT_CALL_MAX_NS:
+        if (
+            share < SHARE_MIN
+            or b.calls_per_pass < ROLLOUT_CALLS_MIN
+            or b.median_call_ns > ROLLOUT_CALL_MAX_NS
+        ):
             return
         batched = b.torch_frac if b.torch_frac is not None else b.forward_ns / max(1, b.ns)
         saved = b.ns * batched * (1 - 1 / ENVS)
@@ -110,8 +115,8 @@ class Evaluation(Rule):
         )
 
 
-def _code(segments: Iterable[object]) -> SegmentCode | None:
-    return next((g.code for g in segments if getattr(g, "name", None) == SEGMENT), None)  # type: ignore[attr-defined]
+def _code(segments: Iterable[Segment]) -> SegmentCode | None:
+    return next((g.code for g in segments if g.name == SEGMENT), None)
 
 
 def _evidence(b: BetweenUpdates, share: float, wall: int, code: SegmentCode | None) -> tuple[Fact, ...]:
