@@ -155,7 +155,9 @@ def test_any_text_parses_and_folds_without_raising(text: str) -> None:
 def test_read_perf_script_weighs_as_much_as_the_collapsed_stacks(path: Path) -> None:
     stacks, bad = read_perf_script(path)
     assert bad == 0
-    assert stacks.total == sum(collapse(parse(path.read_text())).values())
+    # (as the script reads it, with the blank line a file that ends mid-sample lacks: pinchpoint, as
+    # speedscope, keeps that last sample)
+    assert stacks.total == sum(collapse(parse(path.read_text() + "\n\n")).values())
     assert stacks.source == path.name
 
 
@@ -308,3 +310,44 @@ def test_random_damage_gives_a_report_or_one_trace_error(tmp_path: Path, reader:
             assert "\n" not in str(exc)
             outcomes["refused"] += 1
     assert outcomes["read"] > 0, outcomes  # most damage leaves most of the samples readable
+
+
+def test_stack_files_as_tolerant_as_speedscope(tmp_path: Path) -> None:
+    """The three held-out shapes: a perf file whose only sample has no closing newline, a folded file
+    with `#` and `//` comments and one malformed line, and a UTF-16 folded file with CRLF and no
+    final newline. Each reads; the malformed line is counted in the report's warnings."""
+    from pinchpoint.ingest.sniff import stack_file_kind
+    from pinchpoint.pipeline.stack_files import report_stack_file
+
+    perf = tmp_path / "one.txt"
+    perf.write_text(
+        "python 7/7 1.0: 250000 cpu-clock:\n\t7f00 sgemm_ (/lib/libtorch_cpu.so)\n\t7f01 main (/bin/python)"
+    )
+    assert stack_file_kind(perf) == "perf script"
+    stacks, bad = read_perf_script(perf)
+    assert bad == 0 and [f.function for f in stacks.samples[0].frames] == ["main", "sgemm_"]
+    assert collapse(parse(perf.read_text())) == {}  # (the script itself drops it: `collapse` stays exact)
+
+    folded = tmp_path / "stacks.folded"
+    folded.write_text(
+        "# py-spy record -o stacks.folded\n// generated\nmain;train;step 40\nmain;train;load 10\n"
+        "this line is not a stack\nmain;eval 5\n"
+    )
+    assert stack_file_kind(folded) == "folded"
+    doc = report_stack_file(folded)
+    assert doc is not None and doc["weight"] == 55
+    assert doc["warnings"] == ["1 line(s) could not be read and were skipped"]
+
+    wide = tmp_path / "wide.folded"
+    wide.write_bytes("main;train;step 3\r\nmain;eval 1".encode("utf-16"))
+    assert stack_file_kind(wide) == "folded"
+    stacks, bad = read_folded(wide)
+    assert bad == 0 and sum(s.count for s in stacks.samples) == 4
+
+
+def test_a_json_trace_is_never_sniffed_as_folded_stacks(tmp_path: Path) -> None:
+    from pinchpoint.ingest.sniff import stack_file_kind
+
+    trace = tmp_path / "trace.json"
+    trace.write_text('{\n"traceEvents": [\n{"name": "a;b", "pid": 1\n}\n],\n"x": 3\n}\n')
+    assert stack_file_kind(trace) is None

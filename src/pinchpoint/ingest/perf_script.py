@@ -400,6 +400,10 @@ def read_perf_script(path: Path) -> tuple[Stacks, int]:
     the count is the summed period (nanoseconds of CPU time for `cpu-clock`, whence `rate_hz` 1e9).
     """
     samples, bad = parse_counted(_read_text(path))
+    if samples and not samples[-1].complete and samples[-1].frames:
+        # A file whose last sample lacks its closing blank line (an editor, a copy): speedscope reads
+        # the sample, so does pinchpoint; only `collapse` drops it, as the script does.
+        samples[-1] = replace(samples[-1], complete=True)
     if not samples:
         raise TraceError(
             f"{path}: no perf samples in it; expected `perf script` text "

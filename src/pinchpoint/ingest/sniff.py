@@ -22,6 +22,10 @@ def is_sqlite(path: Path) -> bool:
 
 FOLDED_LINE = re.compile(r"^[^\s].*\S \d+$")
 SNIFF_LINES = 20
+FOLDED_MOST = 0.75
+"""Of the first lines that are not comments, the share that must read as folded stacks (a file with a
+malformed line among them is still one; its reader counts the bad lines)."""
+COMMENTS = ("#", "//")
 
 
 def is_folded(path: Path) -> bool:
@@ -37,10 +41,14 @@ def is_folded(path: Path) -> bool:
         return False
     else:
         text = head.decode("utf-8-sig", errors="replace")
-    lines = [ln.strip() for ln in text.splitlines()[:SNIFF_LINES] if ln.strip() and not ln.startswith("#")]
+    lines = [ln.strip() for ln in text.splitlines()[:SNIFF_LINES]]
+    lines = [ln for ln in lines if ln and not ln.startswith(COMMENTS)]
     if len(text) >= 8000 and len(lines) > 1:
         lines.pop()  # cut short by the sniff
-    return bool(lines) and all(FOLDED_LINE.match(ln) for ln in lines) and any(";" in ln for ln in lines)
+    if not lines or lines[0].startswith(("{", "[")):
+        return False  # (JSON)
+    folded = [ln for ln in lines if FOLDED_LINE.match(ln)]
+    return len(folded) >= FOLDED_MOST * len(lines) and any(";" in ln for ln in folded)
 
 
 def stack_file_kind(path: Path) -> str | None:

@@ -56,8 +56,8 @@ def parse_folded(text: str, *, rate_hz: float | None = None, source: str = "") -
     bad = 0
     for raw in text.splitlines():
         line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
+        if not line or line.startswith(("#", "//")):
+            continue  # (comments, as flamegraph.pl and speedscope skip them)
         stack, _, count_text = line.rpartition(" ")
         if not stack or not (count_text.isascii() and count_text.isdigit()):
             bad += 1
