@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -57,3 +58,20 @@ def test_the_matmul_probe_times_both_precisions_of_the_programs_shape() -> None:
     fp32, bf16 = _probe_matmul(torch, (256, 128, 64))
     assert (fp32["dtype"], bf16["dtype"]) == ("float32", "bfloat16")
     assert fp32["shape"] == bf16["shape"] == [256, 128, 64] and fp32["ns"] > 0 and bf16["ns"] > 0
+
+
+def test_no_bf16_probe_where_nothing_reads_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bf16 is timed only where the CPU multiplies it natively or the program autocasts to it: on a CPU
+    that emulates bf16 an fp32 program's heaviest matmul in bf16 cost it 57 s."""
+    from pinchpoint.capture import opwindow
+
+    torch = pytest.importorskip("torch")
+    assert [m["dtype"] for m in opwindow.run_probes(torch, (64, 32, 16), bf16=False)["matmul"]] == ["float32"]
+    window = opwindow.OpWindow(tmp_path, None)
+    monkeypatch.setattr(opwindow, "native_bf16", lambda: False)
+    assert not window._bf16()
+    window.autocast_bf16 = True
+    assert window._bf16()
+    window.autocast_bf16 = False
+    monkeypatch.setattr(opwindow, "native_bf16", lambda: True)
+    assert window._bf16()

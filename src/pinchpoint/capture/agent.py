@@ -317,7 +317,7 @@ class Agent:
     def _start_next_step(self, end: int, now: Counters) -> None:
         """The next step starts where this one ended: its counters too (one reading, not two)."""
         step = self.step
-        if self.window.on_step_end(self.torch, step.index):
+        if self.window.on_step_end(self.torch, step.index, self.autocast_dtype == "bfloat16"):
             # The op window just opened (live-tensor snapshot) or closed (probes): no step's time.
             step.tainted = True
             end = _now()

@@ -172,6 +172,16 @@ def _ml_flags(cpuinfo: dict[str, str]) -> list[str]:
     return [f for f in ML_FLAGS if f in present]
 
 
+BF16_UNIT_FLAGS = ("amx_bf16", "avx512_bf16", "sme", "bf16")
+"""Flags of units that multiply bf16 natively (as `diagnosis/rules/compute.BF16_UNITS` reads them)."""
+
+
+def native_bf16() -> bool:
+    """This CPU multiplies bf16 in hardware (else torch emulates it, ~40-177x slower than fp32)."""
+    flags = _ml_flags(_read_cpuinfo())
+    return any(f in flags for f in BF16_UNIT_FLAGS)
+
+
 def _physical_cores() -> int | None:
     import psutil
 

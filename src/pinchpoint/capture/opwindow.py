@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pinchpoint.capture import opcensus
+from pinchpoint.capture.environment import native_bf16
 from pinchpoint.capture.live_tensors import live_tensors
 from pinchpoint.capture.loader_probe import probe_worker_transfer
 from pinchpoint.capture.writer import write_json_atomic
@@ -70,6 +71,8 @@ class OpWindow:
         self.batch_spec: list[tuple[list[int], str]] | None = None
         """Shapes and dtypes of the program's first batch (fetched in the training process or received
         from a worker): the loader probe passes one like it through a worker."""
+        self.autocast_bf16 = False
+        """The program autocasts to bf16 (the agent says so at each step end): the bf16 probes run."""
 
     def disable(self) -> None:
         self.done = True
@@ -81,11 +84,12 @@ class OpWindow:
             self.census = None
         self._step_range = None
 
-    def on_step_end(self, torch: Any, next_step: int) -> bool:
+    def on_step_end(self, torch: Any, next_step: int, autocast_bf16: bool = False) -> bool:
         """Start or stop the window at a step boundary. True when that took time that belongs to no step:
         the live-tensor snapshot when it starts, the probes when it stops."""
         if self.done or self.spec is None or torch is None:
             return False
+        self.autocast_bf16 = self.autocast_bf16 or autocast_bf16
         start, steps = self.spec
         if not self.active and next_step == start:
             self._start(torch)
@@ -175,7 +179,7 @@ class OpWindow:
             # wrong question (the device's ceilings come from `pinchpoint calibrate`).
             shape = None if self.on_cuda else _heaviest_matmul(prof)
             live = self._live_after(torch)
-            probes = run_probes(torch, shape, self.batch_spec)
+            probes = run_probes(torch, shape, self.batch_spec, bf16=self._bf16())
             probes["live_tensors"] = live
             probes["device"] = "cuda" if self.on_cuda else "cpu"
             probes["window_steps"] = self.spec[1] if self.spec else None
@@ -196,7 +200,11 @@ class OpWindow:
             opcensus.write_trace(self.rank_dir / "opwindow.json", events)
             live = self._live_after(torch)
             probes = run_probes(
-                torch, opcensus.heaviest_matmul(events), self.batch_spec, opcensus.heaviest_conv(events)
+                torch,
+                opcensus.heaviest_matmul(events),
+                self.batch_spec,
+                opcensus.heaviest_conv(events),
+                bf16=self._bf16(),
             )
             probes["live_tensors"] = live
             probes["device"] = "cpu"
@@ -204,6 +212,12 @@ class OpWindow:
             probes["window_steps"] = self.spec[1] if self.spec else None
             probes["clock"] = {"wall_time_ns": time.time_ns(), "monotonic_ns": time.monotonic_ns()}
             write_json_atomic(self.rank_dir / "probes.json", probes)
+
+    def _bf16(self) -> bool:
+        """Time bf16 too: only where the CPU multiplies bf16 natively or the program autocasts to it (on
+        a CPU that emulates bf16 an fp32 program's heaviest matmul in bf16 took 57 s of its run, and no
+        finding reads it there)."""
+        return self.autocast_bf16 or native_bf16()
 
     def _live_after(self, torch: Any) -> dict[str, Any] | None:
         """Live tensors at the window's two edges ({"before", "after", "steps"}), or None."""
@@ -264,6 +278,8 @@ def run_probes(
     shape: tuple[int, int, int] | None,
     batch_spec: list[tuple[list[int], str]] | None = None,
     conv: tuple[list[int], list[int]] | None = None,
+    *,
+    bf16: bool = True,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
         "dispatch_ns_per_op": None,
@@ -283,14 +299,14 @@ def run_probes(
         out["page_fault_ns"] = _probe_page_faults()
     if shape is not None:
         with contextlib.suppress(Exception):
-            out["matmul"] = _probe_matmul(torch, shape)
+            out["matmul"] = _probe_matmul(torch, shape, bf16)
     if conv is not None:
         with contextlib.suppress(Exception):
-            out["conv"] = _probe_conv(torch, *conv)
+            out["conv"] = _probe_conv(torch, *conv, bf16=bf16)
     return out
 
 
-def _probe_conv(torch: Any, x_dims: list[int], w_dims: list[int]) -> list[dict[str, Any]]:
+def _probe_conv(torch: Any, x_dims: list[int], w_dims: list[int], bf16: bool = True) -> list[dict[str, Any]]:
     """The window's heaviest 2-D convolution, forward, in fp32 and in bf16 (stride 1, 'same' padding:
     the census keeps shapes, not strides; the bf16/fp32 ratio is what the finding reads)."""
     n, c, h, w = x_dims
@@ -304,6 +320,8 @@ def _probe_conv(torch: Any, x_dims: list[int], w_dims: list[int]) -> list[dict[s
         conv2d = torch.nn.functional.conv2d
         fp32 = _median_ns(lambda: conv2d(x, wt, padding=k // 2))
         results.append({"input": x_dims, "weight": w_dims, "dtype": "float32", "ns": fp32})
+        if not bf16:
+            return results
         xd, wd = x.to(torch.bfloat16), wt.to(torch.bfloat16)
         timed = _slow_dtype_ns(fp32, n, lambda rows: conv2d(xd[:rows], wd, padding=k // 2))
         results.append({"input": x_dims, "weight": w_dims, "dtype": "bfloat16", **timed})
@@ -380,7 +398,7 @@ def _probe_page_faults() -> int | None:
     return int(samples[1])
 
 
-def _probe_matmul(torch: Any, shape: tuple[int, int, int]) -> list[dict[str, Any]]:
+def _probe_matmul(torch: Any, shape: tuple[int, int, int], bf16: bool = True) -> list[dict[str, Any]]:
     m, k, n = shape
     results = []
     with torch.no_grad():
@@ -390,6 +408,8 @@ def _probe_matmul(torch: Any, shape: tuple[int, int, int]) -> list[dict[str, Any
         b = torch.full((k, n), 0.25)
         fp32 = _median_ns(lambda: torch.mm(a, b))
         results.append({"shape": [m, k, n], "dtype": "float32", "ns": fp32})
+        if not bf16:
+            return results
         x, y = a.to(torch.bfloat16), b.to(torch.bfloat16)
         results.append(
             {
