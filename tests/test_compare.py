@@ -191,3 +191,35 @@ def test_stalls_every_few_steps_are_compared_by_the_mean_step() -> None:
     assert t.statistic == "mean" and t.significant and 3.0 < t.ratio < 3.8
     plain = ratio_test(_steps(20.0, seed=1), _steps(10.0, seed=2))
     assert plain.statistic == "median"
+
+
+def _with_run(report: dict[str, Any], rollouts_s: float) -> dict[str, Any]:
+    """`report` over a run of 100 training steps of 20 ms (2 s) and `rollouts_s` of rollouts, with 3 s of
+    start-up and 1 s of pinchpoint's own work (left out of the comparison)."""
+    segments = [
+        {"name": "start-up", "s": 3.0},
+        {"name": "training steps", "s": 2.0, "steps": 100},
+        {"name": "evaluation and rollouts", "s": rollouts_s},
+        {"name": "pinchpoint's own work", "s": 1.0},
+    ]
+    return {**report, "run_time": {"wall_s": 6.0 + rollouts_s, "segments": segments}}
+
+
+def test_a_fix_outside_the_steps_shows_in_the_whole_run() -> None:
+    """Vectorised rollouts leave the optimizer steps as they were and halve the run: the steps' test
+    finds no change, the whole run per training step says ×2."""
+    same = _report([], {"host_other": 1.0}, 20.0)
+    d = diff_runs(
+        RunSide(label="a", report=_with_run(same, 6.0), step_ns=tuple(_steps(20.0, seed=1))),
+        RunSide(label="b", report=_with_run(same, 2.0), step_ns=tuple(_steps(20.0, seed=2))),
+    )
+    assert not d.test.significant
+    assert d.run_ms == pytest.approx((80.0, 40.0))
+    assert any("×2.00 faster" in line and "whole run" in line for line in verdict(d))
+    assert diff_json(d)["run_ms_per_step"] == {"before": 80.0, "after": 40.0}
+    # steps that are (almost) the whole run: nothing more to say than the steps' test
+    d = diff_runs(
+        RunSide(label="a", report=_with_run(same, 0.1), step_ns=tuple(_steps(20.0, seed=1))),
+        RunSide(label="b", report=_with_run(same, 0.1), step_ns=tuple(_steps(20.0, seed=2))),
+    )
+    assert d.run_ms is None

@@ -57,6 +57,10 @@ class RunDiff:
     """Hardware or software that differs: the comparison is suspect."""
     setting_changes: tuple[str, ...]
     """Settings that differ (threads, DataLoader, autocast): often the fix itself."""
+    run_ms: tuple[float, float] | None = None
+    """The whole run's wall clock per training step, before and after (start-up, shutdown and
+    pinchpoint's own work aside): where time outside the steps (rollouts, evaluation) held the run, a
+    fix there shows here and not in the steps."""
 
     @property
     def speedup(self) -> float:
@@ -116,6 +120,26 @@ def _mean_ms(report: Mapping[str, Any]) -> float:
     return float(v) if isinstance(v, (int, float)) else 0.0
 
 
+OUTSIDE_RUN = ("start-up", "shutdown", "pinchpoint's own work")
+"""Segments a per-step view of the whole run leaves out: once per run, or pinchpoint's."""
+RUN_SAYS_BELOW = 0.9
+"""The whole run is compared where the training steps held less than 90% of either run's time."""
+
+
+def _run_ms(report: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(wall clock per training step, ms; the steps' share of it) from report.json's `run_time`."""
+    whole = report.get("run_time")
+    if not isinstance(whole, Mapping):
+        return None
+    segments = [g for g in whole.get("segments") or [] if isinstance(g, Mapping)]
+    steps = next((g for g in segments if g.get("name") == "training steps"), None)
+    count = steps.get("steps") if steps is not None else None
+    if steps is None or not isinstance(count, int) or count <= 0:
+        return None
+    seconds = sum(float(g.get("s") or 0.0) for g in segments if g.get("name") not in OUTSIDE_RUN)
+    return seconds * 1e3 / count, float(steps.get("s") or 0.0) / max(1e-9, seconds)
+
+
 def _top(report: Mapping[str, Any]) -> str | None:
     findings = report.get("findings") or []
     return str(findings[0]["id"]) if findings else None
@@ -150,6 +174,8 @@ def diff_runs(before: RunSide, after: RunSide) -> RunDiff:
     if wa != wb:
         env.append(f"ranks: {wa} → {wb}")
     top_a, top_b = _top(a), _top(b)
+    ra, rb = _run_ms(a), _run_ms(b)
+    whole = (ra[0], rb[0]) if ra and rb and min(ra[1], rb[1]) < RUN_SAYS_BELOW else None
     return RunDiff(
         before=before.label,
         after=after.label,
@@ -163,6 +189,7 @@ def diff_runs(before: RunSide, after: RunSide) -> RunDiff:
         shifted=top_a is not None and top_b is not None and top_a != top_b,
         environment_differences=tuple(env),
         setting_changes=tuple(_differences(a, b, SETTING_FIELDS)),
+        run_ms=whole,
     )
 
 
@@ -200,6 +227,13 @@ def verdict(d: RunDiff) -> list[str]:
             f"No significant change: {t.statistic} step {d.before_median_ms:.2f} → {d.after_median_ms:.2f} ms "
             f"({change:+.1%}; {interval}): {why}"
         )
+    if d.run_ms is not None and d.run_ms[1] > 0:
+        x = d.run_ms[0] / d.run_ms[1]
+        lines.append(
+            f"The whole run (start-up and shutdown aside): {d.run_ms[0]:.1f} → {d.run_ms[1]:.1f} ms of wall "
+            f"clock per training step, ×{x:.2f} {'faster' if x >= 1 else 'slower'}: the training steps "
+            "are only part of it (rollouts, evaluation and the time between steps count here)"
+        )
     if d.shifted:
         before = next((f for f in d.findings if f.id == d.before_top), None)
         after = next((f for f in d.findings if f.id == d.after_top), None)
@@ -234,6 +268,9 @@ def diff_json(d: RunDiff) -> dict[str, Any]:
         "significant": t.significant,
         "median_ms": {"before": round(d.before_median_ms, 3), "after": round(d.after_median_ms, 3)},
         "statistic": t.statistic,
+        "run_ms_per_step": None
+        if d.run_ms is None
+        else {"before": round(d.run_ms[0], 3), "after": round(d.run_ms[1], 3)},
         "before_top": d.before_top,
         "after_top": d.after_top,
         "shifted": d.shifted,
