@@ -4,7 +4,7 @@ or rollouts (a policy-gradient loop's environment steps, one policy forward each
 The agent writes each no-grad, eval-mode call of a model that also trains as a step of its own (and
 calls before the first update as inference steps): a call's step runs from the previous step's end to
 the call's end, so it holds what led to the call (fetching a batch, stepping an environment) as well
-as the forward. A rollout's calls wait for no DataLoader; an evaluation pass's do.
+as the forward. A rollout's calls take no batch from a DataLoader; an evaluation pass's do.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pinchpoint.trace.run import Phase, RankData, Step, StepKind
 from pinchpoint.trace.stacks import TimedSample
 
-ROLLOUT_DATA_WAIT_MAX = 0.05
-"""Calls that waited for a DataLoader under 5% of their time are rollouts (nothing feeds them but the
-program's own code); above it, evaluation passes."""
+FED_MIN = 0.5
+"""Calls at least half of which took their batch from a DataLoader are evaluation passes; the others
+are rollouts (nothing feeds them but the program's own code: an environment)."""
 TORCH_DIR = "/torch/"
 MIN_SAMPLES = 10
 """The main thread's samples inside these calls needed to split their time between torch and the rest."""
@@ -62,9 +62,10 @@ def between_updates(rank: RankData, samples: list[TimedSample] | None = None) ->
     )
     ns = sum(s.dur_ns for s in calls)
     wait = sum(_phase_ns(s, Phase.DATA_WAIT) for s in calls)
+    fed = sum(1 for s in calls if any(iv.phase is Phase.DATA_WAIT for iv in s.intervals))
     torch_frac, seen = _torch_frac(calls, samples or [])
     return BetweenUpdates(
-        kind="rollouts" if wait < ROLLOUT_DATA_WAIT_MAX * ns else "evaluation",
+        kind="evaluation" if fed >= FED_MIN * len(calls) else "rollouts",
         calls=len(calls),
         passes=passes,
         ns=ns,
