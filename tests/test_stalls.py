@@ -80,3 +80,14 @@ def test_the_stalled_steps_code_is_named_from_the_stack_samples() -> None:
     assert found is not None and found.code is not None
     assert found.code.top[0].label == "end_epoch (train.py:20)" and found.code.top[0].share == 1.0
     assert stalls(steps).code is None  # (no samples: nothing named)
+
+
+def test_a_named_cause_is_kept_beside_more_stalls_of_another() -> None:
+    """Beside a busy core, barrier waits stretched other steps too: the epochs' new DataLoader
+    iterators (10 of 24 stalls) are still named beside the python-held majority."""
+    steps = _with_stall(make_steps(70, {"forward": 2}), 7, 150, "loader")
+    held = {3, 4, 5, 12, 13, 18, 25, 26, 33, 38, 45, 46, 59, 66}
+    steps = [replace(s, end_ns=s.end_ns + 100 * MS) if s.index in held else s for s in steps]
+    found = stalls(steps)
+    assert found is not None and found.cause == "host_other"
+    assert found.also == "loader" and found.also_stalls == 10

@@ -28,6 +28,9 @@ CAUSE_MIN = 0.5
 """A cause explains a stall when it holds at least half of the step's time over the median."""
 REGULAR = 0.6
 """Gaps between stalls within one step of their median, at least this often: "every N steps"."""
+NAMED = ("gc", "checkpoint", "loader", "data")
+"""Causes with a fix of their own (not merely the phase that grew)."""
+ALSO_MIN = 0.25
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +51,10 @@ class Stalls:
     """Share of the stalls the cause explains."""
     code: StackScope | None = None
     """Where the main thread was during the stalled steps (pinchpoint's stack samples, by wall time)."""
+    also: str | None = None
+    """A named cause (`NAMED`) besides `cause` that explains at least `ALSO_MIN` of the stalls: beside a
+    load, barrier waits in backward outnumbered an epoch's new DataLoader iterator, which still stalls."""
+    also_stalls: int = 0
 
 
 def stalls(steady: Sequence[Step], samples: Sequence[TimedSample] = (), cwd: str = "") -> Stalls | None:
@@ -67,6 +74,9 @@ def stalls(steady: Sequence[Step], samples: Sequence[TimedSample] = (), cwd: str
     counts = {c: causes.count(c) for c in set(causes)}
     cause = max(counts, key=lambda c: counts[c])
     explained = counts[cause] / len(slow)
+    also = max((c for c in counts if c in NAMED and c != cause), key=lambda c: counts[c], default=None)
+    if also is not None and counts[also] < ALSO_MIN * len(slow):
+        also = None
     gaps = [b.index - a.index for a, b in itertools.pairwise(slow)]
     every = 0
     if len(gaps) >= 2:
@@ -83,6 +93,8 @@ def stalls(steady: Sequence[Step], samples: Sequence[TimedSample] = (), cwd: str
         cause=cause if explained >= CAUSE_MIN else "mixed",
         explained=explained,
         code=_code(slow, samples, cwd),
+        also=also,
+        also_stalls=counts[also] if also is not None else 0,
     )
 
 

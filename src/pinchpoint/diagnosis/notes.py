@@ -114,6 +114,8 @@ def context_notes(ranks: tuple[RankAnalysis, ...]) -> list[Note]:
                     kind=NoteKind.CONTEXT,
                     fact=Fact(
                         "note.unloaded",
+                        foreign_cores=w.foreign_cores,
+                        usable_cores=cpu.usable_cores if cpu is not None else None,
                         step_ns=w.step_ns,
                         main_ns=w.main_ns,
                         all_ns=w.all_ns,
@@ -167,7 +169,8 @@ def run_notes(rank: RankAnalysis) -> list[Note]:
                     share=st.share,
                     cause=st.cause,
                     explained=st.explained,
-                    restarted=_workers_restart(rank) if st.cause == "loader" else False,
+                    restarted=_workers_restart(rank) if "loader" in (st.cause, st.also) else False,
+                    also=(st.also, st.also_stalls) if st.also is not None else None,
                     code=(st.code.top[0].label, st.code.top[0].share) if st.code is not None else None,
                 ),
             )

@@ -44,7 +44,7 @@ PHRASES: dict[str, Callable[..., str]] = {
         "profile? GPU findings need `ProfilerActivity.CUDA`"
     ),
     "note.analysis": lambda text: text,
-    "note.stalls": lambda stalls, steps, every, stall_ns, median_ns, share, cause, explained, restarted=False, code=None: (
+    "note.stalls": lambda stalls, steps, every, stall_ns, median_ns, share, cause, explained, restarted=False, code=None, also=None: (
         f"{stalls} of {steps} steps stall"
         + (f", one every {every} steps" if every else "")
         + f": {stall_ns / 1e6:.1f} ms (median) against a {median_ns / 1e6:.1f} ms median step, {share:.0%} of the "
@@ -52,6 +52,7 @@ PHRASES: dict[str, Callable[..., str]] = {
         + STALL_CAUSES.get(cause, f"most of their extra time is in {cause}")
         + (f" ({explained:.0%} of them)" if cause != "mixed" else "")
         + ("" if cause in ("gc", "checkpoint") else ": a median step does not show them")
+        + (f"; in {also[1]} of them {STALL_CAUSES[also[0]][0].lower()}{STALL_CAUSES[also[0]][1:]}" if also else "")
         + (
             f". In the stalled steps the main thread was mostly in {code[0]} ({code[1]:.0%} of their samples)"
             if code
@@ -80,8 +81,9 @@ PHRASES: dict[str, Callable[..., str]] = {
         "steps: timings, shares and estimates are for the machine as it was, shared (contention "
         "findings too); on an idle machine the compute runs faster and waits weigh more"
     ),
-    "note.unloaded": lambda step_ns, main_ns, all_ns, low_ns, high_ns: (
-        f"the other load lasted the whole run: of its {step_ns / 1e6:.1f} ms step, the program's threads waited "
+    "note.unloaded": lambda foreign_cores, usable_cores, step_ns, main_ns, all_ns, low_ns, high_ns: (
+        f"other processes kept {foreign_cores:.1f} of {usable_cores} cores busy during the steps, the "
+        f"whole run: of its {step_ns / 1e6:.1f} ms step, the program's threads waited "
         f"{all_ns / 1e6:.1f} ms for a CPU (the main thread {main_ns / 1e6:.1f} ms); without the load the step would "
         f"take {low_ns / 1e6:.0f}-{high_ns / 1e6:.0f} ms (a model: the waits gone, one after another or at once), "
         "and each finding gives its gain both ways, ordered by the gain without the load"
