@@ -1451,7 +1451,9 @@ COMPUTE_MEMORY = {
 
 
 
-def _between(kind: str, share: float, *, passes: int = 4, call_ms: float = 0.4, torch: float | None = 0.5) -> dict[str, Any]:
+def _between(
+    kind: str, share: float, *, passes: int = 4, call_ms: float = 0.4, torch: float | None = 0.5, after_ms: float = 0
+) -> dict[str, Any]:
     """A 10 s run whose calls between updates (rollouts or evaluation) hold `share` of it: 2,048 calls
     a pass, the forward a quarter of their time, an evaluation's DataLoader a fifth."""
     wall = 10 * 10**9
@@ -1466,7 +1468,7 @@ def _between(kind: str, share: float, *, passes: int = 4, call_ms: float = 0.4, 
     calls = BetweenUpdates(
         kind=kind, calls=2048 * passes, passes=passes, ns=ns, forward_ns=ns // 4,
         data_wait_ns=0 if kind == "rollouts" else ns // 5, median_call_ns=int(call_ms * 1e6),
-        torch_frac=torch, samples=100 if torch is not None else 0,
+        batched_frac=torch, samples=100 if torch is not None else 0, after_pass_ns=int(after_ms * 1e6),
     )  # fmt: skip
     return {"run_time": whole, "between": calls}
 
@@ -1481,6 +1483,11 @@ RUN_ROLLOUTS = {
         True,
         facts={"run.between.time": {"passes": 4, "calls": 8192}, "run.rollouts.fix": {"envs": 8}},
         check=_all(_of_run, _eq("share", 0.6), _eq("estimated_speedup", 1 / (1 - 0.6 * 0.5 * 7 / 8))),
+    ),
+    "update-after-each-pass": Case(
+        rank_of({}, **_between("rollouts", 0.6, after_ms=500)),
+        True,
+        check=_eq("estimated_speedup", 1 / (1 - (0.6 * 0.5 + 0.05) * 7 / 8)),
     ),
     "not-sampled-forward-only": Case(
         rank_of({}, **_between("rollouts", 0.6, torch=None)),

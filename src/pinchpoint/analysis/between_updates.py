@@ -36,10 +36,14 @@ class BetweenUpdates:
     forward_ns: int
     data_wait_ns: int
     median_call_ns: int
-    torch_frac: float | None = None
-    """Of the main thread's sampled wall time inside them, the share inside torch's Python (module
-    calls, distributions): what a batched call pays once for many; None with too few samples."""
+    batched_frac: float | None = None
+    """Of the main thread's sampled wall time inside them, the share a batched call would pay once for
+    many: inside torch (module calls, distributions) or on the loop's own lines (building tensors from
+    lists), not in what the loop calls besides torch (an environment's step); None with too few samples."""
     samples: int = 0
+    after_pass_ns: int = 0
+    """The first training step after each pass, beyond the median training step, summed: work over the
+    pass's transitions one by one (advantages, returns), which also shortens with fewer, wider calls."""
 
     @property
     def calls_per_pass(self) -> float:
@@ -63,7 +67,7 @@ def between_updates(rank: RankData, samples: list[TimedSample] | None = None) ->
     ns = sum(s.dur_ns for s in calls)
     wait = sum(_phase_ns(s, Phase.DATA_WAIT) for s in calls)
     fed = sum(1 for s in calls if any(iv.phase is Phase.DATA_WAIT for iv in s.intervals))
-    torch_frac, seen = _torch_frac(calls, samples or [])
+    batched, seen = _batched_frac(calls, samples or [])
     return BetweenUpdates(
         kind="evaluation" if fed >= FED_MIN * len(calls) else "rollouts",
         calls=len(calls),
@@ -72,8 +76,9 @@ def between_updates(rank: RankData, samples: list[TimedSample] | None = None) ->
         forward_ns=sum(_phase_ns(s, Phase.FORWARD) for s in calls),
         data_wait_ns=wait,
         median_call_ns=int(statistics.median(s.dur_ns for s in calls)),
-        torch_frac=torch_frac,
+        batched_frac=batched,
         samples=seen,
+        after_pass_ns=_after_passes(steps, trains=True),
     )
 
 
@@ -86,17 +91,43 @@ def _phase_ns(step: Step, phase: Phase) -> int:
     return sum(max(0, iv.end_ns - iv.start_ns) for iv in step.intervals if iv.phase is phase)
 
 
-def _torch_frac(calls: list[Step], samples: list[TimedSample]) -> tuple[float | None, int]:
+def _after_passes(steps: list[Step], trains: bool) -> int:
+    """Summed over the passes, the first training step after each beyond the median training step."""
+    train = [s.dur_ns for s in steps if s.kind is StepKind.TRAIN]
+    median = statistics.median(train) if train else 0
+    out = 0
+    for before, step in zip(steps, steps[1:]):
+        if outside_training(before, trains) and step.kind is StepKind.TRAIN:
+            out += max(0, int(step.dur_ns - median))
+    return out
+
+
+def _batched_frac(calls: list[Step], samples: list[TimedSample]) -> tuple[float | None, int]:
+    """The share of the calls' sampled time a batched call pays once: the loop is the function that
+    calls into torch most often; a sample inside torch below it, or on its own lines, is batched work,
+    one in another function it calls (the environment) is not."""
     starts = [s.start_ns for s in calls]
-    inside = total = seen = 0
+    inside: list[TimedSample] = []
     for t in samples:
         i = bisect.bisect_right(starts, t.t_ns) - 1
-        if i < 0 or t.t_ns >= calls[i].end_ns:
-            continue
-        seen += 1
-        total += t.wall_ns
-        if any(TORCH_DIR in f.file for f in t.stack.frames):
-            inside += t.wall_ns
-    if seen < MIN_SAMPLES or total <= 0:
-        return None, seen
-    return inside / total, seen
+        if i >= 0 and t.t_ns < calls[i].end_ns:
+            inside.append(t)
+    callers: dict[tuple[str, str], int] = {}
+    for t in inside:
+        frames = t.stack.frames
+        first = next((k for k, f in enumerate(frames) if TORCH_DIR in f.file), None)
+        if first:
+            key = (frames[first - 1].file, frames[first - 1].function)
+            callers[key] = callers.get(key, 0) + 1
+    total = sum(t.wall_ns for t in inside)
+    if len(inside) < MIN_SAMPLES or total <= 0 or not callers:
+        return None, len(inside)
+    loop = max(callers, key=lambda k: callers[k])
+    batched = 0
+    for t in inside:
+        frames = t.stack.frames
+        at = max((k for k, f in enumerate(frames) if (f.file, f.function) == loop), default=None)
+        below = frames[at + 1 :] if at is not None else frames
+        if at is not None and (not below or any(TORCH_DIR in f.file for f in below)):
+            batched += t.wall_ns
+    return batched / total, len(inside)

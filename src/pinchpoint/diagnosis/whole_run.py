@@ -16,15 +16,19 @@ from pinchpoint.analysis.run_time import PROBES, RunTime
 from pinchpoint.diagnosis.finding import Finding
 
 
+ONCE = ("start-up", "shutdown", PROBES)
+"""Left out of the run a gain is read on: start-up and shutdown come once whatever the run's length
+(a short example's 2 s of imports are nothing in a day's training), pinchpoint's own work not at all
+without it."""
+
+
 def program_ns(whole: RunTime) -> int:
-    """The run's wall clock less pinchpoint's own probes between steps (a run without pinchpoint has
-    none of it)."""
-    probes = next((g.ns for g in whole.segments if g.name == PROBES), 0)
-    return max(1, whole.wall_ns - probes)
+    """The run's loop: its wall clock less start-up, shutdown and pinchpoint's own work."""
+    return max(1, sum(g.ns for g in whole.segments if g.name not in ONCE))
 
 
 def steps_share(whole: RunTime) -> float:
-    """The training steps' share of the program's run."""
+    """The training steps' share of the run's loop."""
     steps = next((g.ns for g in whole.segments if g.name == "training steps"), 0)
     return min(1.0, steps / program_ns(whole))
 

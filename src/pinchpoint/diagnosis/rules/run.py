@@ -55,8 +55,8 @@ class Rollouts(Rule):
             or b.median_call_ns > ROLLOUT_CALL_MAX_NS
         ):
             return
-        batched = b.torch_frac if b.torch_frac is not None else b.forward_ns / max(1, b.ns)
-        saved = b.ns * batched * (1 - 1 / ENVS)
+        batched = b.batched_frac if b.batched_frac is not None else b.forward_ns / max(1, b.ns)
+        saved = (b.ns * batched + b.after_pass_ns) * (1 - 1 / ENVS)
         gain = wall / max(1.0, wall - saved)
         yield Finding(
             id=self.id,
@@ -64,7 +64,7 @@ class Rollouts(Rule):
             share=share,
             estimated_speedup=gain,
             basis=Basis.MODEL,
-            confidence=Confidence.MEDIUM if b.torch_frac is not None else Confidence.LOW,
+            confidence=Confidence.MEDIUM if b.batched_frac is not None else Confidence.LOW,
             evidence=_evidence(b, share, wall, _code(whole.segments)),
             fix=Fact("run.rollouts.fix", envs=ENVS, batched_share=batched),
             snippet=Fact("run.rollouts.snippet", envs=ENVS),
@@ -133,9 +133,12 @@ def _evidence(b: BetweenUpdates, share: float, wall: int, code: SegmentCode | No
         ),
         Fact(
             "run.between.parts",
+            kind=b.kind,
             forward_share=b.forward_ns / max(1, b.ns),
             wait_share=b.data_wait_ns / max(1, b.ns),
-            torch_share=b.torch_frac,
+            batched_share=b.batched_frac,
+            after_pass_ns=b.after_pass_ns,
+            passes=b.passes,
         ),
     ]
     top = stack_evidence(code.scope if code is not None else None, Fact("where.segment", name=b.kind))

@@ -14,17 +14,35 @@ def _time(kind: str, share: float, ns: int, wall_ns: int, passes: int, calls: in
         else f"{passes} evaluation passes of {calls / max(1, passes):,.0f} batches"
     )
     return (
-        f"{'Rollouts' if kind == 'rollouts' else 'Evaluation'} take {pct(share)} of the run "
-        f"({ns / 1e9:.1f} s of {wall_ns / 1e9:.1f} s): {what}, {ms(call_ns)} per call (median)"
+        f"{'Rollouts' if kind == 'rollouts' else 'Evaluation passes'} take {pct(share)} of the run "
+        f"({ns / 1e9:.1f} s of {wall_ns / 1e9:.1f} s, start-up and shutdown aside): {what}, {ms(call_ns)} "
+        "per call (median)"
     )
 
 
-def _parts(forward_share: float, wait_share: float, torch_share: float | None) -> str:
+def _parts(
+    kind: str,
+    forward_share: float,
+    wait_share: float,
+    batched_share: float | None,
+    after_pass_ns: int,
+    passes: int,
+) -> str:
     out = f"Of that time, the model's forward is {pct(forward_share)}"
     if wait_share >= 0.01:
         out += f", waiting for the DataLoader {pct(wait_share)}"
-    if torch_share is not None:
-        out += f"; torch's Python (module calls, distributions, tensor building) {pct(torch_share)} of the samples"
+    if kind != "rollouts":
+        return out
+    if batched_share is not None:
+        out += (
+            f"; by the stack samples, {pct(batched_share)} is torch work or the loop's own lines (a batched "
+            f"call pays it once), {pct(1 - batched_share)} the code the loop calls (the environment)"
+        )
+    if after_pass_ns > 0:
+        out += (
+            f"; the first update after each pass runs {ms(after_pass_ns / max(1, passes))} longer than the others "
+            "(work over the pass's transitions one by one: advantages, returns)"
+        )
     return out
 
 
@@ -35,8 +53,8 @@ PHRASES: dict[str, Callable[..., str]] = {
     "run.rollouts.fix": lambda envs, batched_share: (
         f"Step {envs} environments together (vectorised environments) and call the policy once per step "
         f"for all of them: the same transitions per update in 1/{envs} of the calls. Priced as the "
-        f"calls' torch work ({pct(batched_share)} of the rollouts) paid once for {envs} environments; the "
-        "environments' own Python stays"
+        f"calls' batched work ({pct(batched_share)} of the rollouts) and the per-transition work after each "
+        f"pass paid once for {envs} environments; the environments' own code stays"
     ),
     "run.rollouts.snippet": lambda envs: (
         f"envs = gymnasium.vector.SyncVectorEnv([make_env] * {envs})   # or n_envs={envs} in your library\n"
