@@ -10,6 +10,7 @@ as the forward. A rollout's calls take no batch from a DataLoader; an evaluation
 from __future__ import annotations
 
 import bisect
+import itertools
 import statistics
 from dataclasses import dataclass
 
@@ -96,7 +97,7 @@ def _after_passes(steps: list[Step], trains: bool) -> int:
     train = [s.dur_ns for s in steps if s.kind is StepKind.TRAIN]
     median = statistics.median(train) if train else 0
     out = 0
-    for before, step in zip(steps, steps[1:]):
+    for before, step in itertools.pairwise(steps):
         if outside_training(before, trains) and step.kind is StepKind.TRAIN:
             out += max(0, int(step.dur_ns - median))
     return out
