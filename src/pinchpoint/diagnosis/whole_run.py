@@ -15,7 +15,6 @@ from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.run_time import PROBES, RunTime
 from pinchpoint.diagnosis.finding import Finding
 
-
 ONCE = ("start-up", "shutdown", PROBES)
 """Left out of the run a gain is read on: start-up and shutdown come once whatever the run's length
 (a short example's 2 s of imports are nothing in a day's training), pinchpoint's own work not at all
