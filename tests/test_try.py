@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import torch
 
+from conftest import make_steps
+from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.capture import appliers
 from pinchpoint.pipeline import try_fix
 from pinchpoint.report.try_terminal import render_try
@@ -581,3 +583,36 @@ def test_the_collectors_fix_is_tried_both_ways_by_the_agent(monkeypatch: pytest.
     monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
     appliers.Applier({"gc": {"freeze": True}}).step_written(0, steady=False)
     assert frozen == [True]
+
+
+def test_a_trial_measures_after_the_prefetched_batches_are_drained() -> None:
+    """8 workers × 4 prefetched: the first 32 training steps of a `try` run consume batches loaded while
+    the program started (a loader fix read ×29 over 28 such steps, ×8.4 over the run): they are marked
+    settling, not counted towards the budget, and left out of the steady steps."""
+    a = appliers.Applier({"stop_after": 3})
+    a.loader_seen({"num_workers": 8, "prefetch_factor": 4})
+    a.loader_seen({"num_workers": 2, "prefetch_factor": 2})  # (only the first loader with workers)
+    marks = [a.settling({"kind": "train"}) for _ in range(34)]
+    assert marks == [True] * 32 + [False] * 2
+    assert not a.settling({"kind": "eval"})
+    b = appliers.Applier({})
+    b.loader_seen({"num_workers": 0, "prefetch_factor": None})  # in-process loading: nothing in flight
+    b.loader_seen({"num_workers": 3, "prefetch_factor": None})  # torch's default: 2 a worker
+    assert sum(b.settling({"kind": "train"}) for _ in range(10)) == 6
+    steps = make_steps(12, {"forward": 10})
+    steps = tuple(replace(s, settling=s.index < 6) for s in steps)
+    assert [s.index for s in steady_steps(steps)] == list(range(6, 12))
+
+
+def test_a_trial_that_never_drained_its_prefetch_says_so(tmp_path: Path) -> None:
+    from test_rundir_ingest import write_jsonl, write_minimal_run_dir
+
+    run = write_minimal_run_dir(tmp_path / "run", n_steps=10)
+    steps_file = run / "ranks" / "rank0" / "steps.jsonl"
+    rows = [json.loads(line) for line in steps_file.read_text().splitlines()]
+    assert try_fix._still_draining(run) is None  # (nothing settling)
+    write_jsonl(steps_file, [{**r, "settling": r["step"] < 6} for r in rows])
+    assert try_fix._still_draining(run) is None  # four steady steps after the drain
+    write_jsonl(steps_file, [{**r, "settling": True} for r in rows])
+    why = try_fix._still_draining(run)
+    assert why is not None and "10 batches" in why and "steady state" in why

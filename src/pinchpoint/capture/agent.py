@@ -76,8 +76,7 @@ class Agent:
         self.lead_optimizer: int | None = None
         """The optimizer whose step ends a training step: the last of the first iteration's cycle."""
         self.opt_cycle: list[int] = []
-        """The optimizers of the first iteration, until one steps again
-        (`loop_shapes.optimizer_stepped_first_cycle`)."""
+        """The first iteration's optimizers, until one steps again (`loop_shapes`)."""
         self.opt_start_ns = 0
         """When the optimizer's own update (re)started: its step's start, or the end of its closure."""
         self.in_optimizer = False
@@ -121,13 +120,10 @@ class Agent:
         self.closed = False
         self.annot: Any = None
         """An `annotate.Annotator` with `--annotate nvtx|itt`: phases as native-profiler ranges."""
-        self.attached = False
-        """Started by `pinchpoint attach` in a running process (`capture/attached.py`), which detaches it."""
+        self.attached = False  # started by `pinchpoint attach` (`capture/attached.py`), which detaches it
         self.detach_at_safe_point: Callable[[Agent], bool] | None = None
         """Set by `capture/attached.py` when the attacher asks to detach: called at the next safe point on
         the training thread (a batch asked for, a forward begun), True once detached."""
-
-    # ---- lifecycle -------------------------------------------------------------------------------
 
     def attach(self, torch: Any) -> None:
         """Called once `torch` is importable: wrap its entry points and write process-{pid}.json."""
@@ -276,6 +272,8 @@ class Agent:
         end = _now() if end_ns is None else end_ns
         now = counters if counters is not None else self.counters()
         record = self._step_record(kind, end, partial, now)
+        if self.applier is not None:  # (`pinchpoint try`: steps draining what a loader prefetched)
+            record["settling"] = self.applier.settling(record)
         self.steps.add(record)
         self.trials.observe(record)
         self.step.tainted = False
@@ -294,7 +292,8 @@ class Agent:
         self.step.agent_ns = max(0, _now() - start) if start is not None else 0
         if self.applier is not None and self.role == "main" and not partial:
             # (last: a `pinchpoint try` run that measured its steps ends the program from here)
-            self.applier.step_written(record["step"], steady=not (record["profiled"] or record["trial"]))
+            steady = not (record["profiled"] or record["trial"] or record.get("settling"))
+            self.applier.step_written(record["step"], steady=steady)
 
     def _step_record(self, kind: str, end: int, partial: bool, now: Counters) -> dict[str, Any]:
         """The step in progress as its steps.jsonl line (docs/run-directory.md), ending at `end`."""
@@ -467,6 +466,8 @@ class Agent:
             return
         self.loaders.add(record)
         self.loaders.flush()
+        if self.applier is not None:
+            self.applier.loader_seen(record)
 
 
 # ---- installation ---------------------------------------------------------------------------------

@@ -282,6 +282,7 @@ def _step(o: dict[str, Any]) -> Step | None:
         intervals=tuple(intervals),
         profiled=bool(o.get("profiled")),
         trial=bool(o.get("trial")),
+        settling=bool(o.get("settling")),
         partial=bool(o.get("partial")),
         cpu_ns=max(0, cpu - agent) if cpu is not None else None,
         runq_ns=as_int(o.get("runq_ns")),

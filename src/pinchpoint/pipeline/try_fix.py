@@ -390,11 +390,33 @@ def _trial(plan: Plan, run_dir: Path, baseline_dir: Path, steps: int, runner: Ru
         return Tried(plan=plan, run_dir=run_dir, error=why or f"the program exited with code {code}")
     if code != 0:
         return Tried(plan=plan, run_dir=run_dir, error=f"the program exited with code {code} under this fix")
+    if (draining := _still_draining(run_dir)) is not None:
+        return Tried(plan=plan, run_dir=run_dir, error=draining)
     try:
         tried = _compared(plan, run_dir, load_side(str(baseline_dir)), load_side(str(run_dir)), 1)
         return replace(tried, history_id=report.get("history_id"), wall_s=wall_s)
     except (PinchpointError, ValueError) as exc:
         return Tried(plan=plan, run_dir=run_dir, error=f"no comparison: {exc}")
+
+
+def _still_draining(run_dir: Path) -> str | None:
+    """Why a run that never reached its steady state cannot be compared: every step it measured drained
+    what its loader's workers prefetched before the steps asked (`Step.settling`)."""
+    from pinchpoint.ingest.rundir import read_run_dir
+
+    try:
+        steps = read_run_dir(run_dir).ranks[0].steps
+    except (PinchpointError, IndexError):
+        return None
+    drained = [s.index for s in steps if s.settling]
+    if not drained or any(
+        s.index > max(drained) and s.kind.value == "train" and not s.partial and not s.trial for s in steps
+    ):
+        return None
+    return (
+        f"the run ended while its steps still drained the {len(drained)} batches its loader's workers had "
+        "prefetched: it never reached its steady state (run it for more steps: --steps)"
+    )
 
 
 def _compared(plan: Plan, run_dir: Path, before: RunSide, after: RunSide, pairs: int) -> Tried:

@@ -96,6 +96,9 @@ class Step:
     profiled: bool = False
     trial: bool = False
     """Run by one of pinchpoint's trials (`capture/*_trial.py`): threads, glibc's thresholds, workers."""
+    settling: bool = False
+    """A `pinchpoint try` run's step that drained what a loader's workers prefetched before the steps
+    asked for it (`capture/appliers.Applier.settling`): not steady."""
     partial: bool = False
     """The step in progress when the program ended (crash, kill, or the tail after the last step)."""
     disturbed: bool = False
