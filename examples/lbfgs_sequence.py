@@ -75,6 +75,7 @@ def main():
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--length", type=int, default=50)
     p.add_argument("--max-iter", type=int, default=4)
+    p.add_argument("--bf16", action="store_true", help="the forward under bf16 autocast (a truth for compute.math)")
     args = p.parse_args()
 
     torch.manual_seed(0)
@@ -92,7 +93,8 @@ def main():
         c0 = time.perf_counter()
         optimizer.zero_grad()
         t0 = time.perf_counter()
-        loss = criterion(model(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            loss = criterion(model(x).float(), y)
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()

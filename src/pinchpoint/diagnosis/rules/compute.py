@@ -56,7 +56,11 @@ class ComputeMath(Rule):
         units = [u for u in env.cpu.matrix_units if u in BF16_UNITS]
         autocast = rank.main.autocast_dtype if rank.main is not None else None
         if ops is not None and units and autocast is None and ops.window_step_ns > 0:
-            share = min(1.0, ops.fp32_matmul_ns_per_step / ops.window_step_ns)
+            # Only matmuls on large tensors gain from the matrix unit: an LSTM cell loop's thousands of
+            # small fp32 matmuls (LBFGS fit: ops on large tensors 12 of 196 ms) ran x0.62 under bf16
+            # autocast, its casts dominating, and beside a busy core the window read them as 48% of it.
+            large = ops.large_phase_op_ns_per_step or ops.fp32_matmul_ns_per_step
+            share = min(1.0, min(ops.fp32_matmul_ns_per_step, large) / ops.window_step_ns)
             if share >= FP32_MATMUL_SHARE_MIN and _probe_gain(rank) >= MIN_PROBE_GAIN:
                 yield self._precision(env, rank, share, units)
                 return
