@@ -245,3 +245,14 @@ def test_sixteen_threads_on_this_machine_are_priced_by_the_trial(profiled: Any) 
     if not found or found[0]["estimated_speedup"] <= 1.1:  # then the fix must not pay now either
         now = live_causes("cpu_oversubscription", "cpu.oversubscription", frozenset({"cpu.oversubscription"}))
         assert now["cpu.oversubscription"] < 1 - 1 / 1.1, (now, _summary(report))
+
+
+@pytest.mark.e2e
+def test_an_rl_loops_op_window_covers_its_updates(profiled: Any) -> None:
+    """rollout_sequential.py calls its policy 2,048 times without gradients before its first update: the
+    default window (steps 10-12) falls in that rollout, and opens again over the training steps once
+    the loop is seen to train, so the ops the step rules read are the updates'."""
+    run = profiled(EXAMPLES / "rollout_sequential.py")
+    rows = [json.loads(line) for line in (run / "ranks" / "rank0" / "steps.jsonl").read_text().splitlines()]
+    windowed = {r["kind"] for r in rows if r["profiled"]}
+    assert {"inference", "train"} <= windowed, windowed

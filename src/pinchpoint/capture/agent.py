@@ -443,7 +443,7 @@ class Agent:
         self.end()
         loop_shapes.optimizer_stepped(self)
         if self.mode in ("unknown", "inference"):
-            self.mode = "train"
+            loop_shapes.trains_now(self)
         if self.mode != "train":
             return
         if self.lead_optimizer is None or self.opt_cycle:

@@ -182,7 +182,7 @@ def blocked_backward(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]
             return fn(*args, **kwargs)
         agent.calls_without_backward.clear()
         if agent.mode in ("unknown", "inference"):
-            agent.mode = "train"
+            loop_shapes.trains_now(agent)
         watch = agent.ddp_on_cpu
         if watch:
             c0, s0 = _thread_cpu(), thread_schedstat()

@@ -179,3 +179,23 @@ def eval_step(agent: Agent, t_ns: int) -> None:
         declare_manual(agent)  # nobody evaluates in the middle of an accumulation
     agent.await_boundary = False
     agent.end_step("eval", t_ns)
+
+
+REARM_AFTER = 3
+"""Steps after the first update at which a window re-armed for the training steps opens (past the
+first updates' warm-up)."""
+
+
+def trains_now(agent: Agent) -> None:
+    """An optimizer stepped in a loop that so far only called its model without gradients (an RL loop's
+    first rollout comes before any update): it trains. An op window that already ran over those calls
+    saw rollouts, not the training step the rules judge; a new one opens over the steps ahead."""
+    was, agent.mode = agent.mode, "train"
+    window = agent.window
+    if was != "inference" or window.spec is None or not window.done:
+        return
+    from pinchpoint.capture.opwindow import OpWindow
+
+    fresh = OpWindow(window.rank_dir, (agent.step.index + REARM_AFTER, window.spec[1]))
+    fresh.batch_spec, fresh.autocast_bf16 = window.batch_spec, window.autocast_bf16
+    agent.window = fresh

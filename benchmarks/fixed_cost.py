@@ -1,0 +1,102 @@
+"""What `pinchpoint run` adds to a short program, at three step sizes: the fixed cost and the per-step
+cost, as whole processes and as the program's own loop.
+
+    .venv/bin/python benchmarks/fixed_cost.py [--pairs 3] [--steps 25] [--step-ms 20 200 700]
+
+The program is a plain training loop (an MLP of 1024-wide layers, batch 64, SGD) whose depth is
+calibrated so that a step takes about `--step-ms` on this machine; it prints its own loop time. Each
+size runs in alternating pairs (bare, then under `pinchpoint run -q`, then the mirror), and the table
+gives the medians of: the whole process's added wall clock (start-up, the loop, pinchpoint's report),
+the loop's added time, and the budget the issue sets (0.5 s + 2% of the loop). Run it on an idle
+machine: two PyTorch programs on 2 cores distort each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PROGRAM = r'''
+import argparse, time, torch
+from torch import nn
+p = argparse.ArgumentParser()
+p.add_argument("--layers", type=int, required=True)
+p.add_argument("--steps", type=int, required=True)
+a = p.parse_args()
+torch.manual_seed(0)
+model = nn.Sequential(*[m for _ in range(a.layers) for m in (nn.Linear(1024, 1024), nn.ReLU())])
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+x = torch.randn(64, 1024)
+t0 = time.perf_counter()
+for _ in range(a.steps):
+    loss = model(x).square().mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+print(f"loop_s={time.perf_counter() - t0:.4f}")
+'''
+LOOP = re.compile(r"loop_s=([0-9.]+)")
+BUDGET_FIXED_S = 0.5
+BUDGET_PER_STEP = 0.02
+
+
+def _run(cmd: list[str]) -> tuple[float, float]:
+    """(whole-process wall s, the program's own loop s)."""
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+    wall = time.perf_counter() - t0
+    m = LOOP.search(res.stdout + res.stderr)
+    if res.returncode != 0 or m is None:
+        raise SystemExit(f"{' '.join(cmd)} failed ({res.returncode}): {(res.stdout + res.stderr)[-1500:]}")
+    return wall, float(m.group(1))
+
+
+def _layers_for(script: Path, step_ms: float) -> int:
+    """The depth at which a step takes about `step_ms` here (from a 4-layer, 10-step calibration)."""
+    _, loop = _run([sys.executable, str(script), "--layers", "4", "--steps", "10"])
+    per_layer_ms = loop * 1000 / 10 / 4
+    return max(1, round(step_ms / per_layer_ms))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=25)
+    ap.add_argument("--step-ms", type=float, nargs="+", default=[20.0, 200.0, 700.0])
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "loop.py"
+        script.write_text(PROGRAM)
+        print("step    layers  bare wall  added wall  bare loop  added loop  budget  within")
+        for step_ms in args.step_ms:
+            layers = _layers_for(script, step_ms)
+            bare_cmd = [sys.executable, str(script), "--layers", str(layers), "--steps", str(args.steps)]
+            run_dir = Path(tmp) / f"run-{step_ms:g}"
+            pp_cmd = [sys.executable, "-m", "pinchpoint", "run", "-q", "--force", "-o", str(run_dir), "--", *bare_cmd]
+            added_wall, added_loop, bare_walls, bare_loops = [], [], [], []
+            for i in range(args.pairs):
+                order = [bare_cmd, pp_cmd] if i % 2 == 0 else [pp_cmd, bare_cmd]
+                got = {id(c): _run(c) for c in order}
+                (bw, bl), (pw, pl) = got[id(bare_cmd)], got[id(pp_cmd)]
+                added_wall.append(pw - bw)
+                added_loop.append(pl - bl)
+                bare_walls.append(bw)
+                bare_loops.append(bl)
+            loop = statistics.median(bare_loops)
+            budget = BUDGET_FIXED_S + BUDGET_PER_STEP * loop
+            wall_added = statistics.median(added_wall)
+            print(
+                f"{statistics.median(bare_loops) / args.steps * 1000:5.0f} ms {layers:6d}  "
+                f"{statistics.median(bare_walls):8.2f} s  {wall_added:+9.2f} s  {loop:8.2f} s  "
+                f"{statistics.median(added_loop):+9.2f} s  {budget:5.2f} s  {'yes' if wall_added <= budget else 'no'}"
+            )
+
+
+if __name__ == "__main__":
+    main()
