@@ -7,7 +7,8 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pinchpoint.analysis.between_updates import BetweenUpdates
-from pinchpoint.analysis.run_time import KIND_SEGMENT, Segment, SegmentCode
+from pinchpoint.analysis.run_analysis import RankAnalysis
+from pinchpoint.analysis.run_time import KIND_SEGMENT, SegmentCode
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Subject, stack_evidence
 from pinchpoint.diagnosis.whole_run import program_ns
@@ -40,20 +41,14 @@ class Rollouts(Rule):
     id: ClassVar[Category] = Category.RUN_ROLLOUTS
     title: ClassVar[str] = "Rollouts one environment step at a time hold the run"
     requires: ClassVar[frozenset[str]] = frozenset({"steps"})
-    # (no run clock: another profiler's files or an attach; nothing to judge, and no note)
 
     def check(self, s: Subject) -> Iterable[Finding]:
         rank = s.recorded
-        b, whole = rank.between, rank.run_time
-        if b is None or whole is None or b.kind != "rollouts":
+        found = _calls(rank, "rollouts")
+        if found is None:
             return
-        wall = program_ns(whole)
-        share = b.ns / wall
-        if (
-            share < SHARE_MIN
-            or b.calls_per_pass < ROLLOUT_CALLS_MIN
-            or b.median_call_ns > ROLLOUT_CALL_MAX_NS
-        ):
+        b, wall, share, code = found
+        if b.calls_per_pass < ROLLOUT_CALLS_MIN or b.median_call_ns > ROLLOUT_CALL_MAX_NS:
             return
         batched = b.batched_frac if b.batched_frac is not None else b.forward_ns / max(1, b.ns)
         saved = (b.ns * batched + b.after_pass_ns) * (1 - 1 / ENVS)
@@ -65,7 +60,7 @@ class Rollouts(Rule):
             estimated_speedup=gain,
             basis=Basis.MODEL,
             confidence=Confidence.MEDIUM if b.batched_frac is not None else Confidence.LOW,
-            evidence=_evidence(b, share, wall, _code(whole.segments)),
+            evidence=_evidence(b, share, wall, code),
             fix=Fact("run.rollouts.fix", envs=ENVS, batched_share=batched),
             snippet=Fact("run.rollouts.snippet", envs=ENVS),
             ranks=(rank.rank,),
@@ -90,13 +85,10 @@ class Evaluation(Rule):
 
     def check(self, s: Subject) -> Iterable[Finding]:
         rank = s.recorded
-        b, whole = rank.between, rank.run_time
-        if b is None or whole is None or b.kind != "evaluation" or b.passes < 2:
+        found = _calls(rank, "evaluation")
+        if found is None or found[0].passes < 2:
             return
-        wall = program_ns(whole)
-        share = b.ns / wall
-        if share < SHARE_MIN:
-            return
+        b, wall, share, code = found
         gain = wall / max(1.0, wall - b.ns * (1 - 1 / EVAL_EVERY))
         yield Finding(
             id=self.id,
@@ -105,7 +97,7 @@ class Evaluation(Rule):
             estimated_speedup=gain,
             basis=Basis.MODEL,
             confidence=Confidence.HIGH,
-            evidence=_evidence(b, share, wall, _code(whole.segments)),
+            evidence=_evidence(b, share, wall, code),
             fix=Fact("run.evaluation.fix", every=EVAL_EVERY, ceiling_x=1 / max(1e-6, 1 - share)),
             ranks=(rank.rank,),
             fix_kind=FixKind.EVALUATE_LESS,
@@ -115,8 +107,17 @@ class Evaluation(Rule):
         )
 
 
-def _code(segments: Iterable[Segment]) -> SegmentCode | None:
-    return next((g.code for g in segments if g.name == SEGMENT), None)
+def _calls(rank: RankAnalysis, kind: str) -> tuple[BetweenUpdates, int, float, SegmentCode | None] | None:
+    """The rank's calls between updates when they are `kind` and hold `SHARE_MIN` of the run's loop:
+    (them, the loop's ns, their share of it, the code the segment was sampled in); else None (none, or
+    no run clock: another profiler's files or an attach, nothing to judge and no note)."""
+    b, whole = rank.between, rank.run_time
+    if b is None or whole is None or b.kind != kind:
+        return None
+    wall = program_ns(whole)
+    if b.ns < SHARE_MIN * wall:
+        return None
+    return b, wall, b.ns / wall, next((g.code for g in whole.segments if g.name == SEGMENT), None)
 
 
 def _evidence(b: BetweenUpdates, share: float, wall: int, code: SegmentCode | None) -> tuple[Fact, ...]:
