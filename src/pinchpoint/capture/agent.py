@@ -82,8 +82,7 @@ class Agent:
         self.in_optimizer = False
         """Inside an optimizer's step (its closure's backwards are that step's, not manual updates)."""
         self.trained_modules: set[int] = set()
-        """Top-level modules called with grad enabled in train mode: their no-grad eval-mode calls are
-        evaluation steps, not part of the next training step."""
+        """Modules called in train mode with grad: their no-grad eval-mode calls are steps of their own."""
         self.trained_refs: list[Any] = []
         """Weak references to those modules (`loop_shapes.note_trained`)."""
         self.update_watch: Any = None
