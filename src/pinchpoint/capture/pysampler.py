@@ -62,8 +62,9 @@ _FRAME = re.compile(r'^  File "(.*)", line (\d+) in (.*)$')
 MAX_THREADS = 16
 FILE_PREFIX = "pystacks-"
 OWN_FRAME = "pinchpoint (<pinchpoint>)"
-"""The leaf of a stack whose innermost Python frame is pinchpoint's (a probe's matmul, a record being
-written); its wrappers around the program's calls (hooks) are left out, as py-spy's files are read."""
+"""The leaf of a stack whose innermost pinchpoint frame is its own work (a probe's matmul, the op
+window's profiler starting, a record being written), whatever it called below; its wrappers around the
+program's calls (hooks) are left out, as py-spy's files are read."""
 _OWN = ("pinchpoint/capture/", "pinchpoint/notebook.py")
 OWN_WORK = tuple(
     f"pinchpoint/capture/{m}.py"
@@ -229,8 +230,11 @@ class PySampler(threading.Thread):
             parts = [f'process {self.pid}:"python"', f"thread ({tid}): {name}"]
             labels = [self._label(frame) for frame in frames]
             parts += [label for label in labels if label is not None]
-            if frames and labels[-1] is None and self._own_work(frames[-1][0]):
-                parts.append(OWN_FRAME)  # (pinchpoint's own code was running: a probe, a record written)
+            deepest = next((f[0] for f in reversed(frames) if any(own in f[0] for own in _OWN)), None)
+            if deepest is not None and self._own_work(deepest):
+                # (pinchpoint's own code was running, or what it called: a probe's matmul, the op
+                # window's profiler starting, a record written; not a hook around the program's call)
+                parts.append(OWN_FRAME)
             stacks[sid] = ";".join(parts)
         doc = {
             "sampler": "pinchpoint",
