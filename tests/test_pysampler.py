@@ -63,7 +63,7 @@ BUSY_THEN_SLEEP = """
         time.sleep(seconds)
 
     t = time.perf_counter()
-    while time.perf_counter() - t < 3.0:
+    while time.perf_counter() - t < 4.0:
         busy(0.03)
         wait(0.03)
 """
@@ -82,7 +82,8 @@ def test_cpu_goes_to_the_code_that_ran_and_wall_time_to_where_the_thread_was(tmp
         if name in wall:
             wall[name] += t.wall_ns
     total = sum(wall.values())
-    assert 0.25 <= wall["wait"] / total <= 0.75, wall  # (sampled where it was, awake or not)
+    # (sampled where it was, awake or not; ~40 samples at 10 Hz: a fresh clone's CI read 79% once)
+    assert 0.2 <= wall["wait"] / total <= 0.8, wall
     assert all(t.stack.thread == str(t.stack.pid) for t in stacks.timeline)  # the main thread
 
 
