@@ -57,14 +57,11 @@ def between_updates(rank: RankData, samples: list[TimedSample] | None = None) ->
     steps = sorted((s for s in rank.steps if s.dur_ns > 0 and not s.partial), key=lambda s: s.start_ns)
     if not any(s.kind is StepKind.TRAIN for s in steps):
         return None
-    calls = [s for s in steps if outside_training(s, True)]
+    between = [outside_training(s, True) for s in steps]
+    calls = [s for s, b in zip(steps, between, strict=True) if b]
     if not calls:
         return None
-    passes = sum(
-        1
-        for i, s in enumerate(steps)
-        if outside_training(s, True) and (i == 0 or not outside_training(steps[i - 1], True))
-    )
+    passes = sum(1 for i, b in enumerate(between) if b and (i == 0 or not between[i - 1]))
     ns = sum(s.dur_ns for s in calls)
     wait = sum(_phase_ns(s, Phase.DATA_WAIT) for s in calls)
     fed = sum(1 for s in calls if any(iv.phase is Phase.DATA_WAIT for iv in s.intervals))
@@ -79,7 +76,7 @@ def between_updates(rank: RankData, samples: list[TimedSample] | None = None) ->
         median_call_ns=int(statistics.median(s.dur_ns for s in calls)),
         batched_frac=batched,
         samples=seen,
-        after_pass_ns=_after_passes(steps, trains=True),
+        after_pass_ns=_after_passes(steps),
     )
 
 
@@ -92,13 +89,13 @@ def _phase_ns(step: Step, phase: Phase) -> int:
     return sum(max(0, iv.end_ns - iv.start_ns) for iv in step.intervals if iv.phase is phase)
 
 
-def _after_passes(steps: list[Step], trains: bool) -> int:
+def _after_passes(steps: list[Step]) -> int:
     """Summed over the passes, the first training step after each beyond the median training step."""
     train = [s.dur_ns for s in steps if s.kind is StepKind.TRAIN]
     median = statistics.median(train) if train else 0
     out = 0
     for before, step in itertools.pairwise(steps):
-        if outside_training(before, trains) and step.kind is StepKind.TRAIN:
+        if outside_training(before, True) and step.kind is StepKind.TRAIN:
             out += max(0, int(step.dur_ns - median))
     return out
 

@@ -132,8 +132,9 @@ def run_time(
 def _spans(start: int, end: int, steps: list[Step]) -> list[Span]:
     """The run cut into (start, end, segment, is a step), in time order: start-up to the first step,
     each step by its kind, each gap no step covered (pinchpoint's own: its bookkeeping before each
-    step, and the gap before a step it profiled or ran a trial in), and from the last step to the end. In a program that trains, calls
-    of its model before the first update are rollouts or evaluation like those after it."""
+    step, and the gap before a step it profiled or ran a trial in), and from the last step to the
+    end. In a program that trains, calls of its model before the first update are rollouts or
+    evaluation like those after it."""
     first = steps[0].start_ns
     trains = any(s.kind is StepKind.TRAIN for s in steps)
     out: list[Span] = [(start, first, "start-up", False)]
