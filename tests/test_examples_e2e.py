@@ -204,7 +204,7 @@ def test_truth_file_covers_every_example() -> None:
 
 @pytest.mark.e2e
 def test_memory_leak_names_the_tensors_kept_with_their_graph(profiled: Any) -> None:
-    """The live-tensor snapshots at the op window's edges find what memory_leak.py keeps each step: its
+    """The live-tensor snapshots, taken once memory rose, find what memory_leak.py keeps each step: its
     bf16 logits and its loss, both with their autograd graph."""
     report = json.loads((profiled(EXAMPLES / "memory_leak.py") / "report.json").read_text())
     leak = next(f for f in report["findings"] if f["id"] == "memory.leak")

@@ -179,7 +179,7 @@ def test_tensorboard_reads_back_the_scalars_and_the_report(cpu_run: Path, tmp_pa
 
 
 def test_every_file_format_is_one_renderer_and_export_offers_all_but_the_reports_own() -> None:
-    from pinchpoint.pipeline.export import EXPORT_FORMATS
+    from pinchpoint.report.formats import EXPORT_FORMATS
     from pinchpoint.report.renderers import RENDERERS
 
     assert set(RENDERERS) == {"json", "html", *EXPORT_FORMATS}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -75,3 +76,50 @@ def test_no_bf16_probe_where_nothing_reads_it(tmp_path: Path, monkeypatch: pytes
     window.autocast_bf16 = False
     monkeypatch.setattr(opwindow, "native_bf16", lambda: True)
     assert window._bf16()
+
+
+def test_live_tensors_are_taken_only_once_memory_rose(tmp_path: Path) -> None:
+    """The two walks over every object cost a small program 115 ms when taken at every op window: now
+    only a program whose own steps' memory floor rose 16 MiB, and beyond its first swings, pays for them
+    (memory.leak, their only reader, needs 32 MiB of growth), `SPAN` steps apart, in live_tensors.json."""
+    from pinchpoint.capture.live_tensors import FILE, FLOOR_STEPS, RISE_BYTES, SPAN, LeakWatch
+
+    torch = pytest.importorskip("torch")
+    base = 400 << 20
+
+    def feed(rss: list[int], profiled: frozenset[int] = frozenset()) -> list[int]:
+        watch, taken = LeakWatch(), []
+        for i, r in enumerate(rss):
+            rec = {"step": i, "rss_bytes": r, "profiled": i in profiled, "trial": False, "partial": False}
+            if watch.observe(torch, rec, tmp_path):
+                taken.append(i)
+        return taken
+
+    wobble = [base + (i % 2) * (5 << 20) for i in range(30)]  # a healthy loop's 5 MiB to and fro
+    assert feed(wobble) == []
+    mib = [721, 705, 799, 713, 745, 781, 725, 725, 830, 830, 736, 728, 748]  # a 48-layer MLP's step ends
+    assert feed([m << 20 for m in mib * 3]) == []  # a wide swing, no leak
+    assert feed([base + (40 << 20)] * 2 + [base] * 28) == []  # warm-up steps are not watched
+    trial = [base] * 12 + [base + RISE_BYTES * 2] * 4 + [base] * 14
+    assert feed(trial, profiled=frozenset(range(12, 16))) == []  # nor trial or profiled steps
+    leak = [base + i * (2 << 20) for i in range(30)]  # 2 MiB a step
+    (tmp_path / FILE).unlink(missing_ok=True)
+    taken = feed(leak)
+    assert len(taken) == 2 and taken[1] - taken[0] == SPAN
+    # 2 MiB a step: the first floor (steps 2-5) is 4 MiB; the last four's floor, 2 × (step − 3) MiB,
+    # stands 16 MiB above it at step 13
+    assert FLOOR_STEPS == 4 and taken[0] == 13
+    record = json.loads((tmp_path / FILE).read_text())
+    assert record["steps"] == SPAN and record["from_step"] == taken[0]
+    assert record["before"]["count"] >= 0 and record["after"]["count"] >= 0
+
+
+def test_the_machine_probes_measure_something_plausible() -> None:
+    """Faults, memory bandwidth and dispatch, after their passes were cut to fit the fixed budget."""
+    from pinchpoint.capture import opwindow
+
+    torch = pytest.importorskip("torch")
+    fault_ns = opwindow._probe_page_faults()
+    assert fault_ns is None or 50 < fault_ns < 100_000  # None: huge pages back the mapping
+    assert 1e8 < opwindow._probe_memory_bandwidth(torch) < 1e13
+    assert 10 < opwindow._probe_dispatch(torch) < 10_000_000

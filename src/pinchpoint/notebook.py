@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any
 
 from pinchpoint.capture import agent as agent_mod
+from pinchpoint.capture.envnames import RUN_DIR_ENV
 
 
 class Profile:
@@ -49,7 +50,7 @@ class Profile:
 
     def __enter__(self) -> Profile:
         existing = agent_mod.current()
-        if existing is not None and os.environ.get(agent_mod.RUN_DIR_ENV):
+        if existing is not None and os.environ.get(RUN_DIR_ENV):
             self._agent, self._joined, self.run_dir = existing, True, existing.run_dir
             return self
         from pinchpoint.capture.launcher import start_run_dir

@@ -36,7 +36,9 @@ from pinchpoint.capture import (
     opwindow,
 )
 from pinchpoint.capture.annotate import annotator_from_environment
+from pinchpoint.capture.envnames import OPWINDOW_ENV
 from pinchpoint.capture.gc_watch import WATCH as GC
+from pinchpoint.capture.live_tensors import LeakWatch
 from pinchpoint.capture.loop_site import loop_site
 from pinchpoint.capture.on_demand import OnDemand
 from pinchpoint.capture.patches import PATCHES
@@ -45,8 +47,6 @@ from pinchpoint.capture.step_state import Counters, DeviceMarks, StepState, read
 from pinchpoint.capture.trials import Trials, trials_enabled
 from pinchpoint.capture.writer import JsonlWriter, write_json_atomic
 
-RUN_DIR_ENV = "PINCHPOINT_RUN_DIR"
-OPWINDOW_ENV = "PINCHPOINT_OPWINDOW"  # "START:STEPS", or "off"
 INFERENCE_AFTER_CALLS = 3
 """Top-level calls of one module with grad enabled and no backward in between: then it is inference."""
 
@@ -112,13 +112,12 @@ class Agent:
         self.window = opwindow.OpWindow(self.rank_dir, window)
         self.on_demand = OnDemand(run_dir)  # `pinchpoint capture`: another window, later
         self.trials = Trials(self.rank_dir)
+        self.leaks = LeakWatch()
         self.trials_on = trials_enabled()
         spec = appliers.requested()
-        self.applier = appliers.Applier(spec) if spec else None
-        """`pinchpoint try`'s fix and step budget for this run (`capture/appliers.py`)."""
+        self.applier = appliers.Applier(spec) if spec else None  # `pinchpoint try`'s fix and budget
         self.closed = False
-        self.annot: Any = None
-        """An `annotate.Annotator` with `--annotate nvtx|itt`: phases as native-profiler ranges."""
+        self.annot: Any = None  # an `annotate.Annotator` (`--annotate nvtx|itt`): phases as ranges
         self.attached = False  # started by `pinchpoint attach` (`capture/attached.py`), which detaches it
         self.detach_at_safe_point: Callable[[Agent], bool] | None = None
         """Set by `capture/attached.py` when the attacher asks to detach: called at the next safe point on
@@ -286,7 +285,7 @@ class Agent:
         self.step.index += 1
         if not self._loop_sought and not partial and self.role == "main":
             self._find_loop(sys._getframe(1))
-        self._start_next_step(end, now)
+        self._start_next_step(end, now, record)
         start = self.step.start_ns
         self.step.agent_ns = max(0, _now() - start) if start is not None else 0
         if self.applier is not None and self.role == "main" and not partial:
@@ -312,11 +311,12 @@ class Agent:
             with contextlib.suppress(Exception):
                 self.write_process_info()  # now, not only at exit: a killed run keeps them
 
-    def _start_next_step(self, end: int, now: Counters) -> None:
+    def _start_next_step(self, end: int, now: Counters, record: dict[str, Any]) -> None:
         """The next step starts where this one ended: its counters too (one reading, not two)."""
         step = self.step
-        if self.window.on_step_end(self.torch, step.index, self.autocast_dtype == "bfloat16"):
-            # The op window just opened (live-tensor snapshot) or closed (probes): no step's time.
+        window = self.window.on_step_end(self.torch, step.index, self.autocast_dtype == "bfloat16")
+        if self.leaks.observe(self.torch, record, self.rank_dir) or window:
+            # The op window opened or closed (probes), or live tensors were counted: no step's time.
             step.tainted = True
             end = _now()
             now = self.counters()

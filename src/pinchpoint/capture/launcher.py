@@ -7,12 +7,13 @@ directory is finished however the program ends: normally, by exception, by signa
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,8 @@ from typing import Any
 from pinchpoint._version import __version__
 from pinchpoint.capture import environment
 from pinchpoint.capture import native as native_sampling
-from pinchpoint.capture.agent import OPWINDOW_ENV, RUN_DIR_ENV
 from pinchpoint.capture.annotate import ANNOTATE_ENV
-from pinchpoint.capture.opwindow import RECORDER_ENV
+from pinchpoint.capture.envnames import OPWINDOW_ENV, RECORDER_ENV, RUN_DIR_ENV
 from pinchpoint.capture.sampler import DEFAULT_INTERVAL_S, spawn_sampler, stop_sampler
 from pinchpoint.capture.stacks import (
     DEFAULT_RATE_HZ,
@@ -137,13 +137,15 @@ def launch(
     cwd: Path | None = None,
     native: bool = False,
     output: Path | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> LaunchResult:
     """Run `command` to completion under capture, writing `run_dir`. Never raises for the child's sake.
 
     `stacks`: sample Python stacks of the whole process tree with py-spy (`capture/stacks.py`).
     `cwd`: the program's working directory (`pinchpoint try`'s scratch copy), else ours.
     `native`: sample native stacks with perf (`capture/native.py`).
-    `output`: the program's stdout and stderr go to this file (`run --live` shows its last lines)."""
+    `output`: the program's stdout and stderr go to this file (`run --live` shows its last lines).
+    `meanwhile`: called once the program has started (`run` loads its report code then, not before)."""
     meta = start_run_dir(run_dir, command, mode, cwd)
     env = child_environment(run_dir, opwindow, kineto=kineto, stacks=stacks, annotate=annotate)
     env.update(extra_env or {})  # `pinchpoint try`: the fix's environment and the agent's step budget
@@ -182,6 +184,9 @@ def launch(
     old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
     old_term = signal.signal(signal.SIGTERM, forward)
     try:
+        if meanwhile is not None:
+            with contextlib.suppress(Exception):
+                meanwhile()
         rc = proc.wait()
     finally:
         signal.signal(signal.SIGINT, old_int)

@@ -22,20 +22,17 @@ from typing import Any
 
 from pinchpoint.capture import opcensus
 from pinchpoint.capture.environment import native_bf16
-from pinchpoint.capture.live_tensors import live_tensors
+from pinchpoint.capture.envnames import RECORDER_ENV
 from pinchpoint.capture.loader_probe import probe_worker_transfer
 from pinchpoint.capture.writer import write_json_atomic
 
 DISPATCH_PROBE_OPS = 2000
-FAULT_PROBE_BYTES = 64 << 20
-"""Large enough to time 16k faults (~30 ms here), small enough to not disturb the program."""
+FAULT_PROBE_BYTES = 16 << 20
+"""4k faults a pass, ~15 ms at this VM's 3.4 µs a fault (64 MiB and four passes took 250 ms of the
+program's time: half of all pinchpoint did inside a 25-step program); the passes agree within 10%."""
+FAULT_PROBE_PASSES = 3
 MATMUL_PROBE_BUDGET_NS = 200_000_000
 """Upper bound on the time the matmul probe may take (it shrinks the shape to fit)."""
-
-
-RECORDER_ENV = "PINCHPOINT_OP_RECORDER"
-"""`kineto` records a CPU program's window with torch.profiler too (op durations as Kineto sees them,
-at the price of a slower rest of the run); the default on CPU is the census (`opcensus`)."""
 
 
 DEFAULT_OPWINDOW = (10, 3)
@@ -67,7 +64,6 @@ class OpWindow:
         self.on_cuda = False
         """The program had initialised CUDA when the window began: kernels and copies are recorded too."""
         self._step_range: Any = None
-        self._live_before: dict[str, Any] | None = None
         self.batch_spec: list[tuple[list[int], str]] | None = None
         """Shapes and dtypes of the program's first batch (fetched in the training process or received
         from a worker): the loader probe passes one like it through a worker."""
@@ -86,7 +82,7 @@ class OpWindow:
 
     def on_step_end(self, torch: Any, next_step: int, autocast_bf16: bool = False) -> bool:
         """Start or stop the window at a step boundary. True when that took time that belongs to no step:
-        the live-tensor snapshot when it starts, the probes when it stops."""
+        the recorder starting, the probes when it stops."""
         if self.done or self.spec is None or torch is None:
             return False
         self.autocast_bf16 = self.autocast_bf16 or autocast_bf16
@@ -121,8 +117,6 @@ class OpWindow:
 
     def _start(self, torch: Any) -> None:
         self.on_cuda = _cuda_in_use(torch)
-        with contextlib.suppress(Exception):
-            self._live_before = live_tensors(torch)
         if (
             not self.on_cuda
             and os.environ.get(RECORDER_ENV, "census") != "kineto"
@@ -178,9 +172,7 @@ class OpWindow:
             # On a CUDA program the matmuls run on the device: a CPU matmul probe would answer the
             # wrong question (the device's ceilings come from `pinchpoint calibrate`).
             shape = None if self.on_cuda else _heaviest_matmul(prof)
-            live = self._live_after(torch)
             probes = run_probes(torch, shape, self.batch_spec, bf16=self._bf16())
-            probes["live_tensors"] = live
             probes["device"] = "cuda" if self.on_cuda else "cpu"
             probes["window_steps"] = self.spec[1] if self.spec else None
             # Kineto stamps events in wall-clock time (baseTimeNanoseconds + ts); this pair maps
@@ -198,7 +190,6 @@ class OpWindow:
             events = census.stop()
             self.rank_dir.mkdir(parents=True, exist_ok=True)
             opcensus.write_trace(self.rank_dir / "opwindow.json", events)
-            live = self._live_after(torch)
             probes = run_probes(
                 torch,
                 opcensus.heaviest_matmul(events),
@@ -206,7 +197,6 @@ class OpWindow:
                 opcensus.heaviest_conv(events),
                 bf16=self._bf16(),
             )
-            probes["live_tensors"] = live
             probes["device"] = "cpu"
             probes["recorder"] = "census"
             probes["window_steps"] = self.spec[1] if self.spec else None
@@ -218,15 +208,6 @@ class OpWindow:
         a CPU that emulates bf16 an fp32 program's heaviest matmul in bf16 took 57 s of its run, and no
         finding reads it there)."""
         return self.autocast_bf16 or native_bf16()
-
-    def _live_after(self, torch: Any) -> dict[str, Any] | None:
-        """Live tensors at the window's two edges ({"before", "after", "steps"}), or None."""
-        if self._live_before is None or self.spec is None:
-            return None
-        try:
-            return {"before": self._live_before, "after": live_tensors(torch), "steps": self.spec[1]}
-        except Exception:
-            return None
 
 
 def _record_concrete_inputs(torch: Any, on: bool) -> None:
@@ -334,13 +315,13 @@ BANDWIDTH_PROBE_BYTES = 64 << 20
 
 def _probe_memory_bandwidth(torch: Any) -> float:
     """Bytes read + written per second by a large tensor copy (with the program's threads), the
-    memory speed elementwise ops can reach here; ~10 ms."""
+    memory speed elementwise ops can reach here; ~50 ms, most of it faulting the buffers in."""
     with torch.no_grad():
         src = torch.ones(BANDWIDTH_PROBE_BYTES // 4)
         dst = torch.empty_like(src)
         dst.copy_(src)
         samples = []
-        for _ in range(5):
+        for _ in range(3):
             t0 = time.perf_counter_ns()
             dst.copy_(src)
             samples.append(time.perf_counter_ns() - t0)
@@ -379,7 +360,7 @@ def _probe_page_faults() -> int | None:
 
     n_bytes = FAULT_PROBE_BYTES
     samples = []
-    for _ in range(4):
+    for _ in range(FAULT_PROBE_PASSES):
         m = mmap.mmap(-1, n_bytes)
         buf = (ctypes.c_char * n_bytes).from_buffer(m)
         f0, t0 = faults(), time.perf_counter_ns()
@@ -394,8 +375,7 @@ def _probe_page_faults() -> int | None:
         if n < n_bytes // 4096 // 4:  # huge pages: faults are not the cost here
             return None
         samples.append(max(0, (t1 - t0) - (t2 - t1) + (t3 - t2)) // n)
-    samples = sorted(samples[1:])  # the first pass warms the kernel's page allocator
-    return int(samples[1])
+    return int(min(samples[1:]))  # the first pass warms the kernel's page allocator
 
 
 def _probe_matmul(torch: Any, shape: tuple[int, int, int], bf16: bool = True) -> list[dict[str, Any]]:

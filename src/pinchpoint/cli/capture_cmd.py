@@ -76,7 +76,7 @@ class CaptureCommand:
 
 
 def _run_dir(target: str) -> Path:
-    from pinchpoint.capture.agent import RUN_DIR_ENV
+    from pinchpoint.capture.envnames import RUN_DIR_ENV
     from pinchpoint.capture.outside import environ
 
     if target.isdigit():

@@ -12,7 +12,7 @@ class ExportCommand:
     HELP = "write a run for Perfetto/chrome://tracing, TensorBoard, speedscope, or as a flame-graph SVG"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        from pinchpoint.pipeline.export import EXPORT_FORMATS
+        from pinchpoint.report.formats import EXPORT_FORMATS
 
         parser.add_argument("run", help="run directory or history id")
         parser.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="what to write")

@@ -1,5 +1,5 @@
-"""Reads a rank's probes.json: what the agent measured around the op window (dispatch cost, matmul
-and memory ceilings, page-fault cost, live tensors at the window's edges)."""
+"""Reads a rank's probes.json: what the agent measured after the op window (dispatch cost, matmul and
+memory ceilings, page-fault cost), with live_tensors.json (two snapshots, once memory rose)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from typing import Any
 
 from pinchpoint.ingest.fields import as_dict, as_int, as_list
 from pinchpoint.trace.run import ConvProbe, LiveTensors, LoaderTransfer, MatmulProbe, Probes, TensorGroup
+
+LIVE_FILE = "live_tensors.json"
 
 
 def _live(o: Any) -> LiveTensors | None:

@@ -18,7 +18,7 @@ from pinchpoint.errors import RunDirError
 from pinchpoint.ingest import opwindow as opwindow_reader
 from pinchpoint.ingest.fields import as_dict, as_float, as_int, as_list, as_str, jsonl, load_json
 from pinchpoint.ingest.gc_file import gc_record
-from pinchpoint.ingest.probes import read_probes
+from pinchpoint.ingest.probes import LIVE_FILE, read_probes
 from pinchpoint.ingest.run_stacks import run_native, run_stacks
 from pinchpoint.ingest.trials import (
     ALLOC_TRIAL_FILE,
@@ -215,6 +215,9 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
             if fetch is not None:
                 fetches.append(fetch)
     probes_obj = load_json(d / "probes.json", warnings) if (d / "probes.json").is_file() else None
+    if (d / LIVE_FILE).is_file():  # the live-tensor snapshots, taken once memory rose (`LeakWatch`)
+        live = load_json(d / LIVE_FILE, warnings)
+        probes_obj = {**(probes_obj if isinstance(probes_obj, dict) else {}), "live_tensors": live}
     window = None
     window_file = opwindow_file(d)
     if window_file is not None:

@@ -9,11 +9,9 @@ from pinchpoint.analysis.views import run_views
 from pinchpoint.errors import UsageError
 from pinchpoint.ingest.rundir import opwindow_documents, read_run_dir
 from pinchpoint.pipeline.rundir import REPORT_NAME, report_run_dir
+from pinchpoint.report.formats import EXPORT_FORMATS
 from pinchpoint.report.model import Needs, Report
 from pinchpoint.report.renderers import RENDERERS
-
-EXPORT_FORMATS = tuple(name for name in RENDERERS if name not in ("json", "html"))
-"""Every file format but the two `pinchpoint report` writes itself (report.json, report.html)."""
 
 
 def export_run(run_dir: Path, fmt: str, out: Path) -> None:
