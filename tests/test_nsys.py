@@ -133,6 +133,18 @@ def test_other_activity_syncs_and_os_runtime(clover: KinetoTrace) -> None:
     assert list(ev.start_ns) == sorted(ev.start_ns.tolist())
 
 
+def test_events_that_start_together_come_longest_first(tmp_path: Path) -> None:
+    """The model's order, (start, -dur), made by a sort on start and a pass over the ties (no negated
+    copy of every duration in memory): every OS runtime call copied with twice its duration (read after
+    the original) starts with it, and comes before it."""
+    path = variant(tmp_path, clone("OSRT_API", end='"start" + ("end" - "start") * 2'))
+    ev = read_nsys(path).events
+    start, dur = ev.start_ns.tolist(), ev.dur_ns.tolist()
+    assert [(s, -d) for s, d in zip(start, dur, strict=True)] == sorted(zip(start, (-d for d in dur)))
+    assert sum(a == b for a, b in zip(start, start[1:])) >= 1831
+    assert ev.pid.dtype == ev.tid.dtype == ev.stream.dtype == np.int32
+
+
 def test_device_and_meta(clover: KinetoTrace) -> None:
     (dev,) = clover.meta.devices
     assert (dev.index, dev.name, dev.vendor) == (0, "NVIDIA A100-SXM4-80GB", "nvidia")
