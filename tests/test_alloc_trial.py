@@ -205,3 +205,63 @@ def test_the_rank_test_is_exact_on_small_samples() -> None:
 def test_steps_that_fault_less_after_the_trial_are_said_to() -> None:
     (f,) = _finding(_churning(80.0, after_faults=1_000), model_share=0.2)
     assert dict(facts(f)["memory.churn.restored"].values) == {"faults_before": 6_000, "faults_after": 1_000}
+
+
+def test_a_trial_the_program_ended_is_recorded_as_cut(tmp_path: Path) -> None:
+    """The program ended 4 steps into the allocator trial: nothing it measured counts, and the run
+    directory says which trial was cut and how far it got (`trial_cut.json`)."""
+    from pinchpoint.capture.trials import CUT_FILE, SPANS, Trials
+    from pinchpoint.ingest.trials import trial_cut
+
+    trials = Trials(tmp_path)
+    trials.restore(None, 18)  # no trial running: nothing written
+    assert not (tmp_path / CUT_FILE).exists()
+    trials.alloc.state, trials.alloc.first = "running", 14  # (no glibc handle: nothing to set back)
+    trials.restore(None, 18)
+    cut = trial_cut(json.loads((tmp_path / CUT_FILE).read_text()))
+    assert cut is not None and (cut.trial, cut.steps_done, cut.steps_needed) == ("alloc", 4, SPANS["alloc"])
+    for bad in ({"trial": "nope", "steps_done": 1, "steps_needed": 2}, {"trial": "alloc"}, [], None):
+        assert trial_cut(bad) is None
+
+
+def test_a_finding_whose_trial_was_cut_says_its_estimate_is_a_model() -> None:
+    from pinchpoint.report.phrases import say
+    from pinchpoint.trace.trials import TrialCut
+
+    pf = PageFaults(steps=20, median_per_step=6_000, median_step_ns=100_000_000, fault_ns=5_000)
+
+    def churn(cut: TrialCut) -> Finding:
+        rank = replace(make_rank_analysis({"forward": 40, "backward": 50}, 10, faults=pf), trial_cut=cut)
+        (f,) = [f for f in diagnose(make_run_analysis(make_env(cores=2), [rank])).findings if f.id == "memory.pressure"]
+        return f
+
+    f = churn(TrialCut(trial="alloc", steps_done=6, steps_needed=13))
+    assert f.basis is Basis.REMOVED
+    text = say(next(e for e in f.evidence if e.key == "trial.cut"))
+    assert "allocator trial" in text and "6 of its 13 steps" in text and "model" in text
+    f = churn(TrialCut(trial="threads", steps_done=2, steps_needed=11))
+    assert "trial.cut" not in facts(f)  # another trial's cut: not this finding's
+
+
+@pytest.mark.e2e
+def test_a_run_too_short_for_the_allocator_trial_says_its_estimate_is_a_model(tmp_path: Path) -> None:
+    """allocator_churn.py for 20 steps: the allocator trial starts after the op window (step 14) and
+    needs 13 steps; the program ends first. The report prices the churn by its fault model and says
+    the trial was cut short (beside a busy process the thread trial runs first and is the one cut)."""
+    out = tmp_path / "run"
+    res = subprocess.run(
+        [sys.executable, "-m", "pinchpoint", "run", "-q", "-o", str(out), "--",
+         sys.executable, str(ROOT / "examples" / "allocator_churn.py"), "--steps", "20"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    from pinchpoint.capture.trials import CUT_FILE
+
+    cut = json.loads((out / "ranks" / "rank0" / CUT_FILE).read_text())
+    assert cut["trial"] in ("alloc", "threads") and 0 < cut["steps_done"] < cut["steps_needed"]
+    report = json.loads((out / "report.json").read_text())
+    if cut["trial"] == "alloc":
+        assert not (out / "ranks" / "rank0" / "alloc_trial.json").exists()
+        churn = next(f for f in report["findings"] if f["id"] == "memory.pressure")
+        assert churn["estimate_basis"] != "trial"
+        assert any("allocator trial" in e and "cut short" in e for e in churn["evidence"]), churn["evidence"]

@@ -169,6 +169,37 @@ print(prof.report["steps"]["kind"], prof.report["steps"]["total"])
     assert (tmp_path / "api-run" / "report.json").is_file()
 
 
+def test_after_a_profile_block_nothing_more_is_recorded(tmp_path: Path) -> None:
+    """The hooks stay installed after `with pinchpoint.profile()`, inert: a DataLoader worker forked
+    later used to become a recording worker and write its fetches into the block's closed run directory,
+    and the program's own fetches buffered in the agent for the rest of its life."""
+    code = """
+import os, torch, pinchpoint
+from torch.utils.data import DataLoader, TensorDataset
+data = TensorDataset(torch.randn(64, 16), torch.randint(0, 4, (64,)))
+model = torch.nn.Linear(16, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+with pinchpoint.profile(out="api-run", print_report=False) as prof:
+    for x, y in DataLoader(data, batch_size=4):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+from pinchpoint.capture import agent
+kept = prof._agent
+files = sorted((p.name, p.stat().st_size) for p in os.scandir("api-run/ranks/rank0"))
+for loader in (DataLoader(data, batch_size=4, num_workers=2), DataLoader(data, batch_size=4)):
+    for x, y in loader:
+        model(x)
+after = sorted((p.name, p.stat().st_size) for p in os.scandir("api-run/ranks/rank0"))
+print(files == after, len(kept.fetches._lines), kept.role)
+"""
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["True", "0", "off"]
+
+
 DDP = """
 import time, torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP

@@ -5,6 +5,7 @@ API rows, memsets), dispatch by content, and hostile files through `pinchpoint a
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import os
 import shutil
@@ -140,8 +141,10 @@ def test_events_that_start_together_come_longest_first(tmp_path: Path) -> None:
     path = variant(tmp_path, clone("OSRT_API", end='"start" + ("end" - "start") * 2'))
     ev = read_nsys(path).events
     start, dur = ev.start_ns.tolist(), ev.dur_ns.tolist()
-    assert [(s, -d) for s, d in zip(start, dur, strict=True)] == sorted(zip(start, (-d for d in dur)))
-    assert sum(a == b for a, b in zip(start, start[1:])) >= 1831
+    assert [(s, -d) for s, d in zip(start, dur, strict=True)] == sorted(
+        zip(start, (-d for d in dur), strict=True)
+    )
+    assert sum(a == b for a, b in itertools.pairwise(start)) >= 1831
     assert ev.pid.dtype == ev.tid.dtype == ev.stream.dtype == np.int32
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from pinchpoint.capture import agent as agent_mod
 from pinchpoint.capture.envnames import RUN_DIR_ENV
+from pinchpoint.capture.roles import Role
 
 
 class Profile:
@@ -83,7 +84,7 @@ class Profile:
         from pinchpoint.pipeline.rundir import report_run_dir
 
         self._agent.close()
-        self._agent.role = "off"  # the hooks stay installed but record nothing more
+        self._agent.role = Role.OFF  # the hooks stay installed but record nothing more
         agent_mod.AGENT = None
         stop_sampler(self._sampler)
         if self._stack_sampler is not None:

@@ -30,6 +30,7 @@ from pinchpoint.analysis.stacks import StackSummary, stack_summary
 from pinchpoint.analysis.stalls import Stalls, stalls
 from pinchpoint.analysis.steps import StepStats, steady_steps, step_stats, why_no_steps
 from pinchpoint.trace.run import Environment, Probes, ProcessInfo, RankData, Role, Run
+from pinchpoint.trace.trials import TrialCut
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +63,8 @@ class RankAnalysis:
     """Steps pinchpoint ran with glibc's mmap and trim thresholds raised, against the steady step."""
     worker_trial: WorkerTrialResult | None = None
     """Steps whose batches pinchpoint loaded with DataLoader workers, against the steady step."""
+    trial_cut: TrialCut | None = None
+    """A trial the program's end cut short (its finding then comes from a model)."""
     load: LoadSplit | None = None
     waits: CpuWaits | None = None
     """Beside a load that lasted the whole run: the threads' waits for a CPU, which bound the step
@@ -150,6 +153,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         thread_trial=thread_trial(rank, stats.host_median_ns if stats is not None else None),
         alloc_trial=alloc_trial(rank, stats.host_median_ns if stats is not None else None),
         worker_trial=worker_trial(rank, stats.host_median_ns if stats is not None else None),
+        trial_cut=rank.trial_cut,
         traffic=memory_traffic(rank.opwindow) if rank.opwindow is not None else None,
         cuda_memory=cuda_memory(
             rank.steps,

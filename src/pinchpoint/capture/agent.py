@@ -43,6 +43,7 @@ from pinchpoint.capture.loop_site import loop_site
 from pinchpoint.capture.on_demand import OnDemand
 from pinchpoint.capture.patches import PATCHES
 from pinchpoint.capture.procfs import ProcFile, forget_thread_files, statm_rss
+from pinchpoint.capture.roles import QUIET, Role
 from pinchpoint.capture.step_state import Counters, DeviceMarks, StepState, read_counters
 from pinchpoint.capture.trials import Trials, trials_enabled
 from pinchpoint.capture.writer import JsonlWriter, write_json_atomic
@@ -63,7 +64,7 @@ class Agent:
         self.run_dir = run_dir
         self.rank = rank
         self.rank_dir = run_dir / "ranks" / f"rank{rank}"
-        self.role = "main"
+        self.role: str = Role.MAIN
         self.torch: Any = None
         self.tid = threading.get_ident()
         self.mode = "unknown"  # unknown | train | manual | inference | explicit
@@ -153,9 +154,9 @@ class Agent:
     def _after_fork(self) -> None:
         # A forked child (usually a DataLoader worker) keeps the hooks but records only its fetches;
         # the loader probe's worker records nothing.
-        if self.role == "detached":
+        if self.role in QUIET:
             return
-        self.role = "probe" if loader_probe.ACTIVE else "worker"
+        self.role = Role.PROBE if loader_probe.ACTIVE else Role.WORKER
         self.tid = threading.get_ident()
         forget_thread_files()
         self._statm.reset()
@@ -173,7 +174,7 @@ class Agent:
         if self.role == "launcher" or (self.role == "main" and rank == self.rank):
             return
         old_info = self.rank_dir / f"process-{os.getpid()}.json"
-        self.role = "main"
+        self.role = Role.MAIN
         self.tid = threading.get_ident()
         if rank != self.rank:
             self.rank = rank
@@ -190,7 +191,7 @@ class Agent:
     def become_launcher(self) -> None:
         """This process starts the ranks (`torch.multiprocessing.spawn`) and runs no steps itself."""
         if self.role == "main" and self.step.start_ns is None and self.step.index == 0:
-            self.role = "launcher"
+            self.role = Role.LAUNCHER
             self.window.disable()
             self.write_process_info()
 
@@ -225,7 +226,7 @@ class Agent:
         # stop the op window first, whatever happens next.
         with contextlib.suppress(Exception):
             self.window.stop(self.torch)
-        self.trials.restore(self.torch)
+        self.trials.restore(self.torch, self.step.index)
         if self.pending and self.role == "main":
             with contextlib.suppress(Exception):
                 loop_shapes.declare_manual(self)  # a short loop that never called an optimizer
@@ -265,7 +266,7 @@ class Agent:
     def end_step(
         self, kind: str, end_ns: int | None = None, partial: bool = False, counters: Counters | None = None
     ) -> None:
-        if self.role == "detached":
+        if self.role in QUIET:
             return  # (a hook that was running when the agent detached)
         end = _now() if end_ns is None else end_ns
         now = counters if counters is not None else self.counters()
@@ -386,7 +387,7 @@ class Agent:
         """The top-level call of `module` returned (or raised): it may end an inference step, or an
         evaluation step inside training; in an unknown loop it may show which kind the loop is."""
         self.in_module = False
-        if self.role == "detached":
+        if self.role in QUIET:
             return
         self.interval("forward", start_ns, end_ns)
         self.end()
@@ -435,7 +436,7 @@ class Agent:
 
     def optimizer_ended(self, opt_id: int, end_ns: int) -> None:
         """Optimizer `opt_id` finished a step: the loop trains, and the lead optimizer ends its step."""
-        if self.role == "detached":
+        if self.role in QUIET:
             return
         self.in_optimizer = False
         self.interval("optimizer", self.opt_start_ns or end_ns, end_ns)
@@ -453,7 +454,7 @@ class Agent:
     def record_fetch(self, record: dict[str, Any]) -> None:
         """A batch fetched in this process (any process). Workers flush per batch (they can be killed
         at any time); the main process at each step's end."""
-        if self.role == "detached":
+        if self.role in QUIET:
             return
         self.fetches.add(record)
         if self.role == "worker":
@@ -461,7 +462,7 @@ class Agent:
 
     def record_loader(self, record: dict[str, Any]) -> None:
         """The settings of a DataLoader iterator, when it yields its first batch."""
-        if self.role == "detached":
+        if self.role in QUIET:
             return
         self.loaders.add(record)
         self.loaders.flush()
@@ -479,10 +480,8 @@ def current() -> Agent | None:
 
 
 def start(run_dir: Path, rank: int | None = None, window: str | None = None) -> Agent:
-    """Create this process's agent and attach it to torch now or when torch is first imported.
-
-    `window` is the op window as "START:STEPS" or "off" (default: $PINCHPOINT_OPWINDOW, else 10:3).
-    """
+    """Create this process's agent and attach it to torch now or when torch is first imported. `window`:
+    the op window as "START:STEPS" or "off" (default: $PINCHPOINT_OPWINDOW, else 10:3)."""
     global AGENT
     if AGENT is not None:
         return AGENT

@@ -28,6 +28,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from pinchpoint.capture.roles import Role
 from pinchpoint.capture.writer import write_json_atomic
 
 START_TIMEOUT_S = 15.0
@@ -138,7 +139,7 @@ def detach(agent: Any, *, safe: bool) -> None:
             return
         role = agent.role
         agent.close(keep_partial=False)  # the op window and trials end; files flushed
-        agent.role = "detached"
+        agent.role = Role.DETACHED
         patched = len(PATCHES)
         failed = PATCHES.undo(handles=safe)
         atexit.unregister(agent.close)

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
@@ -16,7 +17,9 @@ from pinchpoint.capture import alloc_trial, thread_trial, worker_trial
 from pinchpoint.capture.alloc_trial import AllocTrialRunner
 from pinchpoint.capture.thread_trial import ThreadTrialRunner
 from pinchpoint.capture.worker_trial import WorkerTrialRunner
+from pinchpoint.capture.writer import write_json_atomic
 
+CUT_FILE = "trial_cut.json"
 TRIALS_ENV = "PINCHPOINT_TRIALS"
 """`off` (`pinchpoint run --no-trials`): no trial runs; the program's settings are never changed."""
 
@@ -108,8 +111,21 @@ class Trials:
             runner.state = "done"
         return bool(room)
 
-    def restore(self, torch: Any) -> None:
-        """The program's settings back (also when it ends mid-trial)."""
+    def restore(self, torch: Any, step: int | None = None) -> None:
+        """The program's settings back (also when it ends mid-trial, at `step`: then `CUT_FILE` says
+        which trial the program's end cut short, so its finding says it fell back to a model)."""
+        runners: tuple[tuple[str, Any], ...] = (
+            ("threads", self.threads), ("alloc", self.alloc), ("workers", self.workers)
+        )  # fmt: skip
+        cut = next(((n, r) for n, r in runners if r.state == "running"), None)
         self.threads.restore(torch)
         self.alloc.restore()
         self.workers.restore()
+        if cut is not None and step is not None:
+            name, runner = cut
+            with contextlib.suppress(OSError):
+                write_json_atomic(
+                    runner.rank_dir / CUT_FILE,
+                    {"trial": name, "first_step": runner.first, "steps_done": max(0, step - runner.first),
+                     "steps_needed": SPANS[name]},
+                )  # fmt: skip

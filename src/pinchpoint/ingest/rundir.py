@@ -22,10 +22,12 @@ from pinchpoint.ingest.probes import LIVE_FILE, read_probes
 from pinchpoint.ingest.run_stacks import run_native, run_stacks
 from pinchpoint.ingest.trials import (
     ALLOC_TRIAL_FILE,
+    CUT_FILE,
     TRIAL_FILE,
     WORKER_TRIAL_FILE,
     alloc_trial,
     thread_trial,
+    trial_cut,
     worker_trial,
 )
 from pinchpoint.trace.run import (
@@ -249,6 +251,7 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
         worker_trial=worker_trial(
             load_json(d / WORKER_TRIAL_FILE, warnings) if (d / WORKER_TRIAL_FILE).is_file() else None
         ),
+        trial_cut=trial_cut(load_json(d / CUT_FILE, warnings) if (d / CUT_FILE).is_file() else None),
         gc=gc_record(load_json(d / "gc.json", warnings) if (d / "gc.json").is_file() else None),
     )
 

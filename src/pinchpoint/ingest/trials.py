@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pinchpoint.ingest.fields import as_int, as_list
-from pinchpoint.trace.trials import AllocTrial, ThreadTrial, WorkerTrial
+from pinchpoint.trace.trials import AllocTrial, ThreadTrial, TrialCut, WorkerTrial
 
 TRIAL_FILE = "thread_trial.json"
 ALLOC_TRIAL_FILE = "alloc_trial.json"
@@ -57,3 +57,17 @@ def worker_trial(o: Any) -> WorkerTrial | None:
     if not workers or workers < 1 or not steps:
         return None
     return WorkerTrial(workers=workers, steps=steps, complete=o.get("complete") is not False)
+
+
+CUT_FILE = "trial_cut.json"
+TRIALS = ("threads", "alloc", "workers")
+
+
+def trial_cut(o: Any) -> TrialCut | None:
+    """trial_cut.json: {"trial", "first_step", "steps_done", "steps_needed"}; None when absent or not that."""
+    if not isinstance(o, dict) or o.get("trial") not in TRIALS:
+        return None
+    done, needed = as_int(o.get("steps_done")), as_int(o.get("steps_needed"))
+    if done is None or needed is None or done < 0 or needed <= 0:
+        return None
+    return TrialCut(trial=str(o["trial"]), steps_done=min(done, needed), steps_needed=needed)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from pinchpoint.trace.stacks import Stacks
-from pinchpoint.trace.trials import AllocTrial, GcRecord, ThreadTrial, WorkerTrial
+from pinchpoint.trace.trials import AllocTrial, GcRecord, ThreadTrial, TrialCut, WorkerTrial
 
 
 class Phase(str, Enum):
@@ -379,6 +379,7 @@ class RankData:
     thread_trial: ThreadTrial | None = None
     alloc_trial: AllocTrial | None = None
     worker_trial: WorkerTrial | None = None
+    trial_cut: TrialCut | None = None
     gc: GcRecord | None = None
 
     @property

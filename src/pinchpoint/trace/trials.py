@@ -47,6 +47,16 @@ class WorkerTrial:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TrialCut:
+    """A trial the program's end cut short: nothing it measured is used; its finding comes from a model."""
+
+    trial: str
+    """"threads", "alloc" or "workers"."""
+    steps_done: int
+    steps_needed: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GcSite:
     """A line that called `gc.collect()`, and what its calls took."""
 

@@ -121,3 +121,12 @@ def stack_evidence(scope: StackScope | None, where: Fact) -> Fact | None:
         samples=scope.samples,
         hot=tuple((h.label, h.share, h.calls_into) for h in scope.top),
     )
+
+
+def cut_trial(rank: RankAnalysis, trial: str) -> tuple[Fact, ...]:
+    """Where the program's end cut `trial` short ("threads", "alloc", "workers"): a fact saying the
+    finding's estimate comes from a model, not from that trial; else nothing."""
+    cut = rank.trial_cut
+    if cut is None or cut.trial != trial:
+        return ()
+    return (Fact("trial.cut", trial=trial, done=cut.steps_done, needed=cut.steps_needed),)

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
-from pinchpoint.diagnosis.rules.base import Rule, Subject
+from pinchpoint.diagnosis.rules.base import Rule, Subject, cut_trial
 from pinchpoint.trace.run import Phase
 
 RUNQ_SHARE_MIN = 0.05
@@ -78,6 +78,7 @@ class CpuOversubscription(Rule):
         env_vars = dict(main.threads.env)
         if env_vars:
             evidence.append(Fact("cpu.oversubscription.env", variables=tuple(env_vars.items())))
+        evidence.extend(cut_trial(rank, "threads"))
         share = max(runq, 0.0)
         speedup = 1.0 / max(0.05, 1.0 - share)
         confidence = Confidence.HIGH if runq >= RUNQ_SHARE_MIN else Confidence.MEDIUM

@@ -16,7 +16,7 @@ from pinchpoint.analysis.loader import LoaderActivity, WorkerTrialResult
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.costs import LoaderLoad, WorkerPlan, more_workers
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
-from pinchpoint.diagnosis.rules.base import Rule, Subject, speedup_removing, stack_evidence
+from pinchpoint.diagnosis.rules.base import Rule, Subject, cut_trial, speedup_removing, stack_evidence
 from pinchpoint.trace.run import Phase
 
 INPUT_SHARE_MIN = 0.05
@@ -186,6 +186,7 @@ class InputFetch(Rule):
             evidence.append(settings)
         basis = Basis.MODEL if loader is not None else Basis.REMOVED
         trial = rank.worker_trial
+        evidence.extend(cut_trial(rank, "workers"))
         if trial is not None:
             evidence.append(_trial_evidence(trial))
             if trial.pays:  # measured with the program's own batches: it stands over the model
@@ -282,6 +283,7 @@ class InputPreprocess(Rule):
         )
         evidence.extend(e for e in extra if e)
         trial = rank.worker_trial
+        evidence.extend(cut_trial(rank, "workers"))
         if trial is not None:
             evidence.append(_trial_evidence(trial))
         remedy = _preprocess_remedy(rank, loader, load, plan, bps, share)

@@ -8,7 +8,7 @@ from typing import ClassVar
 from pinchpoint.analysis.memory import AllocTrialResult, PageFaults, graph_growth
 from pinchpoint.analysis.rank_test import TRIAL_P_MAX
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
-from pinchpoint.diagnosis.rules.base import Rule, Subject, speedup_removing
+from pinchpoint.diagnosis.rules.base import Rule, Subject, cut_trial, speedup_removing
 
 MIB = 1 << 20
 LEAK_MIN_SLOPE = 256 * 1024
@@ -166,7 +166,7 @@ class AllocatorChurn(Rule):
             estimated_speedup=speedup,
             basis=basis,
             confidence=confidence,
-            evidence=(_faults_fact(pf), *_cost_facts(pf, trial)),
+            evidence=(_faults_fact(pf), *_cost_facts(pf, trial), *cut_trial(rank, "alloc")),
             fix=Fact("memory.churn.fix"),
             snippet=Fact("memory.churn.snippet", env=GLIBC_FIX),
             ranks=(rank.rank,),

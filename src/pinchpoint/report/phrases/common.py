@@ -5,8 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+TRIAL_NAMES = {"threads": "thread", "alloc": "allocator", "workers": "DataLoader workers"}
+
 PHRASES: dict[str, Callable[..., str]] = {
     "rule.title": lambda name: name,
+    "trial.cut": lambda trial, done, needed: (
+        f"pinchpoint's {TRIAL_NAMES.get(trial, trial)} trial, which would have measured this fix, was cut "
+        f"short by the program's end ({done} of its {needed} steps): this estimate comes from a model, "
+        "not a measurement; a longer run measures it"
+    ),
 }
 
 
