@@ -11,9 +11,8 @@ DataLoader fetch or top-level module call. A loop that makes neither within `SAF
 from the watchdog thread, leaving those two hooks registered and inert.
 
 What stays after a detach: pinchpoint's modules in `sys.modules` (none of their code runs again), the
-torch modules the op window imported (importing `torch._dynamo`, which its dispatch mode does, makes
-torch wrap `torch.manual_seed` in its compile-disable decorator: torch's own change, as when the
-program imports it), and a `_pinchpoint_seen` flag on each DataLoader iterator the agent saw.
+torch modules the op window imported (its dispatch mode no longer imports `torch._dynamo`), and a
+`_pinchpoint_seen` flag on each DataLoader iterator the agent saw.
 """
 
 from __future__ import annotations
