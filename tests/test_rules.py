@@ -585,7 +585,7 @@ HOST_DISPATCH = {  # (cases with no dispatch probe are not bounded by what issui
         False,
     ),
     "a-slow-window-step-hides-nothing": Case(
-        # one window step paid an import (the first op under the census imports torch._dynamo): the
+        # one window step paid an import (as when the first op under the census imported torch._dynamo): the
         # overhead is still the normal steps' compute less the large ops' time
         rank_of(
             {},

@@ -18,7 +18,7 @@ import torch
 from conftest import make_steps
 from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.capture import appliers
-from pinchpoint.pipeline import try_fix
+from pinchpoint.pipeline import fixes, try_fix
 from pinchpoint.report.try_terminal import render_try
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def test_each_finding_gets_its_applier_or_says_it_needs_code() -> None:
     assert threads.cannot is None and threads.agent == {"threads": 2}
     assert threads.env["OMP_NUM_THREADS"] == "2"
     assert plans["input.fetch"].agent == {"loader": {"num_workers": 2, "persistent_workers": True}}
-    assert plans["memory.pressure"].env == try_fix.GLIBC_ENV
+    assert plans["memory.pressure"].env == fixes.GLIBC_ENV
     assert plans["memory.pressure"].agent == {
         "malloc": {"mmap_threshold": 32 << 20, "trim_threshold": 1 << 30}
     }
@@ -616,3 +616,23 @@ def test_a_trial_that_never_drained_its_prefetch_says_so(tmp_path: Path) -> None
     write_jsonl(steps_file, [{**r, "settling": True} for r in rows])
     why = try_fix._still_draining(run)
     assert why is not None and "10 batches" in why and "steady state" in why
+
+
+def test_one_fix_table_every_kind_and_every_applier() -> None:
+    """Every kind of fix a finding can name has one entry in `pipeline/fixes.py` (ways to apply it, or
+    why it cannot), and what those ways ask the agent is exactly what `capture/appliers.py` applies."""
+    from pinchpoint.capture.appliers import SPEC_KEYS
+    from pinchpoint.diagnosis.finding import FixKind
+
+    assert set(fixes.FIXES) == set(FixKind)
+    params = {"threads": 2, "num_workers": 2, "every": 10, "micro_batches": 4, "accumulating": 1}
+    asked: set[str] = set()
+    for kind, fix in fixes.FIXES.items():
+        ways = fix.ways(params) if fix.ways is not None else ()
+        assert ways or fix.cannot, kind
+        for way in ways:
+            assert way.fix and way.how, kind
+            asked |= set(way.agent)
+    assert asked == set(SPEC_KEYS) - {"stop_after"}  # (stop_after: the step budget, every run's)
+    assert fixes.ways_of("no_such_kind", {}) == ((), fixes.CODE)
+    assert fixes.ways_of("threads", {})[0] == ()  # its parameter missing: nothing to apply

@@ -1,6 +1,5 @@
 """`pinchpoint try`'s fixes inside the program, without changing its code: what `$PINCHPOINT_TRY` asks
-(JSON: `threads`, `loader`, `malloc`, `checkpoint_every`, `compile`, `autocast`, `fused_optimizer`,
-`tf32`, `cudnn_benchmark`, `no_sync`, `gc`, `stop_after`), applied when torch is attached.
+(JSON: `SPEC_KEYS`), applied when torch is attached; `pipeline/fixes.py` says which fix asks what.
 
 - `threads`: intra-op threads for the whole run. `torch.set_num_threads` is held to it, so a program
   that sets its own count (the setting being tried) keeps the tried one.
@@ -25,8 +24,8 @@
 - `gc`: `{"collect": "young"}` makes each `gc.collect()` the program calls collect the youngest
   generation only; `{"freeze": true}` calls `gc.freeze()` at the end of the first step (what start-up
   built is left out of later collections).
-- `tf32`, `cudnn_benchmark`: `torch.backends.cuda.matmul.allow_tf32` and `cudnn.allow_tf32`, and
-  `torch.backends.cudnn.benchmark`, set at start-up (CUDA only; on a CPU they change nothing).
+- `tf32`: `torch.backends.cuda.matmul.allow_tf32` and `cudnn.allow_tf32` set at start-up (CUDA only;
+  on a CPU they change nothing).
 - `stop_after`: end the program cleanly (`SystemExit(0)` at a step boundary, so its `finally` blocks
   and atexit handlers run and the run directory is complete) once that many steady steps were
   measured: steps after warm-up, outside the op window and the trials.
@@ -46,6 +45,10 @@ import os
 from typing import Any
 
 TRY_ENV = "PINCHPOINT_TRY"
+SPEC_KEYS = (
+    "threads", "loader", "malloc", "checkpoint_every", "compile", "autocast", "fused_optimizer", "tf32",
+    "no_sync", "gc", "stop_after",
+)  # fmt: skip
 WARMUP_STEPS = 2
 """As `analysis/steps.WARMUP_STEPS`: the leading steps statistics leave out."""
 PREFETCH_DEFAULT = 2
@@ -103,8 +106,6 @@ class Applier:
         if self.spec.get("tf32") is True:
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
-        if self.spec.get("cudnn_benchmark") is True:
-            torch.backends.cudnn.benchmark = True
         micro = self.spec.get("no_sync")
         if isinstance(micro, int) and micro >= 2:
             _no_sync_accumulation(torch, micro)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pinchpoint.errors import PinchpointError
-from pinchpoint.pipeline.agent_fixes import AGENT_ONLY, GC_PLANS
+from pinchpoint.pipeline.fixes import ways_of
 
 if TYPE_CHECKING:
     from pinchpoint.compare.diff import RunSide
@@ -26,9 +26,6 @@ SCHEMA = "pinchpoint.try/1"
 DEFAULT_STEPS = 30
 """Steady steps each run measures: the ratio test's interval is within a few percent at 30 on this
 machine's ±10% step noise."""
-GLIBC_MMAP, GLIBC_TRIM = 32 << 20, 1 << 30
-GLIBC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(GLIBC_MMAP), "MALLOC_TRIM_THRESHOLD_": str(GLIBC_TRIM)}
-"""memory.pressure's fix (`diagnosis/rules/memory.GLIBC_FIX`), as the run's environment."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,108 +77,22 @@ class Tried:
     """Why the first pair was in doubt (`doubt()`), when it was."""
 
 
-def _preloads(base: Plan) -> list[Plan]:
-    """jemalloc and tcmalloc in place of glibc's malloc, each where installed (else said so)."""
-    from pinchpoint.pipeline import preload
-
-    out = []
-    for name in preload.PRELOADS:
-        lib = preload.find(name)
-        if lib is None:
-            why = f"{name} is not installed here ({preload.INSTALL[name]})"
-            out.append(replace(base, fix=f"{name} preload", applied_how="-", cannot=why, snippet=None))
-            continue
-        out.append(
-            replace(
-                base,
-                fix=f"{name} preload",
-                applied_how=f"LD_PRELOAD={lib}: the program's malloc and free are {name}'s",
-                env={"LD_PRELOAD": preload.ld_preload(lib)},
-            )
-        )
-    return out
-
-
 def _plans(finding: Mapping[str, Any]) -> list[Plan]:
-    """Each way pinchpoint knows to apply the finding's fix (most often one)."""
-    first = _plan(finding)
-    if first is None:
-        return []
-    if finding.get("fix_kind") == "allocator":
-        return [first, *_preloads(first)]
-    if finding.get("fix_kind") == "gc_less":  # (both of the collector's fixes, each measured)
+    """Each way pinchpoint knows to apply the finding's fix (`pipeline/fixes.py`), or one plan saying
+    why it cannot; none where there is nothing to change (compute-bound: "time goes where it should")."""
+    fid, snippet = str(finding["id"]), finding.get("snippet")
+    base = Plan(id=fid, fix="", applied_how="", predicted=finding.get("estimated_speedup"), snippet=snippet)
+    kind = finding.get("fix_kind")
+    ways, cannot = ways_of(str(kind) if kind else None, finding.get("fix_params") or {})
+    if ways:
         return [
-            replace(first, fix=fix, applied_how=how, agent=agent, cannot=None) for fix, how, agent in GC_PLANS
-        ]
-    return [first]
-
-
-def _plan(finding: Mapping[str, Any]) -> Plan | None:
-    kind, params = finding.get("fix_kind"), finding.get("fix_params") or {}
-    fid, predicted = str(finding["id"]), finding.get("estimated_speedup")
-    base = Plan(id=fid, fix="", applied_how="", predicted=predicted, snippet=finding.get("snippet"))
-    if kind == "threads" and isinstance(params.get("threads"), int):
-        n = params["threads"]
-        return replace(
-            base,
-            fix=f"threads={n}",
-            applied_how=f"OMP_NUM_THREADS={n}; torch.set_num_threads held at {n} by the agent",
-            env={"OMP_NUM_THREADS": str(n), "MKL_NUM_THREADS": str(n)},
-            agent={"threads": n},
-        )
-    if kind == "allocator":
-        env = " ".join(f"{k}={v}" for k, v in GLIBC_ENV.items())
-        return replace(
-            base,
-            fix="glibc thresholds",
-            applied_how=f"environment: {env}, and set again (mallopt) after the first step",
-            env=GLIBC_ENV,
-            agent={"malloc": {"mmap_threshold": GLIBC_MMAP, "trim_threshold": GLIBC_TRIM}},
-        )
-    if kind == "workers" and isinstance(params.get("num_workers"), int):
-        n = params["num_workers"]
-        loader = {"num_workers": n, "persistent_workers": n > 0}
-        return replace(
-            base,
-            fix=f"num_workers={n}",
-            applied_how=f"every DataLoader built with num_workers={n}, persistent_workers={n > 0}",
-            agent={"loader": loader},
-        )
-    if kind == "compile":
-        return replace(
-            base,
-            fix="torch.compile(model)",
-            applied_how="each top-level module with parameters run through torch.compile (default "
-            "mode) by the agent, compiled in the warm-up steps",
-            agent={"compile": True},
-        )
-    if kind == "checkpoint_less" and isinstance(params.get("every"), int):
-        n = params["every"]
-        return replace(
-            base,
-            fix=f"torch.save every {n} calls",
-            applied_how=f"torch.save writes every {n}th call (the first included) in the trial run only",
-            agent={"checkpoint_every": n},
-        )
-    n = params.get("micro_batches")
-    if kind == "no_sync" and params.get("accumulating") == 1 and isinstance(n, int) and n >= 2:
-        return replace(
-            base,
-            fix=f"no_sync over {n} micro-batches",
-            applied_how=f"each DistributedDataParallel module's forward run under no_sync() for the "
-            f"first {n - 1} of every {n} forwards between optimizer steps (the last all-reduces)",
-            agent={"no_sync": n},
-        )
-    agent_only = AGENT_ONLY.get(str(kind))
-    if agent_only is not None:
-        fix, how, agent = agent_only
-        return replace(base, fix=fix, applied_how=how, agent=agent)
-    if finding.get("estimated_speedup", 1.0) <= 1.0 and not finding.get("snippet"):
-        return None  # nothing to change (compute-bound: "time goes where it should")
-    why = {
-        "no_sync": "accumulating gradients over micro-batches changes the loop's code: the snippet shows it",
-    }.get(str(kind), "the fix needs a change in the program's code: the snippet shows it")
-    return replace(base, fix=str(kind or fid), applied_how="-", cannot=why)
+            replace(base, fix=w.fix, applied_how=w.how, env=w.env, agent=w.agent, cannot=w.cannot,
+                    snippet=None if w.cannot else snippet)
+            for w in ways
+        ]  # fmt: skip
+    if finding.get("estimated_speedup", 1.0) <= 1.0 and not snippet:
+        return []
+    return [replace(base, fix=str(kind or fid), applied_how="-", cannot=cannot)]
 
 
 def plans(report: Mapping[str, Any]) -> list[Plan]:

@@ -1,0 +1,219 @@
+"""How `pinchpoint try` applies each kind of fix (`FixKind`): one entry per kind, read by `try_fix`.
+
+An entry gives the ways pinchpoint applies a finding's fix from its `fix_params` (the launcher's
+environment and what `$PINCHPOINT_TRY` asks the agent: `capture/appliers.py`), or says why it cannot:
+then the finding's snippet shows the change in the program's code. A new appliable fix is one entry
+here, one applier there, and its test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pinchpoint.diagnosis.finding import FixKind
+
+GLIBC_MMAP, GLIBC_TRIM = 32 << 20, 1 << 30
+GLIBC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(GLIBC_MMAP), "MALLOC_TRIM_THRESHOLD_": str(GLIBC_TRIM)}
+"""memory.pressure's fix (`diagnosis/rules/memory.GLIBC_FIX`), as the run's environment."""
+CODE = "the fix needs a change in the program's code: the snippet shows it"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Way:
+    """One way to apply a fix: what is changed, short, and how."""
+
+    fix: str
+    how: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    agent: Mapping[str, Any] = field(default_factory=dict)
+    cannot: str | None = None
+    """Why this way cannot be tried here (a preload not installed): listed, not run."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fix:
+    ways: Callable[[Mapping[str, Any]], tuple[Way, ...]] | None = None
+    """The ways, from the finding's `fix_params` (none: the parameters it needs are missing)."""
+    cannot: str = CODE
+    """Why pinchpoint cannot apply it, when there is no way."""
+
+
+def _always(*ways: Way) -> Callable[[Mapping[str, Any]], tuple[Way, ...]]:
+    return lambda params: ways
+
+
+def _threads(params: Mapping[str, Any]) -> tuple[Way, ...]:
+    n = params.get("threads")
+    if not isinstance(n, int):
+        return ()
+    how = f"OMP_NUM_THREADS={n}; torch.set_num_threads held at {n} by the agent"
+    env = {"OMP_NUM_THREADS": str(n), "MKL_NUM_THREADS": str(n)}
+    return (Way(fix=f"threads={n}", how=how, env=env, agent={"threads": n}),)
+
+
+def _workers(params: Mapping[str, Any]) -> tuple[Way, ...]:
+    n = params.get("num_workers")
+    if not isinstance(n, int):
+        return ()
+    how = f"every DataLoader built with num_workers={n}, persistent_workers={n > 0}"
+    return (
+        Way(
+            fix=f"num_workers={n}", how=how, agent={"loader": {"num_workers": n, "persistent_workers": n > 0}}
+        ),
+    )
+
+
+def _allocator(params: Mapping[str, Any]) -> tuple[Way, ...]:
+    """glibc's thresholds, then jemalloc and tcmalloc in place of glibc's malloc, each where installed."""
+    from pinchpoint.pipeline import preload
+
+    env = " ".join(f"{k}={v}" for k, v in GLIBC_ENV.items())
+    ways = [
+        Way(
+            fix="glibc thresholds",
+            how=f"environment: {env}, and set again (mallopt) after the first step",
+            env=GLIBC_ENV,
+            agent={"malloc": {"mmap_threshold": GLIBC_MMAP, "trim_threshold": GLIBC_TRIM}},
+        )
+    ]
+    for name in preload.PRELOADS:
+        lib = preload.find(name)
+        agent = ways[0].agent  # (inert under another allocator: the agent finds no glibc to set)
+        if lib is None:
+            why = f"{name} is not installed here ({preload.INSTALL[name]})"
+            ways.append(Way(fix=f"{name} preload", how="-", agent=agent, cannot=why))
+            continue
+        how = f"LD_PRELOAD={lib}: the program's malloc and free are {name}'s"
+        ways.append(
+            Way(fix=f"{name} preload", how=how, env={"LD_PRELOAD": preload.ld_preload(lib)}, agent=agent)
+        )
+    return tuple(ways)
+
+
+def _checkpoint_less(params: Mapping[str, Any]) -> tuple[Way, ...]:
+    n = params.get("every")
+    if not isinstance(n, int):
+        return ()
+    how = f"torch.save writes every {n}th call (the first included) in the trial run only"
+    return (Way(fix=f"torch.save every {n} calls", how=how, agent={"checkpoint_every": n}),)
+
+
+def _no_sync(params: Mapping[str, Any]) -> tuple[Way, ...]:
+    n = params.get("micro_batches")
+    if params.get("accumulating") != 1 or not isinstance(n, int) or n < 2:
+        return ()
+    how = (
+        f"each DistributedDataParallel module's forward run under no_sync() for the first {n - 1} of "
+        f"every {n} forwards between optimizer steps (the last all-reduces)"
+    )
+    return (Way(fix=f"no_sync over {n} micro-batches", how=how, agent={"no_sync": n}),)
+
+
+FIXES: dict[FixKind, Fix] = {
+    FixKind.THREADS: Fix(ways=_threads),
+    FixKind.ALLOCATOR: Fix(ways=_allocator),
+    FixKind.WORKERS: Fix(ways=_workers),
+    FixKind.LOAD_IN_PROCESS: Fix(
+        ways=_always(
+            Way(
+                fix="num_workers=0",
+                how="every DataLoader built with num_workers=0",
+                agent={"loader": {"num_workers": 0}},
+            )
+        )
+    ),
+    FixKind.PIN_MEMORY: Fix(
+        ways=_always(
+            Way(
+                fix="pin_memory=True",
+                how="every DataLoader built with pin_memory=True",
+                agent={"loader": {"pin_memory": True}},
+            )
+        )
+    ),
+    FixKind.COMPILE: Fix(
+        ways=_always(
+            Way(
+                fix="torch.compile(model)",
+                how="each top-level module with parameters run through torch.compile (default mode) by the "
+                "agent, compiled in the warm-up steps",
+                agent={"compile": True},
+            )
+        )
+    ),
+    FixKind.CHECKPOINT_LESS: Fix(ways=_checkpoint_less),
+    FixKind.NO_SYNC: Fix(
+        ways=_no_sync,
+        cannot="accumulating gradients over micro-batches changes the loop's code: the snippet shows it",
+    ),
+    FixKind.BF16_AUTOCAST: Fix(
+        ways=_always(
+            Way(
+                fix="bf16 autocast",
+                how="each top-level module with parameters run under torch.autocast(its device, bfloat16), its "
+                "outputs cast back to float32 for the loss (fp32 weights and optimizer)",
+                agent={"autocast": "bfloat16"},
+            )
+        )
+    ),
+    FixKind.FP32: Fix(
+        ways=_always(
+            Way(
+                fix="autocast off",
+                how="every torch.autocast region entered with enabled=False",
+                agent={"autocast": "off"},
+            )
+        )
+    ),
+    FixKind.FUSED_OPTIMIZER: Fix(
+        ways=_always(
+            Way(
+                fix="fused optimizer",
+                how="Adam, AdamW, SGD and Adagrad built with fused=True (foreach=True where fused refuses), "
+                "unless the program chose",
+                agent={"fused_optimizer": True},
+            )
+        )
+    ),
+    FixKind.TF32: Fix(
+        ways=_always(
+            Way(
+                fix="TF32",
+                how="torch.backends.cuda.matmul.allow_tf32 and cudnn.allow_tf32 set at start-up",
+                agent={"tf32": True},
+            )
+        )
+    ),
+    FixKind.GC_LESS: Fix(
+        ways=_always(
+            Way(
+                fix="gc.collect() made young",
+                how="each gc.collect() the program calls collects the youngest generation only (gc.collect(0))",
+                agent={"gc": {"collect": "young"}},
+            ),
+            Way(
+                fix="gc.freeze() after start-up",
+                how="gc.freeze() at the end of the first step: what start-up built (imports, model, data) is "
+                "left out of every later collection",
+                agent={"gc": {"freeze": True}},
+            ),
+        )
+    ),
+    FixKind.LOG_LESS: Fix(),
+    FixKind.VECTORISE: Fix(),
+    FixKind.EVALUATE_LESS: Fix(),
+}
+"""Every kind of fix a finding names, and how `try` applies it (or why it cannot)."""
+
+
+def ways_of(kind: str | None, params: Mapping[str, Any]) -> tuple[tuple[Way, ...], str]:
+    """The ways to apply a finding's fix, and why it cannot be applied when there are none."""
+    try:
+        fix = FIXES.get(FixKind(kind)) if kind else None
+    except ValueError:
+        fix = None
+    if fix is None:
+        return (), CODE
+    return (fix.ways(params) if fix.ways is not None else ()), fix.cannot
