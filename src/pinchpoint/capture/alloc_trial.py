@@ -36,12 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from pinchpoint.capture.writer import write_json_atomic
+from pinchpoint.trace.trials import GLIBC_MMAP_THRESHOLD, GLIBC_TRIM_THRESHOLD
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
-TRIAL_MMAP = 32 << 20
-"""The largest mmap threshold mallopt accepts on 64-bit glibc (HEAP_MAX_SIZE / 2)."""
-TRIAL_TRIM = 1 << 30
+TRIAL_MMAP, TRIAL_TRIM = GLIBC_MMAP_THRESHOLD, GLIBC_TRIM_THRESHOLD
 GLIBC_DEFAULT = 128 << 10
 """glibc's initial mmap and trim thresholds."""
 MIN_FAULTS = 256

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pinchpoint.diagnosis.finding import FixKind
+from pinchpoint.trace.trials import GLIBC_MMAP_THRESHOLD, GLIBC_TRIM_THRESHOLD
 
-GLIBC_MMAP, GLIBC_TRIM = 32 << 20, 1 << 30
+GLIBC_MMAP, GLIBC_TRIM = GLIBC_MMAP_THRESHOLD, GLIBC_TRIM_THRESHOLD
 GLIBC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(GLIBC_MMAP), "MALLOC_TRIM_THRESHOLD_": str(GLIBC_TRIM)}
 """memory.pressure's fix (`diagnosis/rules/memory.GLIBC_FIX`), as the run's environment."""
 CODE = "the fix needs a change in the program's code: the snippet shows it"

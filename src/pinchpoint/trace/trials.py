@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+GLIBC_MMAP_THRESHOLD = 32 << 20
+"""The mmap threshold the allocator trial and memory.pressure's fix set: the largest mallopt accepts
+on 64-bit glibc (HEAP_MAX_SIZE / 2)."""
+GLIBC_TRIM_THRESHOLD = 1 << 30
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ThreadTrial:
