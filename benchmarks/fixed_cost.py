@@ -89,18 +89,7 @@ def main() -> None:
             layers = _layers_for(script, step_ms)
             bare_cmd = [sys.executable, str(script), "--layers", str(layers), "--steps", str(args.steps)]
             run_dir = Path(tmp) / f"run-{step_ms:g}"
-            pp_cmd = [
-                sys.executable,
-                "-m",
-                "pinchpoint",
-                "run",
-                "-q",
-                "--force",
-                "-o",
-                str(run_dir),
-                "--",
-                *bare_cmd,
-            ]
+            pp_cmd = [sys.executable, "-m", "pinchpoint", "run", "-q", "--force", "-o", str(run_dir), "--", *bare_cmd]
             added_wall, added_loop, bare_walls, bare_loops, to_program, reports = [], [], [], [], [], []
             for i in range(args.pairs):
                 order = [bare_cmd, pp_cmd] if i % 2 == 0 else [pp_cmd, bare_cmd]

@@ -45,6 +45,11 @@ def _always(*ways: Way) -> Callable[[Mapping[str, Any]], tuple[Way, ...]]:
     return lambda params: ways
 
 
+def _by_agent(fix: str, how: str, **agent: Any) -> Fix:
+    """A fix the agent applies from its kind alone."""
+    return Fix(ways=_always(Way(fix=fix, how=how, agent=agent)))
+
+
 def _threads(params: Mapping[str, Any]) -> tuple[Way, ...]:
     n = params.get("threads")
     if not isinstance(n, int):
@@ -116,76 +121,40 @@ FIXES: dict[FixKind, Fix] = {
     FixKind.THREADS: Fix(ways=_threads),
     FixKind.ALLOCATOR: Fix(ways=_allocator),
     FixKind.WORKERS: Fix(ways=_workers),
-    FixKind.LOAD_IN_PROCESS: Fix(
-        ways=_always(
-            Way(
-                fix="num_workers=0",
-                how="every DataLoader built with num_workers=0",
-                agent={"loader": {"num_workers": 0}},
-            )
-        )
+    FixKind.LOAD_IN_PROCESS: _by_agent(
+        "num_workers=0", "every DataLoader built with num_workers=0", loader={"num_workers": 0}
     ),
-    FixKind.PIN_MEMORY: Fix(
-        ways=_always(
-            Way(
-                fix="pin_memory=True",
-                how="every DataLoader built with pin_memory=True",
-                agent={"loader": {"pin_memory": True}},
-            )
-        )
+    FixKind.PIN_MEMORY: _by_agent(
+        "pin_memory=True", "every DataLoader built with pin_memory=True", loader={"pin_memory": True}
     ),
-    FixKind.COMPILE: Fix(
-        ways=_always(
-            Way(
-                fix="torch.compile(model)",
-                how="each top-level module with parameters run through torch.compile (default mode) by the "
-                "agent, compiled in the warm-up steps",
-                agent={"compile": True},
-            )
-        )
+    FixKind.COMPILE: _by_agent(
+        "torch.compile(model)",
+        "each top-level module with parameters run through torch.compile (default mode) by the agent, "
+        "compiled in the warm-up steps",
+        compile=True,
     ),
     FixKind.CHECKPOINT_LESS: Fix(ways=_checkpoint_less),
     FixKind.NO_SYNC: Fix(
         ways=_no_sync,
         cannot="accumulating gradients over micro-batches changes the loop's code: the snippet shows it",
     ),
-    FixKind.BF16_AUTOCAST: Fix(
-        ways=_always(
-            Way(
-                fix="bf16 autocast",
-                how="each top-level module with parameters run under torch.autocast(its device, bfloat16), its "
-                "outputs cast back to float32 for the loss (fp32 weights and optimizer)",
-                agent={"autocast": "bfloat16"},
-            )
-        )
+    FixKind.BF16_AUTOCAST: _by_agent(
+        "bf16 autocast",
+        "each top-level module with parameters run under torch.autocast(its device, bfloat16), its outputs "
+        "cast back to float32 for the loss (fp32 weights and optimizer)",
+        autocast="bfloat16",
     ),
-    FixKind.FP32: Fix(
-        ways=_always(
-            Way(
-                fix="autocast off",
-                how="every torch.autocast region entered with enabled=False",
-                agent={"autocast": "off"},
-            )
-        )
+    FixKind.FP32: _by_agent(
+        "autocast off", "every torch.autocast region entered with enabled=False", autocast="off"
     ),
-    FixKind.FUSED_OPTIMIZER: Fix(
-        ways=_always(
-            Way(
-                fix="fused optimizer",
-                how="Adam, AdamW, SGD and Adagrad built with fused=True (foreach=True where fused refuses), "
-                "unless the program chose",
-                agent={"fused_optimizer": True},
-            )
-        )
+    FixKind.FUSED_OPTIMIZER: _by_agent(
+        "fused optimizer",
+        "Adam, AdamW, SGD and Adagrad built with fused=True (foreach=True where fused refuses), unless the "
+        "program chose",
+        fused_optimizer=True,
     ),
-    FixKind.TF32: Fix(
-        ways=_always(
-            Way(
-                fix="TF32",
-                how="torch.backends.cuda.matmul.allow_tf32 and cudnn.allow_tf32 set at start-up",
-                agent={"tf32": True},
-            )
-        )
+    FixKind.TF32: _by_agent(
+        "TF32", "torch.backends.cuda.matmul.allow_tf32 and cudnn.allow_tf32 set at start-up", tf32=True
     ),
     FixKind.GC_LESS: Fix(
         ways=_always(
