@@ -20,6 +20,7 @@ from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.capture import appliers
 from pinchpoint.pipeline import fixes, try_fix
 from pinchpoint.report.try_terminal import render_try
+from pinchpoint.trace.trials import GLIBC_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,7 +57,7 @@ def test_each_finding_gets_its_applier_or_says_it_needs_code() -> None:
     assert threads.cannot is None and threads.agent == {"threads": 2}
     assert threads.env["OMP_NUM_THREADS"] == "2"
     assert plans["input.fetch"].agent == {"loader": {"num_workers": 2, "persistent_workers": True}}
-    assert plans["memory.pressure"].env == fixes.GLIBC_ENV
+    assert plans["memory.pressure"].env == GLIBC_ENV
     assert plans["memory.pressure"].agent == {
         "malloc": {"mmap_threshold": 32 << 20, "trim_threshold": 1 << 30}
     }

@@ -40,7 +40,10 @@ class LeakWatch:
     def __init__(self) -> None:
         self.state = "watching"  # -> counting -> done
         self.early: list[int] = []
+        """Memory in use at the first `FLOOR_STEPS` watched steps (their lowest: the first floor)."""
         self.recent: list[int] = []
+        self.floor = self.rise = 0
+        """The first floor, and the rise above it that starts the snapshots (beyond the first swing)."""
         self.first = 0
         self.before: dict[str, Any] | None = None
 
@@ -49,8 +52,7 @@ class LeakWatch:
         step and the next."""
         if self.state == "done" or torch is None or record["partial"]:
             return False
-        step, amount = record["step"], _in_use(torch, record["rss_bytes"])
-        ordinary = not (record["profiled"] or record["trial"])
+        step = record["step"]
         if self.state == "counting":
             if step - self.first < SPAN:
                 return False
@@ -67,14 +69,18 @@ class LeakWatch:
                     },
                 )
             return True
-        if amount is None or not ordinary or step < WARM_STEPS:
+        if record["profiled"] or record["trial"] or step < WARM_STEPS:
+            return False
+        amount = _in_use(torch, record["rss_bytes"])
+        if amount is None:
             return False
         if len(self.early) < FLOOR_STEPS:
             self.early.append(amount)
+            if len(self.early) == FLOOR_STEPS:
+                self.floor, self.rise = min(self.early), max(RISE_BYTES, max(self.early) - min(self.early))
             return False
         self.recent = [*self.recent[1 - FLOOR_STEPS :], amount]
-        swing = max(self.early) - min(self.early)
-        if len(self.recent) < FLOOR_STEPS or min(self.recent) - min(self.early) < max(RISE_BYTES, swing):
+        if len(self.recent) < FLOOR_STEPS or min(self.recent) - self.floor < self.rise:
             return False
         try:
             self.before = live_tensors(torch)

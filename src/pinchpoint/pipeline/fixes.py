@@ -13,11 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pinchpoint.diagnosis.finding import FixKind
-from pinchpoint.trace.trials import GLIBC_MMAP_THRESHOLD, GLIBC_TRIM_THRESHOLD
+from pinchpoint.diagnosis.rules.memory import GLIBC_FIX
+from pinchpoint.trace.trials import GLIBC_ENV, GLIBC_MMAP_THRESHOLD, GLIBC_TRIM_THRESHOLD
 
-GLIBC_MMAP, GLIBC_TRIM = GLIBC_MMAP_THRESHOLD, GLIBC_TRIM_THRESHOLD
-GLIBC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(GLIBC_MMAP), "MALLOC_TRIM_THRESHOLD_": str(GLIBC_TRIM)}
-"""memory.pressure's fix (`diagnosis/rules/memory.GLIBC_FIX`), as the run's environment."""
 CODE = "the fix needs a change in the program's code: the snippet shows it"
 
 
@@ -75,13 +73,14 @@ def _allocator(params: Mapping[str, Any]) -> tuple[Way, ...]:
     """glibc's thresholds, then jemalloc and tcmalloc in place of glibc's malloc, each where installed."""
     from pinchpoint.pipeline import preload
 
-    env = " ".join(f"{k}={v}" for k, v in GLIBC_ENV.items())
     ways = [
         Way(
             fix="glibc thresholds",
-            how=f"environment: {env}, and set again (mallopt) after the first step",
+            how=f"environment: {GLIBC_FIX}, and set again (mallopt) after the first step",
             env=GLIBC_ENV,
-            agent={"malloc": {"mmap_threshold": GLIBC_MMAP, "trim_threshold": GLIBC_TRIM}},
+            agent={
+                "malloc": {"mmap_threshold": GLIBC_MMAP_THRESHOLD, "trim_threshold": GLIBC_TRIM_THRESHOLD}
+            },
         )
     ]
     for name in preload.PRELOADS:

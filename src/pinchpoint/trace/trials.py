@@ -9,6 +9,11 @@ GLIBC_MMAP_THRESHOLD = 32 << 20
 """The mmap threshold the allocator trial and memory.pressure's fix set: the largest mallopt accepts
 on 64-bit glibc (HEAP_MAX_SIZE / 2)."""
 GLIBC_TRIM_THRESHOLD = 1 << 30
+GLIBC_ENV = {
+    "MALLOC_MMAP_THRESHOLD_": str(GLIBC_MMAP_THRESHOLD),
+    "MALLOC_TRIM_THRESHOLD_": str(GLIBC_TRIM_THRESHOLD),
+}
+"""The same, as the environment a run is started with (memory.pressure's fix)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -95,8 +95,8 @@ def idle_host_ops(ev: EventTable, idle: GpuIdle | None) -> tuple[tuple[str, floa
         return np.where(i > 0, cum[g] + np.maximum(inside, 0), 0)
 
     own = np.empty(rows.size, dtype=np.int64)  # each range's inclusive idle overlap, in slices (memory)
-    for lo in range(0, rows.size, CHARGE_CHUNK * 4):
-        r = rows[lo : lo + CHARGE_CHUNK * 4]
+    for lo in range(0, rows.size, SLICE_ROWS):
+        r = rows[lo : lo + SLICE_ROWS]
         own[lo : lo + r.size] = idle_before(ev.end_ns[r]) - idle_before(ev.start_ns[r])
     # Only ranges that overlap the idle time can hold any of it, and each one's parent (which holds it
     # whole) overlaps it too: the rest are dropped before the walk (half the rows of a 1 GB trace).
@@ -110,7 +110,7 @@ def idle_host_ops(ev: EventTable, idle: GpuIdle | None) -> tuple[tuple[str, floa
         return ()
     if launching is None:
         busy = _thread_sums(ev, rows[keep], own[keep])
-        launching = max(busy, key=lambda k: busy[k])
+        launching = max(busy, key=lambda k: busy[k][0])
     pid, tid = launching
     mine = keep & (ev.pid[rows] == pid) & (ev.tid[rows] == tid)
     names, first, inverse = np.unique(ev.name[rows[mine]], return_index=True, return_inverse=True)
@@ -123,19 +123,22 @@ def idle_host_ops(ev: EventTable, idle: GpuIdle | None) -> tuple[tuple[str, floa
     )
 
 
-def _thread_sums(ev: EventTable, rows: I64, values: np.ndarray) -> dict[tuple[int, int], float]:
-    """`values` summed per thread (pid, tid) of `rows`, threads in the order they first appear; a slice
-    of rows at a time (one pass over a 1 GB trace's 2.2 M host rows at once peaked 145 MB above it)."""
-    out: dict[tuple[int, int], float] = {}
-    for lo in range(0, rows.size, CHARGE_CHUNK * 4):
-        r = rows[lo : lo + CHARGE_CHUNK * 4]
+def _thread_sums(ev: EventTable, rows: I64, *values: np.ndarray) -> dict[tuple[int, int], list[float]]:
+    """Each of `values` summed per thread (pid, tid) of `rows`, threads in the order they first appear;
+    a slice of rows at a time (one pass over a 1 GB trace's 2.2 M host rows at once peaked 145 MB above
+    it)."""
+    out: dict[tuple[int, int], list[float]] = {}
+    for lo in range(0, rows.size, SLICE_ROWS):
+        r = rows[lo : lo + SLICE_ROWS]
         pairs, first, inverse = np.unique(
             np.stack([ev.pid[r], ev.tid[r]], axis=1), axis=0, return_index=True, return_inverse=True
         )
-        sums = np.bincount(inverse.reshape(-1), weights=values[lo : lo + r.size], minlength=len(pairs))
+        inverse = inverse.reshape(-1)
+        sums = [np.bincount(inverse, weights=v[lo : lo + r.size], minlength=len(pairs)) for v in values]
         for k in np.argsort(first, kind="stable").tolist():
-            key = (int(pairs[k, 0]), int(pairs[k, 1]))
-            out[key] = out.get(key, 0.0) + float(sums[k])
+            acc = out.setdefault((int(pairs[k, 0]), int(pairs[k, 1])), [0.0] * len(values))
+            for i, s in enumerate(sums):
+                acc[i] += float(s[k])
     return out
 
 
@@ -147,14 +150,15 @@ def _launching(ev: EventTable, rows: I64) -> tuple[int, int] | None:
     Ties: the thread seen first."""
     host = ev.kind[rows]
     api = (host == Kind.RUNTIME) | (host == Kind.DRIVER)
-    launches = _thread_sums(ev, rows, api)
-    framework = _thread_sums(ev, rows, ~api)
-    counted = {k: n for k, n in launches.items() if n > 0 and framework.get(k, 0) > 0}
+    sums = _thread_sums(ev, rows, api, ~api)  # (launches, framework ranges) per thread
+    counted = {k: launches for k, (launches, framework) in sums.items() if launches > 0 and framework > 0}
     return max(counted, key=lambda k: counted[k]) if counted else None
 
 
 CHARGE_CHUNK = 1 << 16
 """Rows turned into Python lists at a time by the walk (a whole 1 GB trace's at once held ~350 MB)."""
+SLICE_ROWS = 4 * CHARGE_CHUNK
+"""Rows per slice of the vectorised passes (the idle overlap, the per-thread sums)."""
 
 
 def _charge_children(ev: EventTable, rows: I64, own: I64) -> None:

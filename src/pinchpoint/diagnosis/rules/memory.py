@@ -9,7 +9,7 @@ from pinchpoint.analysis.memory import AllocTrialResult, PageFaults, graph_growt
 from pinchpoint.analysis.rank_test import TRIAL_P_MAX
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Subject, cut_trial, speedup_removing
-from pinchpoint.trace.trials import GLIBC_MMAP_THRESHOLD, GLIBC_TRIM_THRESHOLD
+from pinchpoint.trace.trials import GLIBC_ENV
 
 MIB = 1 << 20
 LEAK_MIN_SLOPE = 256 * 1024
@@ -123,7 +123,7 @@ CHURN_MIN_FAULTS = 256
 RESTORED_FAULTS_MIN = 0.5
 """Steps after the allocator trial that fault less than half as much as the ones before: glibc's
 thresholds were set back only approximately (it stops moving them once a program sets them)."""
-GLIBC_FIX = f"MALLOC_MMAP_THRESHOLD_={GLIBC_MMAP_THRESHOLD} MALLOC_TRIM_THRESHOLD_={GLIBC_TRIM_THRESHOLD}"
+GLIBC_FIX = " ".join(f"{k}={v}" for k, v in GLIBC_ENV.items())
 
 
 class AllocatorChurn(Rule):
