@@ -1928,6 +1928,32 @@ def test_a_compiled_graph_is_math_not_per_op_overhead() -> None:
     assert stats.large_phase_op_ns_per_step == pytest.approx(60 * MS)
 
 
+def test_one_steps_first_use_of_an_op_is_not_every_steps_arithmetic() -> None:
+    """An autoregressive sampler's window: one addmm took 2.3 ms in one of three steps (a shape's first
+    use) where the others took 0.1 ms. The large ops' time per step is the steps' median, not a mean
+    that spreads 0.7 ms of one-off cost over every step (which hid its per-op overhead in CI)."""
+    steps = list(make_steps(8, {"forward": 4}))
+    for i in (4, 5, 6):
+        steps[i] = replace(steps[i], profiled=True)
+
+    def addmm(step: int, dur_ns: int) -> OpEvent:
+        return OpEvent(
+            name="aten::addmm", start_ns=steps[step].start_ns + MS // 10, dur_ns=dur_ns, tid=1, depth=0,
+            input_types=("float", "float"), input_dims=((1, 512), (512, 512)),
+        )  # fmt: skip
+
+    ops = (addmm(4, 23 * MS // 10), addmm(5, MS // 10), addmm(6, 2 * MS // 10))
+    window = OpWindow(steps=3, start_ns=steps[4].start_ns, end_ns=steps[6].end_ns, ops=ops)
+    stats = op_stats(window, matmul_probes(1, 1), tuple(steps))
+    assert stats is not None
+    assert stats.large_phase_op_ns_per_step == pytest.approx(2 * MS // 10)
+    # with fewer than three steps there is no median to take: the mean stands
+    two = OpWindow(steps=2, start_ns=steps[4].start_ns, end_ns=steps[5].end_ns, ops=ops[:2])
+    stats = op_stats(two, matmul_probes(1, 1), tuple(steps[:6]))
+    assert stats is not None
+    assert stats.large_phase_op_ns_per_step == pytest.approx(12 * MS // 10)
+
+
 def test_op_window_step_length_comes_from_the_profiled_steps() -> None:
     steps = list(make_steps(8, {"data_wait": 30, "forward": 40, "backward": 30}))
     steps[5] = replace(steps[5], profiled=True)
