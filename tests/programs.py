@@ -18,9 +18,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import jsonschema
+
 from pinchpoint.analysis.steps import steady_steps, step_stats
 from pinchpoint.capture.thread_trial import FILE as TRIAL_FILE
 from pinchpoint.ingest.rundir import read_run_dir
+from pinchpoint.report.report_doc import report_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -141,7 +144,10 @@ def phases_match_the_programs_own_timing(out: Path, own: dict[str, float], *, up
 
 
 def report_of(out: Path) -> dict[str, Any]:
-    return dict(json.loads((out / "report.json").read_text()))
+    """The run's report.json, checked against its schema (`pinchpoint schema report`)."""
+    report = dict(json.loads((out / "report.json").read_text()))
+    jsonschema.Draft202012Validator(report_schema()).validate(report)
+    return report
 
 
 SHARED_MACHINE = "Other processes kept"

@@ -80,7 +80,7 @@ def test_a_captured_runs_report_shows_its_findings_and_draws_every_chart(
 ) -> None:
     run = tmp_path / "run"
     shutil.copytree(DATA / "fp32-planted", run)
-    report = report_run_dir(run)
+    report = report_run_dir(run).to_dict()
     page, errors, _ = _open(browser, run / HTML_NAME)
     cards = page.locator(".finding")
     assert cards.count() == len(report["findings"]) > 0

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -159,14 +160,38 @@ with pinchpoint.profile(out="api-run", print_report=False) as prof:
         model(torch.randn(8, 16)).sum().backward()
         opt.step()
         prof.step()
-print(prof.report["steps"]["kind"], prof.report["steps"]["total"])
+on_disk = prof.report.from_dict(__import__("json").load(open("api-run/report.json")))
+print(prof.report.steps.kind, prof.report.steps.total, on_disk.findings == prof.report.findings)
 """
     res = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "explicit 15"
-    assert (tmp_path / "api-run" / "report.json").is_file()
+    assert res.stdout.strip() == "explicit 15 True"
+
+
+def test_the_package_docstrings_example_runs(tmp_path: Path) -> None:
+    """`pinchpoint.profile()` as the package's docstring shows it: the report is a typed object."""
+    import pinchpoint
+
+    example = textwrap.dedent(pinchpoint.__doc__.split("In code::", 1)[1])  # type: ignore[union-attr]
+    code = (
+        "import torch\n"
+        "model = torch.nn.Linear(64, 64)\n"
+        "loader = [torch.randn(8, 64) for _ in range(20)]\n"
+        "def train_step(batch):\n"
+        "    sum(i * i for i in range(30_000))  # the loop's own Python: a finding to print\n"
+        "    model(batch).sum().backward()\n"
+        f"{example}"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PINCHPOINT_NO_HISTORY": "1"},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    title = res.stdout.strip().splitlines()[-1]
+    findings = json.loads((tmp_path / "runs" / "exp1" / "report.json").read_text())["findings"]
+    assert title == findings[0]["title"]
 
 
 def test_after_a_profile_block_nothing_more_is_recorded(tmp_path: Path) -> None:

@@ -97,7 +97,7 @@ def test_a_run_with_device_steps_reports_the_gpu_step_time(tmp_path: Path) -> No
             for i in range(12)
         ],
     )
-    report = report_run_dir(run)
+    report = report_run_dir(run).to_dict()
     steps = report["steps"]
     cuda = report["ranks"][0]["memory"]["cuda"]
     assert (cuda["peak_reserved_mib"], cuda["last_allocated_mib"]) == (300.0, 111.0)
@@ -108,6 +108,6 @@ def test_a_run_with_device_steps_reports_the_gpu_step_time(tmp_path: Path) -> No
 
 
 def test_without_device_steps_the_host_times_the_steps(tmp_path: Path) -> None:
-    steps = report_run_dir(write_minimal_run_dir(tmp_path / "run", n_steps=12))["steps"]
+    steps = report_run_dir(write_minimal_run_dir(tmp_path / "run", n_steps=12)).to_dict()["steps"]
     assert "timed_on" not in steps
     assert steps["median_ms"] == pytest.approx(100.0)

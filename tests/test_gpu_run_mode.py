@@ -26,7 +26,7 @@ def report(
     monkeypatch.setenv("PINCHPOINT_HOME", str(H200 / "home" if calibrated else tmp_path / "empty-home"))
     run = tmp_path / name
     shutil.copytree(H200 / name, run)
-    return report_run_dir(run)
+    return report_run_dir(run).to_dict()
 
 
 def ids(rep: dict[str, Any]) -> list[str]:

@@ -18,10 +18,12 @@ from pinchpoint.analysis.views import run_views
 from pinchpoint.pipeline.rundir import HTML_NAME, report_run_dir
 from pinchpoint.report import charts as chart_mod
 from pinchpoint.report.html import render_html
+from pinchpoint.report.report_doc import ReportDoc
 from pinchpoint.trace.run import ProcSample, RankData, Run, RunMeta, SystemSample
 
 DATA = Path(__file__).parent / "data" / "rundirs" / "h200"
 CPU_RUNS = Path(__file__).parent / "data" / "rundirs"
+GOLDEN = Path(__file__).parent / "golden"
 HOSTILE = '<script>alert("pwned")</script>'
 VOID = {"meta", "br", "img", "input", "link", "hr"}
 
@@ -99,7 +101,7 @@ def test_a_run_directory_gets_a_self_contained_report_with_its_charts(
     monkeypatch.setenv("PINCHPOINT_HOME", str(tmp_path / "empty-home"))  # never calibrated: the datasheet
     run = tmp_path / "run"
     shutil.copytree(DATA / "fp32-planted", run)
-    report = report_run_dir(run)
+    report = report_run_dir(run).to_dict()
     doc = (run / HTML_NAME).read_text()
     tags = _parse(doc)
     charts = set(re.findall(r'<section class="chart" data-chart="([a-z-]+)">', doc))
@@ -135,11 +137,9 @@ def test_a_profile_renders_its_report_in_a_notebook() -> None:
 
     prof = Profile(print_report=False)
     assert "no report yet" in prof._repr_html_()
-    prof.report = {"run": {"command": ["train.py"]}, "findings": [
-        {"id": "input.fetch", "title": "Steps wait for data", "share": 0.4, "estimated_speedup": 1.6,
-         "confidence": "high", "evidence": [], "fix": "more workers", "ranks": [0]}]}  # fmt: skip
+    prof.report = ReportDoc.from_dict(json.loads((GOLDEN / "fetch_bound.json").read_text()))
     html = prof._repr_html_()
-    assert "Steps wait for data" in html and html.startswith("<!DOCTYPE html>")
+    assert prof.report.findings[0].title in html and html.startswith("<!DOCTYPE html>")
 
 
 def test_a_cpu_op_window_is_drawn_on_the_roofline_with_hostile_op_names_escaped(tmp_path: Path) -> None:
@@ -166,7 +166,7 @@ def test_a_cpu_op_window_is_drawn_on_the_roofline_with_hostile_op_names_escaped(
             e["name"] = "aten::mm" + HOSTILE
     window.write_text(json.dumps(doc))
     (run / "report.json").unlink()
-    page = render_html(report_run_dir(run), None)
+    page = render_html(report_run_dir(run).to_dict(), None)
     assert "<script" not in page.lower()
 
 
@@ -260,7 +260,7 @@ def test_report_json_carries_each_ranks_roofline(tmp_path: Path, monkeypatch: py
     monkeypatch.setenv("PINCHPOINT_HOME", str(DATA / "home"))
     run = tmp_path / "run"
     shutil.copytree(DATA / "fp32-planted", run)
-    roof = report_run_dir(run)["ranks"][0]["roofline"]
+    roof = report_run_dir(run).to_dict()["ranks"][0]["roofline"]
     assert roof["source"] == "measured by pinchpoint calibrate" and roof["timed_by"] == "kernels"
     assert roof["matmul_peak_gflops"]["fp32"] == pytest.approx(50792.8, abs=0.1)
     mm = next(o for o in roof["ops"] if o["op"] == "mm")

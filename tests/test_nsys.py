@@ -200,11 +200,11 @@ def test_analyze_the_export_end_to_end(tmp_path: Path) -> None:
 def test_dispatch_is_by_content_not_name(tmp_path: Path) -> None:
     disguised = tmp_path / "trace.json"
     shutil.copyfile(EXPORT, disguised)
-    report = report_traces(disguised)
+    report = report_traces(disguised).to_dict()
     assert report["gpu"][0]["span_ms"] == pytest.approx(342.4, abs=0.1)
     kineto = tmp_path / "trace.sqlite"
     shutil.copyfile(next(KINETO.glob("*.json.gz")), kineto)
-    assert report_traces(kineto)["environment"]["gpus"][0]["name"] == "NVIDIA H100 80GB HBM3"
+    assert report_traces(kineto).to_dict()["environment"]["gpus"][0]["name"] == "NVIDIA H100 80GB HBM3"
     with pytest.raises(TraceError, match="not a SQLite database"):
         read_nsys(kineto)
 
@@ -327,7 +327,7 @@ def test_each_gpu_process_is_a_rank_in_pid_order(tmp_path: Path) -> None:
         assert set(trace.events.pid[trace.events.kind == Kind.RUNTIME].tolist()) == {pid}
         assert any(f"process {pid} of 2" in w for w in trace.warnings)
     assert len(rows(traces[1], Kind.MEMCPY)) == 0 and len(rows(traces[0], Kind.MEMCPY)) == 279
-    assert len(report_traces(path)["ranks"]) == 2
+    assert len(report_traces(path).to_dict()["ranks"]) == 2
     assert any("2 processes" in w for w in read_nsys(path).warnings)
 
 
@@ -437,7 +437,7 @@ def test_a_directory_of_per_rank_exports_is_one_report(tmp_path: Path) -> None:
         shutil.copyfile(EXPORT, ranks / name)
     link = variant(tmp_path, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = end + 1000000", name="rank1.sqlite")
     shutil.move(link, ranks / "rank1.sqlite")
-    report = report_traces(ranks)
+    report = report_traces(ranks).to_dict()
     spans = [g["span_ms"] for g in report["gpu"]]
     assert [g["rank"] for g in report["gpu"]] == [0, 1, 2]
     assert spans[0] > spans[1] == pytest.approx(342.4, abs=0.1) and spans[2] == spans[1]  # rank1 first

@@ -63,15 +63,15 @@ def dask_cluster() -> Iterator[str]:
 
 def test_every_path_gives_the_same_report(tmp_path: Path, dask_cluster: str) -> None:
     ranks = _rank_copies(tmp_path, 4)
-    here = report_traces(ranks, workers=1)
-    pool = report_traces(ranks, workers=2)
-    dask = report_traces(ranks, cluster=dask_cluster)
+    here = report_traces(ranks, workers=1).to_dict()
+    pool = report_traces(ranks, workers=2).to_dict()
+    dask = report_traces(ranks, cluster=dask_cluster).to_dict()
     assert json.dumps(here, sort_keys=True) == json.dumps(pool, sort_keys=True)
     assert json.dumps(here, sort_keys=True) == json.dumps(dask, sort_keys=True)
     assert [g["rank"] for g in here["gpu"]] == [0, 1, 2, 3]
     # ... and the same as analysing all traces in one process at once (the old path).
     whole = analyze_traces(read_trace_dir(ranks))
-    assert json.dumps(build_gpu_report(whole, diagnose_gpu(whole), str(ranks)), sort_keys=True) == json.dumps(
+    assert json.dumps(build_gpu_report(whole, diagnose_gpu(whole), str(ranks)).to_dict(), sort_keys=True) == json.dumps(
         here, sort_keys=True
     )
 

@@ -63,7 +63,7 @@ def _report(name: str, tmp_path: Path) -> dict[str, Any]:
         )
     run_dir = tmp_path / name  # same folder name as the fixture: warnings may mention it
     shutil.copytree(src, run_dir)
-    report = report_run_dir(run_dir)
+    report = report_run_dir(run_dir).to_dict()
     assert json.loads((run_dir / REPORT_NAME).read_text()) == report, (
         "report.json differs from the returned report"
     )
@@ -72,7 +72,7 @@ def _report(name: str, tmp_path: Path) -> dict[str, Any]:
 
 def _text(report: dict[str, Any]) -> str:
     buf = io.StringIO()
-    render(Report(document=report), buf, color=False, width=100)
+    render(Report.read(report), buf, color=False, width=100)
     return buf.getvalue()
 
 
@@ -195,7 +195,7 @@ def test_report_does_not_depend_on_the_run_dir_location(tmp_path: Path) -> None:
     for where in ("a/crashed", "b/renamed"):
         run_dir = tmp_path / where
         shutil.copytree(RUNDIRS / "crashed", run_dir)
-        reports.append(report_run_dir(run_dir))
+        reports.append(report_run_dir(run_dir).to_dict())
     assert reports[0] == reports[1]
 
 
@@ -216,7 +216,7 @@ def _trace_report(name: str) -> dict[str, Any]:
     path = TRACE_GOLDENS[name]
     if path.is_dir() and name.endswith("nw0"):
         path = next(path.glob("*.json.gz"))
-    return report_traces(path)
+    return report_traces(path).to_dict()
 
 
 def _portable(text: str) -> str:

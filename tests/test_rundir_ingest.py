@@ -498,7 +498,7 @@ def test_truncated_last_line_is_a_warning_and_the_rest_is_kept(tmp_path: Path, n
     assert len(run.ranks[0].fetches) == len(full.ranks[0].fetches)
     assert len(run.system) == len(full.system)
     assert any(path.name in w and "skipped 1 unreadable line" in w for w in run.warnings), run.warnings
-    report = report_run_dir(root)
+    report = report_run_dir(root).to_dict()
     assert any(path.name in w for w in report["warnings"])
 
 
@@ -759,7 +759,7 @@ def test_wrong_types_give_a_report_or_a_pinchpoint_error(tmp_path: Path, name: s
     root = write_minimal_run_dir(tmp_path)
     write_json(root / name, content)
     try:
-        report = report_run_dir(root)
+        report = report_run_dir(root).to_dict()
     except PinchpointError:
         return
     assert report["schema"] == "pinchpoint.report/1"
@@ -867,7 +867,7 @@ def _report_or_pinchpoint_error(file: str, data: bytes) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
         try:
-            report = report_run_dir(root)
+            report = report_run_dir(root).to_dict()
         except PinchpointError:
             return
         assert report["schema"] == "pinchpoint.report/1"
@@ -915,7 +915,7 @@ def test_fuzz_harness_accepts_the_valid_run_dir() -> None:
     # The harness itself must not be what fails: the untouched minimal run dir reports cleanly.
     with tempfile.TemporaryDirectory() as tmp:
         root = write_minimal_run_dir(Path(tmp) / "run")
-        report = report_run_dir(root)
+        report = report_run_dir(root).to_dict()
         assert report["steps"]["count"] == 8 and report["warnings"] == []
         shutil.rmtree(root)
 
@@ -927,6 +927,6 @@ def test_nan_system_samples_do_not_make_findings(tmp_path: Path) -> None:
     for row in rows:
         row["cpu_percent_per_core"] = [float("nan")] * 4
     write_jsonl(root / "system.jsonl", rows)
-    report = report_run_dir(root)
+    report = report_run_dir(root).to_dict()
     for f in report["findings"]:
         assert "nan" not in " ".join(f["evidence"]).lower().split(), f

@@ -128,7 +128,7 @@ def test_analyze_end_to_end_and_a_tensorboard_log_directory(tmp_path: Path) -> N
     logdir = tmp_path / "logs" / "plugins" / "profile" / "2026_12_03"
     logdir.mkdir(parents=True)
     shutil.copyfile(JAX08, logdir / "host.xplane.pb")
-    assert len(report_traces(tmp_path / "logs")["gpu"]) == 8
+    assert len(report_traces(tmp_path / "logs").to_dict()["gpu"]) == 8
 
 
 # --- a TPU XSpace, written here with the wire format -----------------------------------------------
@@ -201,7 +201,7 @@ def test_a_tpu_plane_gets_its_own_split_and_steps(tmp_path: Path, host_steps: bo
     # the host's marks when it made them (int64 and uint64 step numbers), else the device's Steps line
     assert [s.number for s in step_stats(trace).steps] == ([5, 6] if host_steps else [1, 2])
     assert trace.warnings == ("XSpace: one error the profiler wrote",)
-    report = report_traces(path)
+    report = report_traces(path).to_dict()
     assert report["steps"] is not None and report["gpu"][0]["communication"] > 0
 
 
@@ -211,7 +211,7 @@ def test_a_tpu_plane_gets_its_own_split_and_steps(tmp_path: Path, host_steps: bo
 def test_dispatch_is_by_content_not_name(tmp_path: Path) -> None:
     disguised = tmp_path / "trace.json"
     shutil.copyfile(LEGACY, disguised)
-    assert len(report_traces(disguised)["gpu"]) == 2
+    assert len(report_traces(disguised).to_dict()["gpu"]) == 2
     others = [
         Path(__file__).parent / "data" / "nsys" / "cloverleaf" / "perlmutter-cloverleaf-cuda.sqlite",
         Path(__file__).parent / "data" / "perf" / "torch_cpu_clock.txt",
@@ -331,7 +331,7 @@ def test_the_trace_viewer_json_reads_as_its_xspace(tmp_path: Path, legacy: list[
     logdir = tmp_path / "logs" / "plugins" / "profile" / "run1"
     logdir.mkdir(parents=True)
     shutil.copyfile(path, logdir / "host.trace.json.gz")
-    report = report_traces(tmp_path / "logs")
+    report = report_traces(tmp_path / "logs").to_dict()
     assert {g["rank"]: g["compute"] for g in report["gpu"]}[1] == pytest.approx(0.2276, abs=0.001)
     kineto = next((Path(__file__).parent / "data" / "traces").rglob("*.json.gz"))
     assert not is_xprof(kineto)  # a PyTorch profiler trace is not taken for one

@@ -16,11 +16,14 @@ import os
 import sys
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pinchpoint.capture import agent as agent_mod
 from pinchpoint.capture.envnames import RUN_DIR_ENV
 from pinchpoint.capture.roles import Role
+
+if TYPE_CHECKING:
+    from pinchpoint.report.report_doc import ReportDoc
 
 
 class Profile:
@@ -42,7 +45,8 @@ class Profile:
         """Sample Python stacks with py-spy (as `pinchpoint run --stacks`)."""
         self.stacks_rate_hz = stacks_rate_hz
         self._stack_sampler: Any = None
-        self.report: dict[str, Any] | None = None
+        self.report: ReportDoc | None = None
+        """The report once the block ends (`.to_dict()` for report.json's dict)."""
         self.run_dir: Path | None = None
         self._agent: agent_mod.Agent | None = None
         self._meta: dict[str, Any] | None = None
@@ -101,7 +105,7 @@ class Profile:
             from pinchpoint.report.model import Report
             from pinchpoint.report.terminal import render
 
-            render(Report(document=self.report), sys.stderr)
+            render(Report(doc=self.report), sys.stderr)
 
     def _repr_html_(self) -> str:
         """In a notebook, the profile shows its report (the same HTML as the run directory's)."""
@@ -113,7 +117,7 @@ class Profile:
         page = self.run_dir / HTML_NAME if self.run_dir is not None else None
         if page is not None and page.is_file():
             return page.read_text()  # the run directory's own page: charts, rooflines and all
-        return render_html(self.report)
+        return render_html(self.report.to_dict())
 
 
 def _default_dir() -> Path:

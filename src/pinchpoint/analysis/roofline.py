@@ -326,34 +326,3 @@ def datasheet_ceilings(device_name: str | None) -> Ceilings | None:
         return None
     sheet = {d: peaks.matmul_flops(d) or 0.0 for d in ("float32", "tf32", "bfloat16", "float16")}
     return ceilings_from(sheet, peaks.memory_bytes_per_s, f"{peaks.name} datasheet")
-
-
-def roofline_summary(window: OpWindow, ceilings: Ceilings, limit: int = 20) -> dict[str, object] | None:
-    """The roofline as report.json carries it (`ranks[].roofline`): the ceilings, then each kind of op
-    with its FLOPs, bytes, achieved and attainable FLOP/s per step; None when nothing can be placed."""
-    points = roofline_points(window, limit)
-    if not points or not ceilings.matmul_flops:
-        return None
-    ops = []
-    for p in points:
-        attainable = ceilings.attainable(p.intensity, p.dtype, p.achieved_flops)
-        ops.append(
-            {
-                "op": p.name, "shape": list(p.shape), "dtype": DTYPE_LABELS.get(p.dtype, p.dtype),
-                "calls_per_step": round(p.calls_per_step, 2),
-                "ms_per_step": round(p.ns_per_step / 1e6, 4), "gflop_per_step": round(p.flops_per_step / 1e9, 4),
-                "mb_per_step": round(p.bytes_per_step / 1e6, 4), "flops_per_byte": round(p.intensity, 4),
-                "achieved_gflops": round(p.achieved_flops / 1e9, 2),
-                "attainable_gflops": round(attainable / 1e9, 2) if attainable else None,
-            }
-        )  # fmt: skip
-    bw = ceilings.memory_bytes_per_s
-    return {
-        "source": ceilings.source,
-        "timed_by": "kernels" if timed_on_device(window) else "ops",
-        "matmul_peak_gflops": {
-            DTYPE_LABELS.get(k, k): round(v / 1e9, 1) for k, v in ceilings.matmul_flops.items()
-        },
-        "memory_gb_per_s": round(bw / 1e9, 1) if bw else None,
-        "ops": ops,
-    }

@@ -77,7 +77,9 @@ def stalls(steady: Sequence[Step], samples: Sequence[TimedSample] = (), cwd: str
     also = max((c for c in counts if c in NAMED and c != cause), key=lambda c: counts[c], default=None)
     if also is not None and counts[also] < ALSO_MIN * len(slow):
         also = None
-    at = {s.index: k for k, s in enumerate(ordered)}  # (steps of this kind: an RL loop's rollout calls between)
+    at = {
+        s.index: k for k, s in enumerate(ordered)
+    }  # (steps of this kind: an RL loop's rollout calls between)
     gaps = [at[b.index] - at[a.index] for a, b in itertools.pairwise(slow)]
     every = 0
     if len(gaps) >= 2:

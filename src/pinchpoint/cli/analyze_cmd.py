@@ -78,10 +78,10 @@ class AnalyzeCommand:
             from pinchpoint.pipeline.traces import trace_roofline
             from pinchpoint.report.renderers import RENDERERS
 
-            built = Report(document=report, roofline=trace_roofline(Path(args.path)))
+            built = Report(doc=report, roofline=trace_roofline(Path(args.path)))
             RENDERERS["html"].write(built, Path(args.html))
         if not args.quiet:
-            render(Report(document=report), sys.stdout, color=False if args.no_color else None)
+            render(Report(doc=report), sys.stdout, color=False if args.no_color else None)
         return 0
 
 

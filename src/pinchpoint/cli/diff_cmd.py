@@ -113,5 +113,5 @@ class ShowCommand:
         report = load_report(args.run)
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
-        render(Report(document=report), sys.stdout, color=False if args.no_color else None)
+        render(Report.read(report), sys.stdout, color=False if args.no_color else None)
         return 0

@@ -18,6 +18,7 @@ from pinchpoint.cli import (
     export_cmd,
     report_cmd,
     run_cmd,
+    schema_cmd,
     try_cmd,
     watch_cmd,
 )
@@ -47,6 +48,7 @@ COMMANDS: tuple[Command, ...] = (
     watch_cmd.WatchCommand(),
     attach_cmd.AttachCommand(),
     capture_cmd.CaptureCommand(),
+    schema_cmd.SchemaCommand(),
 )
 
 
@@ -75,6 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("pinchpoint: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `pinchpoint schema report | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:  # the last line of defence: one line, never a traceback
         if os.environ.get("PINCHPOINT_DEBUG"):
             raise

@@ -34,8 +34,8 @@ class ReportCommand:
             from pinchpoint.pipeline.rundir import HTML_NAME
 
             shutil.copyfile(run_dir / HTML_NAME, args.html)
-        render(Report(document=report), sys.stdout, color=False if args.no_color else None)
-        missing = report["steps"].get("missing")
+        render(Report(doc=report), sys.stdout, color=False if args.no_color else None)
+        missing = report.steps.missing
         if missing:
             print(f"pinchpoint: {missing}", file=sys.stderr)
             return NO_STEPS_EXIT

@@ -14,9 +14,12 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pinchpoint.errors import PinchpointError, UsageError
+
+if TYPE_CHECKING:
+    from pinchpoint.report.report_doc import ReportDoc
 
 VALUE_OPTIONS = {"-o", "--out", "--json", "--opwindow", "--interval", "--stacks-rate", "--annotate"}
 FLAG_OPTIONS = {
@@ -138,7 +141,7 @@ class RunCommand:
             print(f"pinchpoint: no report: {exc}; the run directory is kept at {run_dir}", file=sys.stderr)
             return result.exit_code or exc.exit_code
         print_report(report, run_dir, quiet=args.quiet, color=False if args.no_color else None)
-        missing = report["steps"].get("missing")
+        missing = report.steps.missing
         if missing and result.exit_code == 0:
             print(f"pinchpoint: {missing}", file=sys.stderr)
             return NO_STEPS_EXIT
@@ -151,23 +154,23 @@ def _load_report_code() -> None:
     import pinchpoint.pipeline.rundir  # noqa: F401
 
 
-def print_report(report: dict[str, Any], run_dir: Path, *, quiet: bool, color: bool | None) -> None:
+def print_report(report: ReportDoc, run_dir: Path, *, quiet: bool, color: bool | None) -> None:
     """The report on stderr (unless `quiet`), then where the run directory and its history entry are."""
     from pinchpoint.report.model import Report
     from pinchpoint.report.terminal import render
 
     if not quiet:
         print(file=sys.stderr)
-        render(Report(document=report), sys.stderr, color=color)
+        render(Report(doc=report), sys.stderr, color=color)
     html = run_dir / "report.html"
     charts = f", charts: {html}" if html.exists() else ""
     print(
         f"pinchpoint: run directory {run_dir}  (report: {run_dir / 'report.json'}{charts})", file=sys.stderr
     )
-    if report.get("history_id") is not None:
+    if report.history_id is not None:
         print(
-            f"pinchpoint: recorded as #{report['history_id']} (`pinchpoint runs`; compare with "
-            f"`pinchpoint diff #{report['history_id']} NEXT`)",
+            f"pinchpoint: recorded as #{report.history_id} (`pinchpoint runs`; compare with "
+            f"`pinchpoint diff #{report.history_id} NEXT`)",
             file=sys.stderr,
         )
 

@@ -163,7 +163,7 @@ class _Runs:
         if not result.started:
             return 127, None, f"could not start the program: {result.error}"
         try:
-            return result.exit_code, report_run_dir(run_dir), None
+            return result.exit_code, report_run_dir(run_dir).to_dict(), None
         except PinchpointError as exc:
             return result.exit_code, None, str(exc)
 

@@ -110,7 +110,9 @@ def _print_report(run_dir: Path, no_color: bool) -> int:
     launcher is gone."""
     from pinchpoint.cli.run_cmd import NO_STEPS_EXIT
     from pinchpoint.pipeline.rundir import REPORT_NAME, report_run_dir
+    from pinchpoint.report.document import DocumentError
     from pinchpoint.report.model import Report
+    from pinchpoint.report.report_doc import ReportDoc
     from pinchpoint.report.terminal import render
 
     report_file = run_dir / REPORT_NAME
@@ -120,13 +122,13 @@ def _print_report(run_dir: Path, no_color: bool) -> int:
     report = None
     if report_file.is_file():
         try:
-            report = json.loads(report_file.read_text())
-        except (OSError, ValueError):
+            report = ReportDoc.from_dict(json.loads(report_file.read_text()))
+        except (OSError, ValueError, DocumentError):
             report = None  # cut or being replaced: build it
     if report is None:
         report = report_run_dir(run_dir)
-    render(Report(document=report), sys.stdout, color=False if no_color else None)
-    missing = report["steps"].get("missing")
+    render(Report(doc=report), sys.stdout, color=False if no_color else None)
+    missing = report.steps.missing
     if missing:
         print(f"pinchpoint: {missing}", file=sys.stderr)
         return NO_STEPS_EXIT

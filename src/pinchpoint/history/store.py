@@ -13,7 +13,7 @@ import os
 import random
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,7 +85,7 @@ def _retrying(op: Callable[[], object]) -> None:
         delay = min(0.2, delay * 2)
 
 
-def record(run_dir: Path, report: dict[str, Any], step_ns: Sequence[int], path: Path | None = None) -> int:
+def record(run_dir: Path, report: Mapping[str, Any], step_ns: Sequence[int], path: Path | None = None) -> int:
     """Add or update the run of `run_dir`; returns its id."""
     run = report.get("run") or {}
     findings = report.get("findings") or []

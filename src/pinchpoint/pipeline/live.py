@@ -152,16 +152,13 @@ def leading(run_dir: Path) -> Leading | None:
     from pinchpoint.analysis.run_analysis import analyze_run
     from pinchpoint.diagnosis.engine import diagnose
     from pinchpoint.ingest.rundir import read_run_dir
-    from pinchpoint.report.json_report import build_report
+    from pinchpoint.report.build import build_report
 
     try:
         report = build_report(analysis := analyze_run(read_run_dir(run_dir)), diagnose(analysis))
     except Exception:  # a directory still being written may be in any state: try again later
         return None
-    findings = report.get("findings") or []
-    if not findings:
+    if not report.findings:
         return None
-    top = findings[0]
-    return Leading(
-        id=str(top["id"]), title=str(top["title"]), share=top.get("share"), others=len(findings) - 1
-    )
+    top = report.findings[0]
+    return Leading(id=top.id, title=top.title, share=top.share, others=len(report.findings) - 1)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pinchpoint.analysis.gpu._common import GPU_KINDS, kind_mask
 from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis, analyze_traces
-from pinchpoint.analysis.roofline import Ceilings, gpu_ceilings, roofline_summary, window_ceilings
+from pinchpoint.analysis.roofline import Ceilings, gpu_ceilings, window_ceilings
 from pinchpoint.analysis.run_analysis import RunAnalysis, analyze_run
 from pinchpoint.analysis.steps import steady_step_ns
 from pinchpoint.analysis.views import process_names, run_views
@@ -23,11 +24,13 @@ from pinchpoint.ingest.ceilings import gpu_matmul_flops, gpu_memory_bandwidth, l
 from pinchpoint.ingest.kineto import read_trace
 from pinchpoint.ingest.probes import probed_device
 from pinchpoint.ingest.rundir import opwindow_file, rank_dirs, read_run_dir
+from pinchpoint.report.build import build_report, roofline_info
+from pinchpoint.report.document import from_dict
 from pinchpoint.report.flamegraph import write_stack_views
 from pinchpoint.report.gpu_report import run_gpu_sections
-from pinchpoint.report.json_report import build_report
 from pinchpoint.report.model import Report
 from pinchpoint.report.renderers import RENDERERS
+from pinchpoint.report.report_doc import OpWindowRefused, OpWindowTaken, ReportDoc, Roofline
 from pinchpoint.trace.run import Run
 
 REPORT_NAME = "report.json"
@@ -36,7 +39,7 @@ NO_HISTORY_ENV = "PINCHPOINT_NO_HISTORY"
 """Set (to anything) to keep runs out of the history database."""
 
 
-def report_run_dir(run_dir: Path, *, json_path: Path | None = None) -> dict[str, Any]:
+def report_run_dir(run_dir: Path, *, json_path: Path | None = None) -> ReportDoc:
     """Analyse `run_dir`, write its report.json (and a copy at `json_path`), return the report.
 
     When the op window of a CUDA program recorded kernels and copies, that window is analysed by the
@@ -52,18 +55,18 @@ def report_run_dir(run_dir: Path, *, json_path: Path | None = None) -> dict[str,
     if gpu is not None:
         flops, bandwidth = gpu_matmul_flops(cached, device_name), gpu_memory_bandwidth(cached, device_name)
         device = gpu_ceilings(flops, bandwidth, device_name)
-    base = build_report(analysis, diagnose(analysis, gpu=gpu))
-    warnings = [*(base.get("warnings") or []), *warnings]
+    diagnosis = diagnose(analysis, gpu=gpu)
     stack_files = _write_stack_views(analysis, run_dir, warnings) if run.stacks is not None else None
-    report = {
-        **base,
-        "ranks": _with_rooflines(base.get("ranks") or [], run, device),
-        "warnings": warnings,
-        **({"gpu": run_gpu_sections(gpu)} if gpu is not None else {}),
-        **({"stack_files": stack_files} if stack_files is not None else {}),
-        **({"op_windows": windows} if (windows := op_windows(run_dir)) else {}),
-    }
-    built = Report(document=report, views=run_views(run, device), run=run)
+    report = build_report(
+        analysis,
+        diagnosis,
+        rooflines=_rooflines(run, device),
+        gpu=run_gpu_sections(gpu) if gpu is not None else None,
+        warnings=warnings,
+        stack_files=stack_files,
+        op_windows=from_dict(tuple[OpWindowTaken | OpWindowRefused, ...], op_windows(run_dir)),
+    )
+    built = Report(doc=report, views=run_views(run, device), run=run)
     RENDERERS["json"].write(built, run_dir / REPORT_NAME)
     if json_path is not None:
         RENDERERS["json"].write(built, json_path)
@@ -71,22 +74,22 @@ def report_run_dir(run_dir: Path, *, json_path: Path | None = None) -> dict[str,
         RENDERERS["html"].write(built, run_dir / HTML_NAME)
     except OSError as exc:
         print(f"pinchpoint: note: {HTML_NAME} was not written ({exc.strerror})", file=sys.stderr)
-    history_id = _record(run_dir, report, run_step_ns(run))
-    return report if history_id is None else {**report, "history_id": history_id}
+    history_id = _record(run_dir, built.document, run_step_ns(run))
+    return report if history_id is None else replace(report, history_id=history_id)
 
 
-def _with_rooflines(ranks: list[dict[str, Any]], run: Run, device: Ceilings | None) -> list[dict[str, Any]]:
-    """`ranks[]` with `roofline` added to every rank with an op window: CPU windows against their
-    probes' ceilings, CUDA windows (ops timed by their kernels) against `device`."""
-    summaries: dict[Any, dict[str, object]] = {}
+def _rooflines(run: Run, device: Ceilings | None) -> dict[int, Roofline]:
+    """Each rank's op window on its roofline: CPU windows against their probes' ceilings, CUDA
+    windows (ops timed by their kernels) against `device`."""
+    out: dict[int, Roofline] = {}
     for rank in run.ranks:
         if rank.opwindow is None:
             continue
         ceilings = window_ceilings(rank.opwindow, rank.probes, device)
-        summary = roofline_summary(rank.opwindow, ceilings) if ceilings is not None else None
+        summary = roofline_info(rank.opwindow, ceilings) if ceilings is not None else None
         if summary is not None:
-            summaries[rank.rank] = summary
-    return [r | {"roofline": summaries[r.get("rank")]} if r.get("rank") in summaries else r for r in ranks]
+            out[rank.rank] = summary
+    return out
 
 
 def run_step_ns(run: Run) -> tuple[int, ...]:
@@ -94,7 +97,7 @@ def run_step_ns(run: Run) -> tuple[int, ...]:
     return steady_step_ns(run.ranks[0]) if run.ranks else ()
 
 
-def _record(run_dir: Path, report: dict[str, Any], step_ns: tuple[int, ...]) -> int | None:
+def _record(run_dir: Path, report: Mapping[str, Any], step_ns: tuple[int, ...]) -> int | None:
     """Add the run to the history database and return its id; a history that can't be written never
     fails a report (None, as when `NO_HISTORY_ENV` is set)."""
     if os.environ.get(NO_HISTORY_ENV):

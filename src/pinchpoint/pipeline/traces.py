@@ -21,6 +21,7 @@ from pinchpoint.ingest.xprof import is_xprof, read_xprof_ranks, xspace_files
 from pinchpoint.pipeline.ranks import map_ranks
 from pinchpoint.report.gpu_report import build_gpu_report
 from pinchpoint.report.json_report import write_report
+from pinchpoint.report.report_doc import ReportDoc
 
 
 def report_traces(
@@ -30,7 +31,7 @@ def report_traces(
     progress: Callable[[int, int], None] | None = None,
     workers: int = 1,
     cluster: str | None = None,
-) -> dict[str, Any]:
+) -> ReportDoc:
     """Analyse a profiler trace (Kineto `.json`, `.json.gz`, an Nsight Systems SQLite export or an XProf
     `.xplane.pb`, told apart by content) or a directory of per-rank Kineto traces or of XProf files;
     return the report (and write it to `json_path`). Ranks are analysed one by one here, on `workers`

@@ -1,13 +1,15 @@
 """A report as the pipeline builds it once, and the one shape of every file renderer.
 
-`Report.document` is `report.json` (schema `pinchpoint.report/1`, the contract tools and CI read,
-built by `json_report.build_report` / `gpu_report.build_gpu_report` with every fact phrased); the
-rest is what charts, timelines and stack views draw, computed by analysis (`analysis/views.py`).
+`Report.doc` is `report.json` typed (`report_doc.ReportDoc`, schema `pinchpoint.report/1`, the contract
+tools and CI read, built by `build.build_report` / `gpu_report.build_gpu_report` with every fact
+phrased); the rest is what charts, timelines and stack views draw, computed by analysis
+(`analysis/views.py`).
 A renderer writes one format from a `Report` and analyses nothing.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -15,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from pinchpoint.analysis.views import RooflineView, RunViews
+from pinchpoint.report.report_doc import ReportDoc
 from pinchpoint.trace.run import Run
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Report:
-    document: Mapping[str, Any]
+    doc: ReportDoc
     views: RunViews | None = None
     """A run's charts and timelines (None for a report of traces)."""
     roofline: RooflineView | None = None
@@ -30,9 +33,19 @@ class Report:
     windows: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
     """Rank -> the op window's own trace document, embedded in the Perfetto export."""
 
+    @functools.cached_property
+    def document(self) -> Mapping[str, Any]:
+        """`doc` as report.json holds it (what the renderers not yet typed read)."""
+        return self.doc.to_dict()
+
     @property
     def title(self) -> str:
-        return " ".join((self.document.get("run") or {}).get("command") or []) or "program"
+        return self.doc.title
+
+    @classmethod
+    def read(cls, document: Mapping[str, Any], **views: Any) -> Report:
+        """A report of a report.json document (a file, the history); DocumentError when it is none."""
+        return cls(doc=ReportDoc.from_dict(document), **views)
 
 
 class Needs(str, Enum):

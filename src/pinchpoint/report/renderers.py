@@ -20,7 +20,7 @@ from pinchpoint.report.terminal import write_text
 
 
 def _json(report: Report, out: Path) -> None:
-    write_report(dict(report.document), out)
+    write_report(report.doc, out)
 
 
 def _html(report: Report, out: Path) -> None:

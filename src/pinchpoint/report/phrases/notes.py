@@ -52,7 +52,11 @@ PHRASES: dict[str, Callable[..., str]] = {
         + STALL_CAUSES.get(cause, f"most of their extra time is in {cause}")
         + (f" ({explained:.0%} of them)" if cause != "mixed" else "")
         + ("" if cause in ("gc", "checkpoint") else ": a median step does not show them")
-        + (f"; in {also[1]} of them {STALL_CAUSES[also[0]][0].lower()}{STALL_CAUSES[also[0]][1:]}" if also else "")
+        + (
+            f"; in {also[1]} of them {STALL_CAUSES[also[0]][0].lower()}{STALL_CAUSES[also[0]][1:]}"
+            if also
+            else ""
+        )
         + (
             f". In the stalled steps the main thread was mostly in {code[0]} ({code[1]:.0%} of their samples)"
             if code
