@@ -39,7 +39,7 @@ from pinchpoint.analysis.ops import op_stats
 from pinchpoint.analysis.roofline import Chain, MemoryTraffic
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.run_time import RunTime, Segment
-from pinchpoint.analysis.steps import steady_steps
+from pinchpoint.analysis.steps import steady_steps, step_stats
 from pinchpoint.diagnosis.engine import diagnose
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Finding, FixKind, NoteKind, facts
 from pinchpoint.diagnosis.registry import RULES
@@ -94,6 +94,7 @@ from pinchpoint.trace.run import (
     OpEvent,
     OpWindow,
     Probes,
+    RankData,
     Role,
     Step,
     StepKind,
@@ -1450,9 +1451,14 @@ COMPUTE_MEMORY = {
 }
 
 
-
 def _between(
-    kind: str, share: float, *, passes: int = 4, call_ms: float = 0.4, torch: float | None = 0.5, after_ms: float = 0
+    kind: str,
+    share: float,
+    *,
+    passes: int = 4,
+    call_ms: float = 0.4,
+    torch: float | None = 0.5,
+    after_ms: float = 0,
 ) -> dict[str, Any]:
     """A 10 s run whose calls between updates (rollouts or evaluation) hold `share` of it: 2,048 calls
     a pass, the forward a quarter of their time, an evaluation's DataLoader a fifth."""
@@ -1992,3 +1998,40 @@ def test_the_small_ops_own_matrix_math_is_kept_by_batching() -> None:
     math_ns = small_op_math_ns(window, {id(o) for o in small})
     assert math_ns == pytest.approx(10 * 8_000_000 / 100.0)  # 80 MFLOP at the big group's 100 GFLOP/s
     assert small_op_math_ns(window, set()) == 0.0
+
+
+def test_batches_a_step_count_every_step_the_batches_fed() -> None:
+    """Gradient accumulation over 4 batches a step, with a fifth of the steps beside a busy process
+    (left out of the steady statistics) and two op-window steps: 4 batches a step, not 5 (a loaded CI
+    run said 5, dividing every batch by the undisturbed steps alone)."""
+    from pinchpoint.analysis.loader import loader_activity
+    from pinchpoint.trace.run import Fetch, LoaderConfig
+
+    steps = list(make_steps(40, {"data_wait": 2, "forward": 5}))
+    for i in range(10, 40, 5):
+        steps[i] = replace(steps[i], disturbed=True)
+    steps[20] = replace(steps[20], profiled=True)
+    fetches = tuple(
+        Fetch(
+            pid=100,
+            start_ns=s.start_ns + k * MS // 4,
+            end_ns=s.start_ns + (k + 1) * MS // 4,
+            cpu_ns=0,
+            runq_ns=0,
+        )
+        for s in steps
+        for k in range(4)
+    )
+    config = LoaderConfig(
+        t_ns=0, num_workers=0, pin_memory=False, prefetch_factor=None, persistent_workers=False,
+        batch_size=8, dataset="Tiny",
+    )  # fmt: skip
+    rank = RankData(
+        rank=0, processes=(make_process(),), loaders=(config,), fetches=fetches, steps=tuple(steps)
+    )
+    stats = step_stats(rank)
+    assert stats is not None and stats.count < 34
+    activity = loader_activity(rank, stats.start_ns, stats.end_ns)
+    assert activity is not None
+    assert round(activity.batches / activity.steps) == 4
+    assert round(activity.batches / stats.count) == 5  # (what was read before)

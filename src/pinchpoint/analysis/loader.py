@@ -28,6 +28,9 @@ class LoaderActivity:
     """True when batches were fetched by the training process itself (num_workers=0)."""
     processes: int
     """How many processes fetched batches."""
+    steps: int = 0
+    """The steps of the steady steps' kind over the time the batches were counted in, every one of
+    them (the op window's, the trials', those beside another process's load): what the batches fed."""
 
     @property
     def sleep_ns(self) -> int:
@@ -67,9 +70,16 @@ def loader_activity(rank: RankData, start_ns: int, end_ns: int) -> LoaderActivit
         fetches = [f for f in fetches if feeds(f)]
     if not fetches:
         fetches = list(rank.fetches)
+        start_ns, end_ns = 0, 2**63
     if not fetches:
         return None
     pids = {f.pid for f in fetches}
+    kind = steady[0].kind if steady else None
+    spanned = sum(
+        1
+        for s in rank.steps
+        if not s.partial and s.kind is kind and s.start_ns >= start_ns and s.end_ns <= end_ns
+    )
     return LoaderActivity(
         config=config,
         batches=len(fetches),
@@ -78,6 +88,7 @@ def loader_activity(rank: RankData, start_ns: int, end_ns: int) -> LoaderActivit
         runq_ns=sum(f.runq_ns or 0 for f in fetches),
         in_main_process=main_pid in pids if main_pid is not None else len(pids) == 1,
         processes=len(pids),
+        steps=spanned,
     )
 
 
