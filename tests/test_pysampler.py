@@ -149,6 +149,26 @@ def test_pinchpoints_own_leaf_frame_is_the_one_the_analysis_reads() -> None:
     assert pysampler.OWN_FRAME.endswith(f"({OWN_FILE})")
 
 
+def test_a_stack_with_pinchpoints_own_work_in_it_is_its_own_even_under_its_hooks(tmp_path: Path) -> None:
+    """The loader probe (own work) builds a DataLoader, which goes through pinchpoint's DataLoader hook
+    into multiprocessing: pinchpoint's time. A hook around the program's own call, with no own-work
+    frame above it, stays the program's (its `.tolist()`, its `gc.collect()`)."""
+    pkg = "/x/site-packages/pinchpoint/capture"
+    probe = (
+        ("train.py", 10, "main"), ("/x/torch/optim/optimizer.py", 538, "wrapper"),
+        (f"{pkg}/hooks.py", 80, "hooked"), (f"{pkg}/agent.py", 300, "on_step_end"),
+        (f"{pkg}/loader_probe.py", 40, "probe"), (f"{pkg}/hooks.py", 80, "hooked"),
+        ("/usr/lib/python3.11/multiprocessing/connection.py", 395, "_recv"),
+    )  # fmt: skip
+    program = (("train.py", 12, "main"), (f"{pkg}/hooks.py", 80, "hooked"), ("/x/torch/_tensor.py", 9, "tolist"))
+    sampler = pysampler.PySampler(tmp_path)
+    sampler.stack_ids = {(1, probe): 0, (1, program): 1}
+    sampler.write()
+    stacks = json.loads(next(tmp_path.glob("pystacks-*.json")).read_text())["stacks"]
+    assert stacks[0].endswith(pysampler.OWN_FRAME) and "_recv" in stacks[0]
+    assert not stacks[1].endswith(pysampler.OWN_FRAME) and stacks[1].endswith("tolist (/x/torch/_tensor.py:9)")
+
+
 ROLLOUTS = """
     import math
     import torch

@@ -62,8 +62,9 @@ _FRAME = re.compile(r'^  File "(.*)", line (\d+) in (.*)$')
 MAX_THREADS = 16
 FILE_PREFIX = "pystacks-"
 OWN_FRAME = "pinchpoint (<pinchpoint>)"
-"""The leaf of a stack whose innermost pinchpoint frame is its own work (a probe's matmul, the op
-window's profiler starting, a record being written), whatever it called below; its wrappers around the
+"""The leaf of a stack with a frame of pinchpoint's own work in it (a probe's matmul, the op window's
+profiler starting, a record being written), whatever it called below, hooks of its own included (the
+loader probe's DataLoader goes through pinchpoint's DataLoader hook); its wrappers around the
 program's calls (hooks) are left out, as py-spy's files are read."""
 _OWN = ("pinchpoint/capture/", "pinchpoint/notebook.py")
 OWN_WORK = tuple(
@@ -71,6 +72,8 @@ OWN_WORK = tuple(
     for m in (
         "agent", "alloc_trial", "calibrate", "loader_probe", "loop_shapes", "loop_site", "opcensus",
         "opwindow", "step_state", "thread_trial", "trials", "worker_trial", "writer", "environment",
+        "live_tensors", "procinfo", "procfs", "on_demand", "cuda_steps", "frameworks", "nvml",
+        "attached", "bootstrap", "stacks", "native", "sampler_files",
     )
 )  # fmt: skip
 """pinchpoint's modules that do its own work; the others (hooks, patches) wrap the program's calls."""
@@ -230,10 +233,10 @@ class PySampler(threading.Thread):
             parts = [f'process {self.pid}:"python"', f"thread ({tid}): {name}"]
             labels = [self._label(frame) for frame in frames]
             parts += [label for label in labels if label is not None]
-            deepest = next((f[0] for f in reversed(frames) if any(own in f[0] for own in _OWN)), None)
-            if deepest is not None and self._own_work(deepest):
+            if any(self._own_work(f[0]) for f in frames):
                 # (pinchpoint's own code was running, or what it called: a probe's matmul, the op
-                # window's profiler starting, a record written; not a hook around the program's call)
+                # window's profiler starting, a record written; not a hook around the program's call
+                # alone, which no own-work frame holds)
                 parts.append(OWN_FRAME)
             stacks[sid] = ";".join(parts)
         doc = {
