@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -61,18 +62,21 @@ def _parse(doc: str) -> _Tags:
 
 
 def test_names_from_the_program_are_escaped_never_run() -> None:
-    report = {
-        "run": {"command": ["python", HOSTILE]},
-        "steps": {"count": 3, "median_ms": 1.0},
-        "environment": {"cpu": {"model": HOSTILE}, "dataloader": {"dataset": HOSTILE}},
-        "findings": [
-            {"id": "host.python", "title": HOSTILE, "share": 0.5, "estimated_speedup": 2.0, "confidence": "high",
-             "evidence": [f"op {HOSTILE} takes 50%"], "fix": HOSTILE, "snippet": HOSTILE, "next_limit": HOSTILE,
-             "ranks": [0]},
-        ],
-        "notes": [HOSTILE],
-        "warnings": [HOSTILE],
-    }  # fmt: skip
+    base = ReportDoc.from_dict(json.loads((GOLDEN / "fetch_bound.json").read_text()))
+    env = base.environment
+    assert env.cpu is not None and env.dataloader is not None
+    finding = replace(
+        base.findings[0], title=HOSTILE, evidence=(f"op {HOSTILE} takes 50%",), fix=HOSTILE, snippet=HOSTILE,
+        next_limit=HOSTILE,
+    )  # fmt: skip
+    report = replace(
+        base,
+        run=replace(base.run, command=("python", HOSTILE)),
+        environment=replace(env, cpu=replace(env.cpu, model=HOSTILE), dataloader=replace(env.dataloader, site=HOSTILE)),
+        findings=(finding,),
+        notes=(HOSTILE,),
+        warnings=(HOSTILE,),
+    )
     sample = SystemSample(
         t_ns=0, procs=(ProcSample(pid=1, ppid=0, name=HOSTILE, user_s=0, sys_s=0, rss_bytes=0, threads=1),)
     )
@@ -166,7 +170,7 @@ def test_a_cpu_op_window_is_drawn_on_the_roofline_with_hostile_op_names_escaped(
             e["name"] = "aten::mm" + HOSTILE
     window.write_text(json.dumps(doc))
     (run / "report.json").unlink()
-    page = render_html(report_run_dir(run).to_dict(), None)
+    page = render_html(report_run_dir(run), None)
     assert "<script" not in page.lower()
 
 

@@ -1725,15 +1725,15 @@ def test_rule_declares_its_metadata(rule: Rule) -> None:
     assert isinstance(rule.id, Category) and rule.id in rule.yields
     assert isinstance(rule.title, str) and rule.title
     analysis_fields = {f.name for f in fields(RankAnalysis)}
-    if rule.scope is Scope.DEVICE:
-        assert not rule.requires, "a device rule reads the timeline, not the recordings"
+    if rule.scope in (Scope.DEVICE, Scope.OUTSIDE):
+        assert not rule.requires, "a device or outside rule reads the timeline or the watch, not the recordings"
     else:
         assert rule.requires and rule.requires <= analysis_fields
         assert rule.requires <= set(MISSING_DATA), "every required field needs a 'not judged' reason"
     doc = type(rule).__doc__ or ""
     parts = (
         ("Pattern:", "Why it's slow:", "Fix:", "Reference:")
-        if rule.scope is not Scope.DEVICE
+        if rule.scope not in (Scope.DEVICE, Scope.OUTSIDE)
         else ("Pattern:",)
     )
     for part in parts:

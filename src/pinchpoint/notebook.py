@@ -117,7 +117,7 @@ class Profile:
         page = self.run_dir / HTML_NAME if self.run_dir is not None else None
         if page is not None and page.is_file():
             return page.read_text()  # the run directory's own page: charts, rooflines and all
-        return render_html(self.report.to_dict())
+        return render_html(self.report)
 
 
 def _default_dir() -> Path:

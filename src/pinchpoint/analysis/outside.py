@@ -20,9 +20,12 @@ the attach, not of a step, and nothing is measured by applying a fix.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pinchpoint.analysis.cpu import CpuUsage, cores_busy, cpu_usage
 from pinchpoint.analysis.stacks import display_label, is_library
+from pinchpoint.trace.run import Run
 from pinchpoint.trace.stacks import Frame, Stacks, StackSample
 
 PHASES = ("data_wait", "forward", "backward", "optimizer", "checkpoint", "loop", "other")
@@ -113,3 +116,41 @@ def _is_main(s: StackSample, pid: int) -> bool:
 
 def _deepest_own(frames: tuple[Frame, ...]) -> Frame | None:
     return next((f for f in reversed(frames) if not is_library(f)), None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutsideWatch:
+    """Everything read of a process watched from outside, what the outside rules judge."""
+
+    main: MainThread | None
+    """The main thread's time by phase (None without py-spy's stacks)."""
+    threads: Threads | None
+    usage: CpuUsage | None
+    """The process tree's cores over the attach (the system sampler)."""
+    workers: Mapping[int, float]
+    """The main process's children (DataLoader workers): pid -> the cores each kept busy."""
+    usable_cores: int
+    rss_bytes: tuple[int, ...]
+    """The main process's resident memory at each system sample."""
+    watched_ns: int
+    """From the first system sample to the last."""
+
+
+def outside_watch(run: Run, pid: int, wall_s: float, thread_cpu_s: Mapping[str, float]) -> OutsideWatch:
+    """The watch of process `pid` from its run directory's recordings and the attach's per-thread CPU."""
+    usage = cpu_usage(run, run.system[0].t_ns, run.system[-1].t_ns, pid) if len(run.system) >= 2 else None
+    children = {p.pid for s in run.system for p in s.procs if p.ppid == pid}
+    workers = {
+        p: sum(c for _, c in series) / len(series)
+        for (p, _), series in cores_busy(run.system).items()
+        if p in children and series
+    }
+    return OutsideWatch(
+        main=main_thread(run.stacks, pid, run.meta.cwd) if run.stacks is not None else None,
+        threads=threads(dict(thread_cpu_s), pid, wall_s),
+        usage=usage,
+        workers=workers,
+        usable_cores=run.environment.cpu.usable_cores,
+        rss_bytes=tuple(p.rss_bytes for s in run.system for p in s.procs if p.pid == pid),
+        watched_ns=run.system[-1].t_ns - run.system[0].t_ns if run.system else 0,
+    )

@@ -6,17 +6,23 @@ import argparse
 import json
 import sys
 
+DOCUMENTS = ("report", "outside")
+"""report: report.json; outside: outside.json (`pinchpoint attach --outside`)."""
+
 
 class SchemaCommand:
     NAME = "schema"
-    HELP = "print the JSON Schema of a document pinchpoint writes (report: report.json)"
+    HELP = "print the JSON Schema of a document pinchpoint writes (report.json, outside.json)"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("document", choices=("report",), help="report: report.json")
+        parser.add_argument("document", choices=DOCUMENTS, help="report: report.json; outside: outside.json")
 
     def execute(self, args: argparse.Namespace) -> int:
-        from pinchpoint.report.report_doc import report_schema
+        if args.document == "outside":
+            from pinchpoint.report.outside_doc import outside_schema as schema
+        else:
+            from pinchpoint.report.report_doc import report_schema as schema
 
-        json.dump(report_schema(), sys.stdout, indent=2)
+        json.dump(schema(), sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0

@@ -12,8 +12,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis
+from pinchpoint.analysis.outside import OutsideWatch
 from pinchpoint.analysis.run_analysis import RunAnalysis
-from pinchpoint.diagnosis.finding import Category, Finding, Note, NoteKind
+from pinchpoint.diagnosis.finding import Category, Fact, Finding, Note, NoteKind
 from pinchpoint.diagnosis.frameworks import in_framework_terms
 from pinchpoint.diagnosis.merge import (
     fold_explained,
@@ -36,6 +37,7 @@ from pinchpoint.diagnosis.notes import (
 )
 from pinchpoint.diagnosis.registry import DEVICE_OWNS, RULES
 from pinchpoint.diagnosis.rules.base import Job, Rule, Scope, Subject
+from pinchpoint.diagnosis.rules.outside import loop_waits
 from pinchpoint.diagnosis.shares import bound_shares
 from pinchpoint.diagnosis.unloaded import without_the_load
 from pinchpoint.diagnosis.whatif import with_next_limits
@@ -61,6 +63,21 @@ def diagnose(
 def diagnose_gpu(analysis: GpuRunAnalysis, rules: Sequence[Rule] = RULES) -> Diagnosis:
     """The rules over profiler traces (`pinchpoint analyze`)."""
     return diagnose_job(Job(devices=analysis), rules)
+
+
+def diagnose_outside(watch: OutsideWatch, rules: Sequence[Rule] = RULES) -> Diagnosis:
+    """The OUTSIDE rules over a process watched from outside (`pinchpoint attach` without its agent):
+    findings by their share of the main thread's time, a note where the loop's share is a wait."""
+    job = Job(outside=watch)
+    subject = Subject(rank=0, job=job)
+    found = [f for rule in rules if rule.scope is Scope.OUTSIDE for f in rule.check(subject)]
+    notes = []
+    if loop_waits(watch) and watch.main is not None and watch.threads is not None:
+        loop, cores = watch.main.shares["loop"], watch.threads.main_cores
+        notes.append(
+            Note(kind=NoteKind.CONTEXT, fact=Fact("outside.loop_waits", loop_share=loop, main_cores=cores))
+        )
+    return Diagnosis(findings=tuple(sorted(found, key=lambda f: -f.share)), notes=tuple(notes))
 
 
 def diagnose_job(job: Job, rules: Sequence[Rule] = RULES) -> Diagnosis:

@@ -189,6 +189,9 @@ class Finding:
     run_speedup: float | None = None
     """The gain on the whole run's wall clock (`diagnosis/whole_run.py`): a step finding's gain where
     the training steps are only part of the run; None where the run's wall clock is not known."""
+    share_measured: bool = True
+    """False: nothing measured this finding's share (a process watched from outside shows its threads
+    and memory, not what they cost): `share` is 0 and no gain is claimed."""
 
 
 class NoteKind(str, Enum):

@@ -16,6 +16,7 @@ from pinchpoint.diagnosis.rules.host import HostDispatch, HostPython
 from pinchpoint.diagnosis.rules.input import InputFetch, InputPreprocess
 from pinchpoint.diagnosis.rules.io import IoCheckpoint
 from pinchpoint.diagnosis.rules.memory import AllocatorChurn, MemoryLeak
+from pinchpoint.diagnosis.rules.outside import OUTSIDE_RULES
 from pinchpoint.diagnosis.rules.ranks import Straggler
 from pinchpoint.diagnosis.rules.run import Evaluation, Rollouts
 
@@ -47,6 +48,8 @@ RULES: tuple[Rule, ...] = (
     GpuCommExposed(),
     GpuStraggler(),
     GpuMemoryPressure(),
+    # A process watched from outside (Scope.OUTSIDE)
+    *OUTSIDE_RULES,
 )
 
 DEVICE_OWNS: frozenset[Category] = frozenset(

@@ -74,7 +74,7 @@ def report_run_dir(run_dir: Path, *, json_path: Path | None = None) -> ReportDoc
         RENDERERS["html"].write(built, run_dir / HTML_NAME)
     except OSError as exc:
         print(f"pinchpoint: note: {HTML_NAME} was not written ({exc.strerror})", file=sys.stderr)
-    history_id = _record(run_dir, built.document, run_step_ns(run))
+    history_id = _record(run_dir, report.to_dict(), run_step_ns(run))
     return report if history_id is None else replace(report, history_id=history_id)
 
 

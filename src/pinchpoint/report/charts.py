@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from pinchpoint.analysis.roofline import DTYPE_LABELS
 from pinchpoint.analysis.views import RooflineView, RunViews, Series
+from pinchpoint.report.report_doc import ReportDoc
 from pinchpoint.report.svg import (
     BOTTOM,
     LEFT,
@@ -189,12 +189,12 @@ def ranks_chart(views: RunViews) -> str:
 GPU_SPLIT_COLORS = {"compute": "#4e9a06", "communication": "#3465a4", "memory": "#c4a000", "idle": "#bbbbbb"}
 
 
-def gpu_ranks_chart(report: Mapping[str, Any]) -> str:
+def gpu_ranks_chart(report: ReportDoc) -> str:
     """Each rank's GPU time split (compute, communication, memory copies, idle) in ms of its span."""
-    rows = []
-    for g in report.get("gpu") or []:
-        span = float(g.get("span_ms") or 0.0)
-        rows.append((f"rank {g.get('rank')}", {k: span * float(g.get(k) or 0.0) for k in GPU_SPLIT_COLORS}))
+    rows = [
+        (f"rank {g.rank}", {k: g.span_ms * float(getattr(g, k)) for k in GPU_SPLIT_COLORS})
+        for g in report.gpu or ()
+    ]
     return stacked_rows(rows, GPU_SPLIT_COLORS, " ms")
 
 
@@ -275,10 +275,10 @@ RUN_COLORS = {
 }  # fmt: skip
 
 
-def run_time_chart(report: Mapping[str, Any]) -> str:
+def run_time_chart(report: ReportDoc) -> str:
     """The whole run's wall clock as one bar, by segment (report.json's `run_time`), in seconds."""
-    whole = report.get("run_time")
+    whole = report.run_time
     if not whole:
         return ""
-    parts = {g["name"]: float(g["s"]) for g in whole.get("segments") or []}
+    parts = {g.name: g.s for g in whole.segments}
     return stacked_rows([("the run", parts)], {n: RUN_COLORS.get(n, "#888") for n in parts}, " s")

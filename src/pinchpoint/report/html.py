@@ -10,7 +10,6 @@ GPU time split and heaviest kernels.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from html import escape
 from typing import Any
 
@@ -19,6 +18,7 @@ from pinchpoint.report import charts
 from pinchpoint.report.flamegraph import flamegraph_svg
 from pinchpoint.report.phrases.common import gain as gain_words
 from pinchpoint.report.phrases.common import load_words, run_gain_words, segment_code_lines, share_words
+from pinchpoint.report.report_doc import FindingInfo, LoaderSettings, ReportDoc
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;
@@ -39,29 +39,28 @@ def _e(v: Any) -> str:
     return escape(str(v), quote=True)
 
 
-def _finding(f: Mapping[str, Any], multi_rank: bool) -> str:
-    gain = float(f.get("estimated_speedup") or 1.0)
+def _finding(f: FindingInfo, multi_rank: bool) -> str:
     stats = _e(share_words(f))
-    if gain > 1.005:
-        stats += f' · <span class="gain">{_e(gain_words(gain, f.get("estimate_basis")) + run_gain_words(f))}</span>'
-    stats += f" · confidence {_e(f.get('confidence'))}"
+    if f.estimated_speedup > 1.005:
+        stats += f' · <span class="gain">{_e(gain_words(f.estimated_speedup, f.estimate_basis) + run_gain_words(f))}</span>'
+    stats += f" · confidence {_e(f.confidence)}"
     if multi_rank:
-        stats += f" · ranks {_e(f.get('ranks'))}"
+        stats += f" · ranks {_e(list(f.ranks))}"
     out = [
-        f'<div class="finding {_e(f.get("confidence"))}">',
-        f'<div><b>{_e(f.get("title"))}</b> <span class="id">[{_e(f.get("id"))}]</span></div>',
+        f'<div class="finding {_e(f.confidence)}">',
+        f'<div><b>{_e(f.title)}</b> <span class="id">[{_e(f.id)}]</span></div>',
         f'<div class="stats">{stats}</div>',
-        f'<div class="stats gain">{_e(load_words(f))}</div>' if f.get("estimate_without_load") else "",
+        f'<div class="stats gain">{_e(load_words(f))}</div>' if f.estimate_without_load else "",
         "<ul>",
-        *(f"<li>{_e(e)}</li>" for e in f.get("evidence") or []),
-        f"</ul><div><b>Fix:</b> {_e(f.get('fix'))}</div>",
+        *(f"<li>{_e(e)}</li>" for e in f.evidence),
+        f"</ul><div><b>Fix:</b> {_e(f.fix)}</div>",
     ]
-    if f.get("snippet"):
-        out.append(f"<pre>{_e(f['snippet'])}</pre>")
-    if f.get("framework_fix"):
-        out.append(f'<div class="fix"><b>{_e(f["framework_fix"])}</b></div>')
-    if f.get("next_limit"):
-        out.append(f'<div class="note">Then: {_e(f["next_limit"])}</div>')
+    if f.snippet:
+        out.append(f"<pre>{_e(f.snippet)}</pre>")
+    if f.framework_fix:
+        out.append(f'<div class="fix"><b>{_e(f.framework_fix)}</b></div>')
+    if f.next_limit:
+        out.append(f'<div class="note">Then: {_e(f.next_limit)}</div>')
     out.append("</div>")
     return "\n".join(out)
 
@@ -74,19 +73,19 @@ def _short(name: str) -> str:
     return name if len(name) <= KERNEL_NAME_CHARS else name[: KERNEL_NAME_CHARS - 1] + "…"
 
 
-def _gpu(report: Mapping[str, Any]) -> str:
+def _gpu(report: ReportDoc) -> str:
     """Per rank: the GPU's time split (each instant once) and its heaviest kernels."""
     out = []
-    for g in report.get("gpu") or []:
+    for g in report.gpu or ():
         split = " · ".join(
-            f"{k} {100 * float(g.get(k) or 0):.1f}%" for k in ("compute", "communication", "memory", "idle")
+            f"{k} {100 * float(getattr(g, k)):.1f}%" for k in ("compute", "communication", "memory", "idle")
         )
-        out.append(f"<p><b>rank {_e(g.get('rank'))}</b>: {_e(split)} of {_e(g.get('span_ms'))} ms</p>")
+        out.append(f"<p><b>rank {_e(g.rank)}</b>: {_e(split)} of {_e(g.span_ms)} ms</p>")
         rows = "".join(
-            f'<tr><td title="{_e(k.get("name"))}">{_e(_short(str(k.get("name"))))}</td><td>{_e(k.get("class"))}</td>'
-            f"<td>{_e(k.get('count'))}</td>"
-            f"<td>{_e(k.get('total_ms'))}</td><td>{100 * float(k.get('share_of_busy') or 0):.1f}%</td></tr>"
-            for k in g.get("top_kernels") or []
+            f'<tr><td title="{_e(k.name)}">{_e(_short(k.name))}</td><td>{_e(k.work)}</td>'
+            f"<td>{_e(k.count)}</td>"
+            f"<td>{_e(k.total_ms)}</td><td>{100 * k.share_of_busy:.1f}%</td></tr>"
+            for k in g.top_kernels or ()
         )
         if rows:
             out.append(
@@ -96,18 +95,28 @@ def _gpu(report: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _environment(report: Mapping[str, Any]) -> str:
-    env = report.get("environment") or {}
-    cpu, torch, threads = env.get("cpu") or {}, env.get("torch") or {}, env.get("threads") or {}
+def _loader_words(loader: LoaderSettings | None) -> str:
+    if loader is None:
+        return "none seen"
+    where = f" (built at {loader.site})" if loader.site else ""
+    return f"num_workers={loader.num_workers}, batch_size={loader.batch_size}, pin_memory={loader.pin_memory}{where}"
+
+
+def _environment(report: ReportDoc) -> str:
+    env = report.environment
+    cpu, torch, threads = env.cpu, env.torch, env.threads
     rows = [
-        ("CPU", f"{cpu.get('model')} · {cpu.get('usable_cores')} usable cores"),
-        ("matrix units", ", ".join(cpu.get("matrix_units") or []) or "none"),
-        ("GPUs", ", ".join(str(g.get("name")) for g in env.get("gpus") or []) or "none"),
-        ("torch", f"{torch.get('version')}"),
-        ("threads", f"intra-op {threads.get('intra_op')}, inter-op {threads.get('inter_op')}"),
-        ("autocast", env.get("autocast") or "off"),
-        ("DataLoader", env.get("dataloader") or "none seen"),
-        ("Python", env.get("python")),
+        ("CPU", f"{cpu.model if cpu else None} · {cpu.usable_cores if cpu else None} usable cores"),
+        ("matrix units", ", ".join(cpu.matrix_units if cpu else ()) or "none"),
+        ("GPUs", ", ".join(g.name for g in env.gpus) or "none"),
+        ("torch", f"{torch.version if torch else None}"),
+        (
+            "threads",
+            f"intra-op {threads.intra_op if threads else None}, inter-op {threads.inter_op if threads else None}",
+        ),
+        ("autocast", env.autocast or "off"),
+        ("DataLoader", _loader_words(env.dataloader)),
+        ("Python", env.python),
     ]
     return "<table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows) + "</table>"
 
@@ -137,13 +146,13 @@ def _roofline_section(view: RooflineView) -> str:
     return _section("roofline", "Roofline: each kind of op against the hardware's ceilings", note, svg)
 
 
-def _charts(report: Mapping[str, Any], views: RunViews, title: str) -> list[str]:
+def _charts(report: ReportDoc, views: RunViews, title: str) -> list[str]:
     rank0 = " (rank 0)" if views.multi_rank else ""
     out = []
     whole = charts.run_time_chart(report)
-    if whole:
-        wall = report["run_time"]["wall_s"]
-        lines = "".join(f"<li>{escape(line.strip())}</li>" for line in segment_code_lines(report["run_time"]))
+    if whole and report.run_time is not None:
+        wall = report.run_time.wall_s
+        lines = "".join(f"<li>{escape(line.strip())}</li>" for line in segment_code_lines(report.run_time))
         code = f'<ul class="segment-code">{lines}</ul>' if lines else ""
         out.append(_section("run-time", f"Where the run's {wall:.1f} s went{rank0}", whole, code))
     out.append(_section("steps", f"Each step's time, by phase{rank0}", charts.steps_chart(views)))
@@ -179,15 +188,15 @@ def _charts(report: Mapping[str, Any], views: RunViews, title: str) -> list[str]
 
 
 def render_html(
-    report: Mapping[str, Any], views: RunViews | None = None, *, roofline: RooflineView | None = None
+    report: ReportDoc, views: RunViews | None = None, *, roofline: RooflineView | None = None
 ) -> str:
     """The HTML document for `report` (and, when given, the charts of the run it was built from; for a
     trace, its ops on the GPU's roofline)."""
-    command = " ".join((report.get("run") or {}).get("command") or [])
-    steps = report.get("steps") or {}
-    findings = report.get("findings") or []
-    multi = len(report.get("ranks") or []) > 1
-    sub = f"{_e(steps.get('count'))} steady steps · median {_e(steps.get('median_ms'))} ms"
+    command = " ".join(report.run.command)
+    steps = report.steps
+    findings = report.findings
+    multi = len(report.ranks) > 1
+    sub = f"{_e(steps.count)} steady steps · median {_e(steps.median_ms)} ms"
     body = [
         f"<h1>pinchpoint: {_e(command)}</h1>",
         f'<div class="sub">{sub}</div>',
@@ -209,8 +218,8 @@ def render_html(
             if section:
                 body.append(section)
     body += ["<h2>Environment</h2>", _environment(report)]
-    body += [f'<p class="note">note: {_e(n)}</p>' for n in report.get("notes") or []]
-    body += [f'<p class="warn">warning: {_e(w)}</p>' for w in report.get("warnings") or []]
+    body += [f'<p class="note">note: {_e(n)}</p>' for n in report.notes]
+    body += [f'<p class="warn">warning: {_e(w)}</p>' for w in report.warnings]
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>pinchpoint: {_e(command)}</title><style>{CSS}</style></head><body>\n"

@@ -9,7 +9,6 @@ A renderer writes one format from a `Report` and analyses nothing.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -21,7 +20,7 @@ from pinchpoint.report.report_doc import ReportDoc
 from pinchpoint.trace.run import Run
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Report:
     doc: ReportDoc
     views: RunViews | None = None
@@ -32,11 +31,6 @@ class Report:
     """The recordings, for the exports that replay them as a timeline (Perfetto)."""
     windows: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
     """Rank -> the op window's own trace document, embedded in the Perfetto export."""
-
-    @functools.cached_property
-    def document(self) -> Mapping[str, Any]:
-        """`doc` as report.json holds it (what the renderers not yet typed read)."""
-        return self.doc.to_dict()
 
     @property
     def title(self) -> str:

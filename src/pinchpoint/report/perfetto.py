@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pinchpoint.analysis.views import RunViews
+from pinchpoint.report.report_doc import FindingInfo, ReportDoc
 from pinchpoint.trace.run import PHASE_DISPLAY, RankData, Run, Step
 
 STEPS_TID, FINDINGS_TID, FETCH_TID = 1, 2, 3
@@ -56,7 +57,7 @@ def _step_args(s: Step) -> dict[str, Any]:
 
 
 def _rank_events(
-    rank: RankData, pid: int, label: str, findings: Sequence[Mapping[str, Any]]
+    rank: RankData, pid: int, label: str, findings: Sequence[FindingInfo]
 ) -> list[dict[str, Any]]:
     ev = _meta(pid, None, label, sort=rank.rank)
     ev += _meta(pid, STEPS_TID, "steps")
@@ -70,16 +71,16 @@ def _rank_events(
             ev.append({"ph": "X", "pid": pid, "tid": PHASE_TIDS[iv.phase.value], "name": iv.phase.value,
                        "cat": "phase", "ts": _us(iv.start_ns), "dur": _us(iv.dur_ns)})  # fmt: skip
     steady = [s for s in rank.steps if not s.partial and not s.profiled and not s.trial]
-    mine = [f for f in findings if rank.rank in (f.get("ranks") or [0])]
+    mine = [f for f in findings if rank.rank in (f.ranks or (0,))]
     if steady and mine:
         ev += _meta(pid, FINDINGS_TID, "findings")
         start, end = steady[0].start_ns, steady[-1].end_ns
         for f in mine:
             ev.append({
                 "ph": "X", "pid": pid, "tid": FINDINGS_TID, "cat": "finding",
-                "name": f"{f['id']} {100 * float(f['share']):.0f}% · est. ×{float(f['estimated_speedup']):.2f}",
+                "name": f"{f.id} {100 * f.share:.0f}% · est. ×{f.estimated_speedup:.2f}",
                 "ts": _us(start), "dur": _us(end - start),
-                "args": {"title": f.get("title"), "evidence": f.get("evidence"), "fix": f.get("fix")},
+                "args": {"title": f.title, "evidence": list(f.evidence), "fix": f.fix},
             })  # fmt: skip
     for pid_f in sorted({b.pid for b in rank.fetches}):
         if pid_f != pid:
@@ -134,14 +135,14 @@ def _merged(doc: Mapping[str, Any], wall_minus_mono_ns: int) -> Iterable[dict[st
 
 def perfetto_trace(
     run: Run,
-    report: Mapping[str, Any],
+    report: ReportDoc,
     views: RunViews,
     windows: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The Chrome-trace document for `run`: its recorded steps and samples, its report's findings, the
     cores busy from its views; `windows`: rank -> opwindow.json."""
     events: list[dict[str, Any]] = []
-    findings = report.get("findings") or []
+    findings = report.findings
     offset = run.meta.wall_time_ns - run.meta.monotonic_ns
     for rank in run.ranks:
         main = rank.main
@@ -164,6 +165,6 @@ def perfetto_trace(
         "otherData": {
             "producer": "pinchpoint",
             "command": " ".join(run.meta.command),
-            "breakdown": dict(report.get("breakdown") or {}),
+            "breakdown": dict(report.breakdown),
         },
     }

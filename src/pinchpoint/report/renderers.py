@@ -24,12 +24,12 @@ def _json(report: Report, out: Path) -> None:
 
 
 def _html(report: Report, out: Path) -> None:
-    out.write_text(render_html(report.document, report.views, roofline=report.roofline))
+    out.write_text(render_html(report.doc, report.views, roofline=report.roofline))
 
 
 def _perfetto(report: Report, out: Path) -> None:
     assert report.run is not None and report.views is not None
-    out.write_text(json.dumps(perfetto_trace(report.run, report.document, report.views, report.windows)))
+    out.write_text(json.dumps(perfetto_trace(report.run, report.doc, report.views, report.windows)))
 
 
 def _speedscope(report: Report, out: Path) -> None:
@@ -46,7 +46,7 @@ def _flamegraph(report: Report, out: Path) -> None:
 
 def _tensorboard(report: Report, out: Path) -> None:
     assert report.views is not None
-    write_event_file(report.views, report.document, out)  # a log directory, not a file
+    write_event_file(report.views, report.doc, out)  # a log directory, not a file
 
 
 RENDERERS: dict[str, Renderer] = {

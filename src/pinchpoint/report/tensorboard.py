@@ -15,12 +15,12 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from pinchpoint.analysis.views import RunViews
 from pinchpoint.report.phrases.common import gain
+from pinchpoint.report.report_doc import ReportDoc
 
 # ---- protobuf, the handful of field types the Event messages here need ------------------------------
 
@@ -102,11 +102,11 @@ def _record(data: bytes) -> bytes:
 # ---- the run -------------------------------------------------------------------------------------------
 
 
-def _events(views: RunViews, report: Mapping[str, Any], markdown: str) -> Iterable[bytes]:
+def _events(views: RunViews, report: ReportDoc, markdown: str) -> Iterable[bytes]:
     now = time.time()
     yield _event(now, 0, file_version="brain.Event:2")
     steps = views.steps
-    findings = report.get("findings") or []
+    findings = report.findings
     for s in steps:
         wall = (s.end_ns + views.wall_offset_ns) / 1e9 if views.wall_offset_ns is not None else now
         values = []
@@ -115,32 +115,32 @@ def _events(views: RunViews, report: Mapping[str, Any], markdown: str) -> Iterab
             for phase, ns in s.phases_ns:
                 values.append(_scalar(f"pinchpoint/phase/{phase}", ns / s.dur_ns if s.dur_ns else 0.0))
             for f in findings:
-                values.append(_scalar(f"pinchpoint/finding/{f['id']}", float(f["share"])))
+                values.append(_scalar(f"pinchpoint/finding/{f.id}", f.share))
         if values:
             yield _event(wall, s.index, summary=b"".join(values))
     last = steps[-1].index if steps else 0
     yield _event(now, last, summary=_text("pinchpoint/report", markdown))
 
 
-def report_markdown(report: Mapping[str, Any]) -> str:
+def report_markdown(report: ReportDoc) -> str:
     """The report's findings as markdown (what the text plugin renders)."""
-    steps = report.get("steps") or {}
-    lines = [f"**{' '.join(report.get('run', {}).get('command') or [])}**", ""]
-    if steps.get("median_ms") is not None:
-        lines += [f"{steps.get('count')} steady steps, median {steps['median_ms']} ms", ""]
-    for i, f in enumerate(report.get("findings") or [], 1):
+    steps = report.steps
+    lines = [f"**{' '.join(report.run.command)}**", ""]
+    if steps.median_ms is not None:
+        lines += [f"{steps.count} steady steps, median {steps.median_ms} ms", ""]
+    for i, f in enumerate(report.findings, 1):
         lines.append(
-            f"{i}. **{f['title']}** (`{f['id']}`): {100 * float(f['share']):.0f}% of the step, "
-            f"{gain(float(f['estimated_speedup']), f.get('estimate_basis'))}"
+            f"{i}. **{f.title}** (`{f.id}`): {100 * f.share:.0f}% of the step, "
+            f"{gain(f.estimated_speedup, f.estimate_basis)}"
         )
-        lines += [f"    - {e}" for e in f.get("evidence") or []]
-        lines.append(f"    - *Fix:* {f.get('fix')}")
-    if not report.get("findings"):
+        lines += [f"    - {e}" for e in f.evidence]
+        lines.append(f"    - *Fix:* {f.fix}")
+    if not report.findings:
         lines.append("No bottleneck found above the reporting thresholds.")
     return "\n".join(lines)
 
 
-def write_event_file(views: RunViews, report: Mapping[str, Any], logdir: Path) -> Path:
+def write_event_file(views: RunViews, report: ReportDoc, logdir: Path) -> Path:
     """One event file in `logdir` (created); returns its path."""
     logdir.mkdir(parents=True, exist_ok=True)
     path = logdir / f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.pinchpoint"

@@ -1,7 +1,8 @@
-"""The terminal report: what an engineer reads in ten seconds. Renders a `Report`'s document; no analysis."""
+"""The terminal report: what an engineer reads in ten seconds. Renders a `Report`'s typed document; no analysis."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -12,6 +13,7 @@ from rich.text import Text
 
 from pinchpoint.report.model import Report
 from pinchpoint.report.phrases.common import gain, load_words, run_gain_words, segment_code_lines, share_words
+from pinchpoint.report.report_doc import AttachInfo, OpWindowTaken, ReportDoc, RunTimeInfo, StepsInfo
 
 PHASE_LABELS = {
     "data_wait": "data wait",
@@ -53,139 +55,128 @@ def _bar(frac: float, color: str) -> Text:
     return Text("█" * n, style=color) + Text("░" * (BAR_WIDTH - n), style="grey30")
 
 
-def _analyze_header(report: dict[str, Any]) -> Text:
-    run, steps, env = report["run"], report["steps"], report["environment"]
+def _analyze_header(report: ReportDoc) -> Text:
+    run, steps, env = report.run, report.steps, report.environment
     t = Text()
     t.append("pinchpoint", style="bold")
-    n = len(run.get("traces") or [])
-    t.append(f"  analyze {run.get('source', '')}  ({n} trace{'s' if n != 1 else ''})\n")
-    if steps.get("count"):
+    n = len(run.traces or ())
+    t.append(f"  analyze {run.source or ''}  ({n} trace{'s' if n != 1 else ''})\n")
+    if steps.count:
         t.append(
-            f"{steps['count']} profiled {steps['kind']} step{'' if steps['count'] == 1 else 's'} "
-            f"· median {steps['median_ms']:.1f} ms "
-            f"· p90 {steps['p90_ms']:.1f} ms\n"
+            f"{steps.count} profiled {steps.kind} step{'' if steps.count == 1 else 's'} "
+            f"· median {steps.median_ms or 0.0:.1f} ms "
+            f"· p90 {steps.p90_ms or 0.0:.1f} ms\n"
         )
-    gpus = env.get("gpus") or []
+    gpus = env.gpus
     parts = []
     if gpus:
         g = gpus[0]
-        cap = f" (sm {g['capability']})" if g.get("capability") else ""
-        parts.append(f"{g['name']}{cap}" + (f" ({len(gpus)} visible)" if len(gpus) > 1 else ""))
-    if env.get("torch"):
-        parts.append(f"torch {env['torch']['version']}")
-    parts.append(f"world size {run.get('world_size')}")
+        cap = f" (sm {g.capability})" if g.capability else ""
+        parts.append(f"{g.name}{cap}" + (f" ({len(gpus)} visible)" if len(gpus) > 1 else ""))
+    if env.torch:
+        parts.append(f"torch {env.torch.version}")
+    parts.append(f"world size {run.world_size}")
     t.append(" · ".join(parts), style="dim")
     return t
 
 
-def _gpu_table(report: dict[str, Any]) -> Table:
+def _gpu_table(report: ReportDoc) -> Table:
     table = Table(box=None, padding=(0, 2), header_style="bold")
     for col in ("rank", "span", "compute", "comm", "copies", "idle", "comm hidden", "host-wait idle"):
         table.add_column(col, justify="right")
-    for g in report.get("gpu") or []:
-        if g.get("no_gpu_activity"):
-            table.add_row(str(g["rank"]), "no GPU work in this trace", *[""] * 6)
+    for g in report.gpu or ():
+        if g.no_gpu_activity:
+            table.add_row(str(g.rank), "no GPU work in this trace", *[""] * 6)
             continue
-        causes = g.get("idle_causes") or {}
-        overlap = g.get("comm_overlap")
+        causes, overlap = g.idle_causes, g.comm_overlap
         table.add_row(
-            str(g["rank"]),
-            f"{g['span_ms']:.1f} ms",
-            f"{100 * g['compute']:.1f}%",
-            f"{100 * g['communication']:.1f}%",
-            f"{100 * g['memory']:.1f}%",
-            f"{100 * g['idle']:.1f}%",
+            str(g.rank),
+            f"{g.span_ms:.1f} ms",
+            f"{100 * g.compute:.1f}%",
+            f"{100 * g.communication:.1f}%",
+            f"{100 * g.memory:.1f}%",
+            f"{100 * g.idle:.1f}%",
             "-" if overlap is None else f"{100 * overlap:.0f}%",
-            f"{100 * causes.get('host_wait', 0.0):.1f}%" if causes else "-",
+            f"{100 * causes.host_wait:.1f}%" if causes else "-",
         )
     return table
 
 
-def _print_run_gpu(console: Console, report: dict[str, Any]) -> None:
+def _print_run_gpu(console: Console, report: ReportDoc) -> None:
     """A CUDA run: the op window as the device ran it (the host's phases above only show when it waited)."""
-    first = report["gpu"][0]
-    steps = first.get("window_steps") or {}
+    first = (report.gpu or ())[0]
+    steps = first.window_steps
     head = "The op window on the GPU"
-    if steps.get("count"):
-        head += f" ({steps['count']} steps, median {steps['median_ms']:.1f} ms as the device runs them)"
+    if steps is not None and steps.count:
+        head += f" ({steps.count} steps, median {steps.median_ms or 0.0:.1f} ms as the device runs them)"
     console.print(Text(head, style="bold underline"))
     console.print(_gpu_table(report))
-    window = first.get("window_breakdown") or {}
-    if window:
-        console.print(_breakdown({"breakdown": window, "steps": steps}))
+    if first.window_breakdown and steps is not None:
+        console.print(_breakdown(first.window_breakdown, steps))
     console.print()
 
 
-def _attached_line(attach: dict[str, Any]) -> str:
-    what = f"attached to process {attach['pid']} for {attach['duration_s']:g} s"
-    ended = attach.get("ended")
-    if ended == "exited":
+def _attached_line(attach: AttachInfo) -> str:
+    what = f"attached to process {attach.pid} for {attach.duration_s:g} s"
+    if attach.ended == "exited":
         return f"{what}; it ended during the attach: partial report\n"
-    if attach.get("restored") is None:
+    if attach.restored is None:
         return f"{what}; its agent did not confirm the detach (it detaches by itself)\n"
-    left = attach.get("left") or []
-    kept = f", left inert: {', '.join(left)}" if left else ""
-    return f"{what}, then detached ({attach['restored']} patches put back{kept}); it runs on\n"
+    kept = f", left inert: {', '.join(attach.left)}" if attach.left else ""
+    return f"{what}, then detached ({attach.restored} patches put back{kept}); it runs on\n"
 
 
-def _header(report: dict[str, Any]) -> Text:
-    if report["run"].get("mode") == "analyze":
+def _header(report: ReportDoc) -> Text:
+    if report.run.mode == "analyze":
         return _analyze_header(report)
-    run, steps, env = report["run"], report["steps"], report["environment"]
-    cmd = " ".join(run.get("command") or [])
+    run, steps, env = report.run, report.steps, report.environment
     t = Text()
     t.append("pinchpoint", style="bold")
-    t.append(f"  {cmd}\n")
-    status = run.get("exit_code")
-    if run.get("attach"):
-        t.append(_attached_line(run["attach"]), style="bold")
-    elif run.get("signal"):
-        t.append(f"program killed by {run['signal']} (exit {status}): partial report\n", style="bold red")
+    t.append(f"  {' '.join(run.command)}\n")
+    status = run.exit_code
+    if run.attach:
+        t.append(_attached_line(run.attach), style="bold")
+    elif run.signal:
+        t.append(f"program killed by {run.signal} (exit {status}): partial report\n", style="bold red")
     elif status not in (0, None):
         t.append(f"program exited with {status}: partial report\n", style="bold yellow")
     elif status is None:
         t.append("program did not finish: partial report\n", style="bold yellow")
-    if steps.get("count"):
+    if steps.count:
+        total = steps.total if steps.total is not None else steps.count
         t.append(
-            f"{steps.get('total', steps['count'])} {steps['kind']} steps · median {steps['median_ms']:.1f} ms "
-            f"· p90 {steps['p90_ms']:.1f} ms ({steps['count']} steady steps measured)\n"
+            f"{total} {steps.kind} steps · median {steps.median_ms or 0.0:.1f} ms "
+            f"· p90 {steps.p90_ms or 0.0:.1f} ms ({steps.count} steady steps measured)\n"
         )
-        if steps.get("timed_on") == "gpu":
+        if steps.timed_on == "gpu":
             t.append(
-                f"steps timed on the GPU (CUDA events); the host enqueues one in {steps['host_median_ms']:.1f} ms, "
+                f"steps timed on the GPU (CUDA events); the host enqueues one in {steps.host_median_ms or 0.0:.1f} ms, "
                 "and the breakdown below is the host's view\n",
                 style="dim",
             )
-    cpu = env.get("cpu") or {}
-    parts = [f"{cpu.get('model', '?')}, {cpu.get('usable_cores', '?')} usable cores"]
-    if cpu.get("matrix_units"):
-        parts.append("matrix units: " + ", ".join(cpu["matrix_units"]))
-    torch = env.get("torch")
-    if torch:
-        parts.append(f"torch {torch['version']}")
-    threads = env.get("threads")
-    if threads and threads.get("intra_op") is not None:
-        parts.append(f"{threads['intra_op']} intra-op threads")
-    parts.append(f"autocast {env.get('autocast') or 'off'}")
-    fw = env.get("framework")
-    if fw:
-        parts.append(f"{fw['name']} {fw.get('version') or ''}".rstrip())
-    dl = env.get("dataloader")
-    if dl:
-        parts.append(f"DataLoader num_workers={dl['num_workers']}")
+    cpu = env.cpu
+    parts = [f"{cpu.model if cpu else '?'}, {cpu.usable_cores if cpu else '?'} usable cores"]
+    if cpu and cpu.matrix_units:
+        parts.append("matrix units: " + ", ".join(cpu.matrix_units))
+    if env.torch:
+        parts.append(f"torch {env.torch.version}")
+    if env.threads and env.threads.intra_op is not None:
+        parts.append(f"{env.threads.intra_op} intra-op threads")
+    parts.append(f"autocast {env.autocast or 'off'}")
+    if env.framework:
+        parts.append(f"{env.framework.name} {env.framework.version or ''}".rstrip())
+    if env.dataloader:
+        parts.append(f"DataLoader num_workers={env.dataloader.num_workers}")
     t.append(" · ".join(parts), style="dim")
     return t
 
 
-def _breakdown(report: dict[str, Any]) -> Table | Text:
-    bd = report.get("breakdown") or {}
-    steps = report["steps"]
+def _breakdown(bd: Mapping[str, float], steps: StepsInfo) -> Table | Text:
     # Device-timed steps: the breakdown is the host's view, so its milliseconds are the host's.
-    mean = steps.get("host_mean_ms") or steps.get("mean_ms") or steps.get("median_ms") or 0.0
+    mean = steps.host_mean_ms or steps.mean_ms or steps.median_ms or 0.0
     if not bd:
-        missing = steps.get("missing")
-        if missing:
-            return Text(f"No steps: {missing.removeprefix('no step was recorded: ')}.", style="yellow")
+        if steps.missing:
+            return Text(f"No steps: {steps.missing.removeprefix('no step was recorded: ')}.", style="yellow")
         return Text("No steps were recorded, so there is no step breakdown.", style="yellow")
     table = Table.grid(padding=(0, 2))
     for key, frac in sorted(bd.items(), key=lambda kv: -kv[1]):
@@ -203,55 +194,54 @@ def _breakdown(report: dict[str, Any]) -> Table | Text:
 RUN_COLORS = {"training steps": "green", "between steps": "red", "start-up": "yellow", "shutdown": "yellow"}
 
 
-def _run_time(whole: dict[str, Any]) -> Table:
+def _run_time(whole: RunTimeInfo) -> Table:
     table = Table.grid(padding=(0, 2))
-    for g in whole["segments"]:
-        label = g["name"] + (" (unattributed)" if g["name"] == "between steps" else "")
-        count = f", {g['steps']} steps" if g["steps"] else ""
+    for g in whole.segments:
+        label = g.name + (" (unattributed)" if g.name == "between steps" else "")
+        count = f", {g.steps} steps" if g.steps else ""
         table.add_row(
-            label, _bar(g["share"], RUN_COLORS.get(g["name"], "cyan")), f"{100 * g['share']:4.0f}%",
-            Text(f"{g['s']:.1f} s{count}", style="dim"),
+            label, _bar(g.share, RUN_COLORS.get(g.name, "cyan")), f"{100 * g.share:4.0f}%",
+            Text(f"{g.s:.1f} s{count}", style="dim"),
         )  # fmt: skip
     return table
 
 
-def _findings(report: dict[str, Any]) -> Group | Text:
-    findings = report.get("findings") or []
-    if not findings:
+def _findings(report: ReportDoc) -> Group | Text:
+    if not report.findings:
         return Text("No bottleneck found above the reporting thresholds.", style="green")
     blocks: list[Any] = []
-    for i, f in enumerate(findings, 1):
+    for i, f in enumerate(report.findings, 1):
         head = Text()
         head.append(f"{i}. ", style="bold")
-        head.append(f"{f['title']}", style="bold " + CONFIDENCE_STYLE.get(f["confidence"], ""))
-        head.append(f"  [{f['id']}]", style="dim")
+        head.append(f"{f.title}", style="bold " + CONFIDENCE_STYLE.get(f.confidence, ""))
+        head.append(f"  [{f.id}]", style="dim")
         stats = Text()
         stats.append(f"   {share_words(f)}", style="bold")
-        if f["estimated_speedup"] > 1.005:
-            stats.append(f" · {gain(f['estimated_speedup'], f.get('estimate_basis'))}", style="bold green")
+        if f.estimated_speedup > 1.005:
+            stats.append(f" · {gain(f.estimated_speedup, f.estimate_basis)}", style="bold green")
             stats.append(run_gain_words(f), style="green")
-        stats.append(f" · confidence {f['confidence']}", style="dim")
-        if len(report.get("ranks") or []) > 1:
-            stats.append(f" · ranks {f['ranks']}", style="dim")
+        stats.append(f" · confidence {f.confidence}", style="dim")
+        if len(report.ranks) > 1:
+            stats.append(f" · ranks {list(f.ranks)}", style="dim")
         lines: list[Any] = [head, stats]
-        if f.get("estimate_without_load"):
+        if f.estimate_without_load:
             lines.append(Text(f"   {load_words(f)}", style="green"))
-        for e in f["evidence"]:
+        for e in f.evidence:
             lines.append(Text(f"   • {e}"))
-        lines.append(Text.assemble(("   Fix: ", "bold"), f["fix"]))
-        if f.get("snippet"):
-            lines.append(Padding(Text(f["snippet"], style="cyan"), (0, 0, 0, 8)))
-        if f.get("framework_fix"):
-            lines.append(Text.assemble("   ", (f["framework_fix"], "bold cyan")))
-        if f.get("next_limit"):
-            lines.append(Text(f"   Then: {f['next_limit']}", style="dim"))
+        lines.append(Text.assemble(("   Fix: ", "bold"), f.fix))
+        if f.snippet:
+            lines.append(Padding(Text(f.snippet, style="cyan"), (0, 0, 0, 8)))
+        if f.framework_fix:
+            lines.append(Text.assemble("   ", (f.framework_fix, "bold cyan")))
+        if f.next_limit:
+            lines.append(Text(f"   Then: {f.next_limit}", style="dim"))
         blocks.append(Group(*lines, Text("")))
     return Group(*blocks)
 
 
 def render(report: Report, out: TextIO, *, color: bool | None = None, width: int | None = None) -> None:
     """The report as the console shows it (`color=None`: colour when `out` is a terminal)."""
-    _render(dict(report.document), out, color=color, width=width)
+    _render(report.doc, out, color=color, width=width)
 
 
 def write_text(report: Report, out: Path) -> None:
@@ -260,7 +250,7 @@ def write_text(report: Report, out: Path) -> None:
         render(report, f, color=False)
 
 
-def _render(report: dict[str, Any], out: TextIO, *, color: bool | None, width: int | None) -> None:
+def _render(report: ReportDoc, out: TextIO, *, color: bool | None, width: int | None) -> None:
     console = Console(
         file=out, force_terminal=color, no_color=color is False, width=width, highlight=False, soft_wrap=False
     )
@@ -268,43 +258,43 @@ def _render(report: dict[str, Any], out: TextIO, *, color: bool | None, width: i
         console.width = DEFAULT_WIDTH  # files and pipes: wide enough that evidence lines stay whole
     console.print(_header(report))
     console.print()
-    if report["run"].get("mode") == "analyze":
+    if report.run.mode == "analyze":
         console.print(Text("GPU time over the trace (each instant counted once)", style="bold underline"))
         console.print(_gpu_table(report))
         console.print()
         title = "Where the profiled steps' time goes, seen from the GPU"
     else:
         title = "Where a step's time goes (mean over steady steps)"
-        whole = report.get("run_time")
+        whole = report.run_time
         if whole:
             console.print(
-                Text(
-                    f"Where the run's time goes ({whole['wall_s']:.1f} s wall clock)", style="bold underline"
-                )
+                Text(f"Where the run's time goes ({whole.wall_s:.1f} s wall clock)", style="bold underline")
             )
             console.print(_run_time(whole))
             for line in segment_code_lines(whole):
                 console.print(Text(line, style="dim"))
             console.print()
     console.print(Text(title, style="bold underline"))
-    console.print(_breakdown(report))
+    console.print(_breakdown(report.breakdown, report.steps))
     console.print()
-    if report["run"].get("mode") != "analyze" and report.get("gpu"):
+    if report.run.mode != "analyze" and report.gpu:
         _print_run_gpu(console, report)
     console.print(Text("What holds it back (biggest predicted gain first)", style="bold underline"))
     console.print(_findings(report))
-    for note in report.get("notes") or []:
+    for note in report.notes:
         console.print(Text(f"note: {note}", style="dim"))
-    windows = [w for w in report.get("op_windows") or [] if w.get("start_step") is not None]
+    windows = [
+        w for w in report.op_windows or () if isinstance(w, OpWindowTaken) and w.start_step is not None
+    ]
     if windows:
         spans = ", ".join(
-            f"steps {w['start_step']}-{w['start_step'] + (w['steps'] or 1) - 1}"
-            + (f" at {w['at_s']:g} s" if w.get("at_s") is not None else "")
+            f"steps {w.start_step}-{(w.start_step or 0) + (w.steps or 1) - 1}"
+            + (f" at {w.at_s:g} s" if w.at_s is not None else "")
             for w in windows
-            if w["rank"] == windows[0]["rank"]
+            if w.rank == windows[0].rank
         )
         console.print(Text(f"op windows on demand ({spans}): the latest is the one analysed", style="dim"))
-    files = report.get("stack_files") or []
+    files = report.stack_files or ()
     if files:
         console.print(
             Text(
@@ -313,5 +303,5 @@ def _render(report: dict[str, Any], out: TextIO, *, color: bool | None, width: i
                 style="bold",
             )
         )
-    for warning in report.get("warnings") or []:
+    for warning in report.warnings:
         console.print(Text(f"warning: {warning}", style="yellow"))

@@ -13,6 +13,7 @@ from enum import Enum
 from typing import ClassVar
 
 from pinchpoint.analysis.gpu.trace_analysis import GpuRankAnalysis, GpuRunAnalysis
+from pinchpoint.analysis.outside import OutsideWatch
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.stacks import StackScope
 from pinchpoint.diagnosis.finding import Category, Fact, Finding
@@ -29,6 +30,9 @@ class Scope(str, Enum):
     DEVICE = "device"
     """One rank's device timeline (a profiler trace, or a CUDA program's op window): `Subject.timeline`,
     with every rank's in `Subject.devices` (cross-rank comparisons)."""
+    OUTSIDE = "outside"
+    """A process watched from outside (`pinchpoint attach` without its agent): `Subject.watched`; its
+    shares are of the main thread's time over the attach, not of a step."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +43,8 @@ class Job:
     env: Environment | None = None
     runs: tuple[RankAnalysis, ...] = ()
     devices: GpuRunAnalysis | None = None
+    outside: OutsideWatch | None = None
+    """A process watched from outside: only the OUTSIDE rules judge it (`engine.diagnose_outside`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +69,13 @@ class Subject:
         if self.device is None:
             raise LookupError(f"rank {self.rank} has no device timeline to judge")
         return self.device
+
+    @property
+    def watched(self) -> OutsideWatch:
+        """The process watched from outside (scope OUTSIDE, where the engine guarantees it)."""
+        if self.job.outside is None:
+            raise LookupError("the job watched no process from outside")
+        return self.job.outside
 
     @property
     def environment(self) -> Environment:

@@ -24,6 +24,7 @@ from pinchpoint.report.phrases import (
     merge,
     native,
     notes,
+    outside,
     run,
     whatif,
 )
@@ -44,6 +45,7 @@ BOOKS: tuple[Mapping[str, Phrase], ...] = (
     merge.PHRASES,
     native.PHRASES,
     notes.PHRASES,
+    outside.PHRASES,
     run.PHRASES,
     whatif.PHRASES,
 )

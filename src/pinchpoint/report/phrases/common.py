@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pinchpoint.report.report_doc import FindingInfo, RunTimeInfo
 
 TRIAL_NAMES = {"threads": "thread", "alloc": "allocator", "workers": "DataLoader workers"}
 
@@ -36,17 +39,17 @@ RUN_GAIN_SAYS = 0.05
 """A step finding's gain on the whole run is said where it falls 5% (of the gain) short of the step's."""
 
 
-def share_words(f: Mapping[str, Any]) -> str:
+def share_words(f: FindingInfo) -> str:
     """`41% of the step`, or of the run for a finding outside the training steps."""
-    return f"{100 * float(f.get('share') or 0):.0f}% of the {'run' if f.get('share_of') == 'run' else 'step'}"
+    return f"{100 * f.share:.0f}% of the {'run' if f.share_of == 'run' else 'step'}"
 
 
-def run_gain_words(f: Mapping[str, Any]) -> str:
+def run_gain_words(f: FindingInfo) -> str:
     """` on the whole run` for a finding of the run; ` (×1.18 on the whole run)` for a step finding whose
     steps are only part of the run; else nothing."""
-    if f.get("share_of") == "run":
+    if f.share_of == "run":
         return " on the whole run"
-    run, step = f.get("estimated_run_speedup"), float(f.get("estimated_speedup") or 1.0)
+    run, step = f.estimated_run_speedup, f.estimated_speedup
     if run is None or step <= 1.0 or (run - 1) >= (1 - RUN_GAIN_SAYS) * (step - 1):
         return ""
     return f" (×{run:.2f} on the whole run: the training steps are only part of it)"
@@ -55,34 +58,34 @@ def run_gain_words(f: Mapping[str, Any]) -> str:
 SEGMENT_CODE_MIN_SHARE = 0.05
 
 
-def segment_code_lines(whole: dict[str, Any]) -> list[str]:
+def segment_code_lines(whole: RunTimeInfo) -> list[str]:
     """A line per segment outside the training steps of at least 5% of the run whose code was sampled:
     where its main thread was."""
     out = []
-    for g in whole["segments"]:
-        code = g.get("code")
-        if not code or g["share"] < SEGMENT_CODE_MIN_SHARE or g["name"] == "pinchpoint's own work":
+    for g in whole.segments:
+        code = g.code
+        if not code or g.share < SEGMENT_CODE_MIN_SHARE or g.name == "pinchpoint's own work":
             continue
         top = "; ".join(
-            f"{h['function']} {100 * h['share']:.0f}%"
-            + (f", inside {h['inside']}" if h.get("inside") else "")
-            for h in code["top"][:2]
+            f"{h.function} {100 * h.share:.0f}%" + (f", inside {h.inside}" if h.inside else "")
+            for h in code.top[:2]
         )
-        out.append(f"  {g['name']}: {top} · on a CPU {100 * code['on_cpu']:.0f}% of it")
+        out.append(f"  {g.name}: {top} · on a CPU {100 * code.on_cpu:.0f}% of it")
     return out
 
 
-def load_words(f: Mapping[str, Any]) -> str:
+def load_words(f: FindingInfo) -> str:
     """A finding's gain as the machine was (over its steps' spread) and without the other load."""
-    low, high = f["estimate_without_load"]["low"], f["estimate_without_load"]["high"]
+    assert f.estimate_without_load is not None
+    low, high = f.estimate_without_load.low, f.estimate_without_load.high
     idle = f"×{low:.2f}" if high - low < 0.005 else f"×{low:.2f}-{high:.2f}"
-    was = f.get("estimate_as_was") or {}
+    was = f.estimate_as_was
     spread = (
-        f" (×{was['low']:.2f}-{was['high']:.2f} over the steps' spread)"
-        if was and was["high"] - was["low"] >= 0.005
+        f" (×{was.low:.2f}-{was.high:.2f} over the steps' spread)"
+        if was and was.high - was.low >= 0.005
         else ""
     )
     return (
-        f"as the machine was: ×{f['estimated_speedup']:.2f}{spread} · without the other load: {idle} "
+        f"as the machine was: ×{f.estimated_speedup:.2f}{spread} · without the other load: {idle} "
         "(model: the time the program's threads waited for a CPU gone)"
     )
