@@ -39,6 +39,7 @@ from pinchpoint.capture.annotate import annotator_from_environment
 from pinchpoint.capture.envnames import OPWINDOW_ENV
 from pinchpoint.capture.gc_watch import WATCH as GC
 from pinchpoint.capture.live_tensors import LeakWatch
+from pinchpoint.capture.loop_shapes import LoopMode
 from pinchpoint.capture.loop_site import loop_site
 from pinchpoint.capture.on_demand import OnDemand
 from pinchpoint.capture.patches import PATCHES
@@ -58,7 +59,7 @@ class Agent:
     """Per-process capture state. One instance per process (`AGENT`); forked children reset it.
 
     The hooks (`capture/hooks.py`) report calls through "what the hooks report"; the agent decides
-    where steps end. `loop_shapes` and `dist_hooks` (backward) share its loop state directly."""
+    where steps end, in its loop state (`shape`, a `loop_shapes.LoopState`)."""
 
     def __init__(self, run_dir: Path, rank: int, window: tuple[int, int] | None) -> None:
         self.run_dir = run_dir
@@ -67,40 +68,19 @@ class Agent:
         self.role: str = Role.MAIN
         self.torch: Any = None
         self.tid = threading.get_ident()
-        self.mode = "unknown"  # unknown | train | manual | inference | explicit
+        self.shape = loop_shapes.LoopState()
+        """Step detection's state: the loop's kind (`LoopMode`), its optimizers, a manual update's watch."""
         self.step = StepState(read_counters(self.tid))
         self.intervals: list[list[Any]] = []
         """The step in progress's phase intervals: [phase, start_ns, end_ns]."""
         self._statm = ProcFile("/proc/self/statm")
         self.in_module = False
-        self.calls_without_backward: dict[int, int] = {}
-        self.lead_optimizer: int | None = None
-        """The optimizer whose step ends a training step: the last of the first iteration's cycle."""
-        self.opt_cycle: list[int] = []
-        """The first iteration's optimizers, until one steps again (`loop_shapes`)."""
         self.opt_start_ns = 0
         """When the optimizer's own update (re)started: its step's start, or the end of its closure."""
-        self.in_optimizer = False
-        """Inside an optimizer's step (its closure's backwards are that step's, not manual updates)."""
-        self.trained_modules: set[int] = set()
-        """Modules called in train mode with grad: their no-grad eval-mode calls are steps of their own."""
-        self.trained_refs: list[Any] = []
-        """Weak references to those modules (`loop_shapes.note_trained`)."""
-        self.update_watch: Any = None
-        """The torch-function mode noting a manual update's ops (`loop_shapes.start_update_watch`)."""
-        self.await_boundary = False
-        """A backward ended and no optimizer has ever stepped: the next data fetch or top-level call
-        may start a new step (a manual update loop)."""
-        self.last_backward_end_ns = 0
-        self.pending: list[tuple[int, Counters, list[Any] | None]] = []
-        """Candidate step ends of a loop not yet known to update its parameters by hand: (time,
-        counters then, the update interval since the last backward)."""
         self.autocast_dtype: str | None = None
         self.loop: dict[str, Any] | None = None
         """The program's loop statement around its steps (`capture/loop_site.py`), found at the first step."""
         self._loop_sought = False
-        self.explicit_kind = "explicit"
-        """What the marked steps are (`explicit_step`): the last partial step is one too."""
         self.framework: dict[str, Any] | None = None
         """The framework driving the loop and its settings (`capture/frameworks.py`)."""
         self.steps = JsonlWriter(self.rank_dir / "steps.jsonl")
@@ -227,7 +207,7 @@ class Agent:
         with contextlib.suppress(Exception):
             self.window.stop(self.torch)
         self.trials.restore(self.torch, self.step.index)
-        if self.pending and self.role == "main":
+        if self.shape.pending and self.role == "main":
             with contextlib.suppress(Exception):
                 loop_shapes.declare_manual(self)  # a short loop that never called an optimizer
         if (
@@ -235,7 +215,7 @@ class Agent:
             and self.step.start_ns is not None
             and self.intervals
             and self.role == "main"
-            and self.mode != "unknown"
+            and self.shape.mode is not LoopMode.UNKNOWN
         ):
             # The unfinished last step is still evidence (a crash mid-step): keep it, marked partial.
             with contextlib.suppress(Exception):
@@ -334,19 +314,19 @@ class Agent:
     def partial_step(self) -> None:
         """Write the step in progress (at exit); analysis treats it like the others."""
         self.window.disable()
-        self.pending = []  # (their intervals stay in the partial step)
-        kind = {"train": "train", "manual": "train", "inference": "inference"}.get(
-            self.mode, self.explicit_kind
+        self.shape.pending = []  # (their intervals stay in the partial step)
+        kind = {LoopMode.TRAIN: "train", LoopMode.MANUAL: "train", LoopMode.INFERENCE: "inference"}.get(
+            self.shape.mode, self.shape.explicit_kind
         )
         self.end_step(kind, partial=True)
 
     def explicit_step(self, kind: str = "explicit") -> None:
         """A step marked by the program (`prof.step()`) or a framework callback (`kind` train or eval)."""
-        self.mode = "explicit"
-        self.pending = []
-        self.await_boundary = False
+        self.shape.mode = LoopMode.EXPLICIT
+        self.shape.pending = []
+        self.shape.await_boundary = False
         if kind != "eval":
-            self.explicit_kind = kind
+            self.shape.explicit_kind = kind
         self.end_step(kind)
 
     def note_autocast(self) -> None:
@@ -363,7 +343,7 @@ class Agent:
         """The program asks its DataLoader for a batch: after a backward, maybe a new step."""
         if self.detach_at_safe_point is not None and self.detach_at_safe_point(self):
             return
-        if self.await_boundary:
+        if self.shape.await_boundary:
             loop_shapes.boundary(self, _now())
         self.begin("data_wait")
 
@@ -379,7 +359,7 @@ class Agent:
         self.in_module = True
         if self.autocast_dtype is None:
             self.note_autocast()
-        if self.await_boundary:
+        if self.shape.await_boundary:
             loop_shapes.boundary(self, _now())
         self.begin("forward")
 
@@ -391,19 +371,19 @@ class Agent:
             return
         self.interval("forward", start_ns, end_ns)
         self.end()
-        if self.mode == "inference":
+        if self.shape.mode is LoopMode.INFERENCE:
             self.end_step("inference", end_ns)
-        elif self.mode in ("train", "manual"):
+        elif self.shape.mode in (LoopMode.TRAIN, LoopMode.MANUAL):
             if self.torch.is_grad_enabled():
                 if module.training:
                     loop_shapes.note_trained(self, module)
             elif (
                 not module.training
-                and id(module) in self.trained_modules
+                and id(module) in self.shape.trained_modules
                 and not any(iv[0] == "backward" for iv in self.intervals)
             ):
                 loop_shapes.eval_step(self, end_ns)  # evaluation inside training: a step of its own kind
-        elif self.mode == "unknown":
+        elif self.shape.mode is LoopMode.UNKNOWN:
             self._first_calls(module, end_ns)
 
     def _first_calls(self, module: Any, end_ns: int) -> None:
@@ -413,21 +393,21 @@ class Agent:
             loop_shapes.note_trained(self, module)
         if self.torch.is_grad_enabled():
             key = id(module)
-            n = self.calls_without_backward[key] = self.calls_without_backward.get(key, 0) + 1
+            n = self.shape.calls_without_backward[key] = self.shape.calls_without_backward.get(key, 0) + 1
             if n < INFERENCE_AFTER_CALLS:
                 return
-        self.mode = "inference"
+        self.shape.mode = LoopMode.INFERENCE
         self.end_step("inference", end_ns)
 
     def optimizer_begins(self) -> None:
         self.begin("optimizer")
-        self.in_optimizer = True
+        self.shape.in_optimizer = True
         self.opt_start_ns = _now()
 
     def optimizer_paused(self, t_ns: int) -> None:
         """The optimizer calls its closure (`optimizer.step(closure)`): the update so far was its own;
         the closure's forward and backward are not."""
-        if self.in_optimizer:
+        if self.shape.in_optimizer:
             self.interval("optimizer", self.opt_start_ns, t_ns)
 
     def optimizer_resumed(self, t_ns: int) -> None:
@@ -438,17 +418,17 @@ class Agent:
         """Optimizer `opt_id` finished a step: the loop trains, and the lead optimizer ends its step."""
         if self.role in QUIET:
             return
-        self.in_optimizer = False
+        self.shape.in_optimizer = False
         self.interval("optimizer", self.opt_start_ns or end_ns, end_ns)
         self.end()
         loop_shapes.optimizer_stepped(self)
-        if self.mode in ("unknown", "inference"):
+        if self.shape.mode in (LoopMode.UNKNOWN, LoopMode.INFERENCE):
             loop_shapes.trains_now(self)
-        if self.mode != "train":
+        if self.shape.mode is not LoopMode.TRAIN:
             return
-        if self.lead_optimizer is None or self.opt_cycle:
+        if self.shape.lead_optimizer is None or self.shape.opt_cycle:
             loop_shapes.optimizer_stepped_first_cycle(self, opt_id, end_ns)
-        elif opt_id == self.lead_optimizer:
+        elif opt_id == self.shape.lead_optimizer:
             self.end_step("train", end_ns)
 
     def record_fetch(self, record: dict[str, Any]) -> None:

@@ -121,7 +121,7 @@ def _watch(agent: Any, root: Path, deadline_wall_s: float) -> None:
 
 def detach_here(agent: Any) -> bool:
     """The attacher is done: detach now if this is the training thread outside an optimizer step."""
-    if agent.in_optimizer or agent.role != "main" or threading.get_ident() != agent.tid:
+    if agent.shape.in_optimizer or agent.role != "main" or threading.get_ident() != agent.tid:
         return False
     detach(agent, safe=True)
     return True

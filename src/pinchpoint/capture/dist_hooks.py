@@ -24,14 +24,42 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pinchpoint.capture import loop_shapes
 from pinchpoint.capture.patches import PATCHES
 from pinchpoint.capture.procfs import thread_schedstat
+from pinchpoint.capture.step_state import Counters, StepState
+from pinchpoint.capture.writer import JsonlWriter
 
-if TYPE_CHECKING:
-    from pinchpoint.capture.agent import Agent
+
+class DistAgent(Protocol):
+    """What the distributed hooks and the backward wrapper need from the agent (`agent.Agent`)."""
+
+    shape: loop_shapes.LoopState
+    intervals: list[list[Any]]
+    window: Any
+    ddp_on_cpu: bool
+    """A CPU model is wrapped in DDP: backward's blocked time is its gradient all-reduce wait."""
+
+    @property
+    def role(self) -> str: ...
+    @property
+    def tid(self) -> int: ...
+    @property
+    def step(self) -> StepState: ...
+    @property
+    def distributed(self) -> JsonlWriter: ...
+    def counters(self) -> Counters: ...
+    def end_step(
+        self, kind: str, end_ns: int | None = None, partial: bool = False, counters: Counters | None = None
+    ) -> None: ...
+    def begin(self, phase: str) -> None: ...
+    def end(self) -> None: ...
+    def interval(self, phase: str, start_ns: int, end_ns: int) -> None: ...
+    def become_rank(self, rank: int) -> None: ...
+    def become_launcher(self) -> None: ...
+
 
 _now = time.monotonic_ns
 _thread_cpu = time.thread_time_ns
@@ -56,7 +84,7 @@ BLOCKED_MIN_NS = 50_000
 """Blocked time inside one backward below this is scheduling noise, not a wait for the network."""
 
 
-def install(agent: Agent, torch: Any, timed: Callable[..., Callable[..., Any]]) -> None:
+def install(agent: DistAgent, torch: Any, timed: Callable[..., Callable[..., Any]]) -> None:
     dist = getattr(torch, "distributed", None)
     if dist is None or not dist.is_available():
         return
@@ -85,7 +113,7 @@ def install(agent: Agent, torch: Any, timed: Callable[..., Callable[..., Any]]) 
         _wrap_ddp(agent, ddp_cls)
 
 
-def _after_init(agent: Agent, dist: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
+def _after_init(agent: DistAgent, dist: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
     """init_process_group, then the agent learns this process's rank (a spawned rank starts as a worker)."""
 
     @functools.wraps(fn)
@@ -98,7 +126,7 @@ def _after_init(agent: Agent, dist: Any, fn: Callable[..., Any]) -> Callable[...
     return wrapper
 
 
-def _launching(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]:
+def _launching(agent: DistAgent, fn: Callable[..., Any]) -> Callable[..., Any]:
     """torch.multiprocessing.spawn/start_processes: the caller starts ranks and is not one itself."""
 
     @functools.wraps(fn)
@@ -110,7 +138,7 @@ def _launching(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _wrap_ddp(agent: Agent, ddp_cls: Any) -> None:
+def _wrap_ddp(agent: DistAgent, ddp_cls: Any) -> None:
     orig_init = ddp_cls.__init__
     orig_hook = ddp_cls.register_comm_hook
 
@@ -138,7 +166,7 @@ def _name_of(fn: Any) -> str:
     return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__)
 
 
-def _record_ddp(agent: Agent, ddp: Any) -> None:
+def _record_ddp(agent: DistAgent, ddp: Any) -> None:
     import torch.distributed as dist
 
     params = [p for p in ddp.module.parameters() if p.requires_grad]
@@ -172,7 +200,7 @@ def _int_attr(obj: Any, name: str) -> int | None:
     return int(v) if isinstance(v, (int, float)) else None
 
 
-def blocked_backward(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]:
+def blocked_backward(agent: DistAgent, fn: Callable[..., Any]) -> Callable[..., Any]:
     """`fn` (autograd.backward) timed as `backward`, and, once a CPU model is wrapped in DDP, the time
     the training thread spent blocked inside it as a `comm` interval at its end."""
 
@@ -180,8 +208,8 @@ def blocked_backward(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if agent.role != "main" or threading.get_ident() != agent.tid:
             return fn(*args, **kwargs)
-        agent.calls_without_backward.clear()
-        if agent.mode in ("unknown", "inference"):
+        agent.shape.calls_without_backward.clear()
+        if agent.shape.mode in (loop_shapes.LoopMode.UNKNOWN, loop_shapes.LoopMode.INFERENCE):
             loop_shapes.trains_now(agent)
         watch = agent.ddp_on_cpu
         if watch:
@@ -194,9 +222,13 @@ def blocked_backward(agent: Agent, fn: Callable[..., Any]) -> Callable[..., Any]
             t1 = _now()
             agent.interval("backward", t0, t1)
             agent.end()
-            if agent.lead_optimizer is None and agent.mode != "explicit" and not agent.in_optimizer:
-                agent.await_boundary = True  # (a manual-update loop's step may end at the next call)
-                agent.last_backward_end_ns = t1
+            if (
+                agent.shape.lead_optimizer is None
+                and agent.shape.mode is not loop_shapes.LoopMode.EXPLICIT
+                and not agent.shape.in_optimizer
+            ):
+                agent.shape.await_boundary = True  # (a manual-update loop's step may end at the next call)
+                agent.shape.last_backward_end_ns = t1
                 loop_shapes.start_update_watch(agent, sys.modules["torch"])
             if watch:
                 s1 = thread_schedstat()

@@ -6,13 +6,20 @@ import contextlib
 import importlib.abc
 import importlib.machinery
 import sys
+from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pinchpoint.capture.writer import agent_log
 
-if TYPE_CHECKING:
-    from pinchpoint.capture.agent import Agent
+
+class AttachingAgent(Protocol):
+    """What the import hook needs from the agent (`agent.Agent`): where to log, and what to call once
+    torch is imported."""
+
+    @property
+    def run_dir(self) -> Path: ...
+    def attach(self, torch: Any) -> None: ...
 
 
 class TorchImportHook(importlib.abc.MetaPathFinder):
@@ -22,7 +29,7 @@ class TorchImportHook(importlib.abc.MetaPathFinder):
     accelerate's availability checks) asks the finders for a spec it never executes, and a hook that
     left after the first question would never see the real import."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: AttachingAgent) -> None:
         self.agent = agent
         self.done = False
 

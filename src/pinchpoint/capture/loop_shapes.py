@@ -16,10 +16,11 @@ from __future__ import annotations
 import functools
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from pinchpoint.capture.agent import Agent
+from pinchpoint.capture.step_state import Counters, StepState
 
 _now = time.monotonic_ns
 """The agent's clock (`capture/agent.py`): step and interval times are on it."""
@@ -33,17 +34,82 @@ step of a gradient-accumulation loop into its micro-batches; 8 is a long accumul
 ATTRIBUTE_ACCESS = frozenset({"__get__", "__set__", "__delete__"})
 
 
-def note_trained(agent: Agent, module: Any) -> None:
+class LoopMode(StrEnum):
+    """What kind of loop the program runs, as far as the agent can tell so far."""
+
+    UNKNOWN = "unknown"
+    TRAIN = "train"
+    """Optimizer steps end the steps."""
+    MANUAL = "manual"
+    """Trains without an optimizer (a hand-written update): a cycle after a backward is a step."""
+    INFERENCE = "inference"
+    """Top-level model calls without gradients end the steps."""
+    EXPLICIT = "explicit"
+    """The program (`prof.step()`) or a framework callback marks the steps."""
+
+
+@dataclass(slots=True)
+class LoopState:
+    """Step detection's state, in one place: the agent owns one; the hooks' events update it through
+    the agent and these functions."""
+
+    mode: LoopMode = LoopMode.UNKNOWN
+    calls_without_backward: dict[int, int] = field(default_factory=dict)
+    """Top-level calls per module with grad enabled since the last backward (inference after a few)."""
+    lead_optimizer: int | None = None
+    """The optimizer whose step ends a training step: the last of the first iteration's cycle."""
+    opt_cycle: list[int] = field(default_factory=list)
+    """The first iteration's optimizers, until one steps again."""
+    in_optimizer: bool = False
+    """Inside an optimizer's step (its closure's backwards are that step's, not manual updates)."""
+    trained_modules: set[int] = field(default_factory=set)
+    """Modules called in train mode with grad: their no-grad eval-mode calls are steps of their own."""
+    trained_refs: list[Any] = field(default_factory=list)
+    """Weak references to those modules (`note_trained`)."""
+    update_watch: Any = None
+    """The torch-function mode noting a manual update's ops (`start_update_watch`)."""
+    await_boundary: bool = False
+    """A backward ended and no optimizer has ever stepped: the next data fetch or top-level call may
+    start a new step (a manual update loop)."""
+    last_backward_end_ns: int = 0
+    pending: list[tuple[int, Counters, list[Any] | None]] = field(default_factory=list)
+    """Candidate step ends of a loop not yet known to update its parameters by hand: (time, counters
+    then, the update interval since the last backward)."""
+    explicit_kind: str = "explicit"
+    """What the marked steps are (`Agent.explicit_step`): the last partial step is one too."""
+
+
+class StepSink(Protocol):
+    """What step detection needs from the agent (`agent.Agent`): its loop state, the step in progress,
+    and a way to end it."""
+
+    shape: LoopState
+    intervals: list[list[Any]]
+    """The step in progress's phase intervals: [phase, start_ns, end_ns]."""
+    window: Any
+    """The op window (`opwindow.OpWindow`), re-armed when a loop turns out to train."""
+
+    @property
+    def role(self) -> str: ...
+    @property
+    def step(self) -> StepState: ...
+    def counters(self) -> Counters: ...
+    def end_step(
+        self, kind: str, end_ns: int | None = None, partial: bool = False, counters: Counters | None = None
+    ) -> None: ...
+
+
+def note_trained(agent: StepSink, module: Any) -> None:
     """`module` was called with grad enabled in train mode: its parameters are what an update touches."""
     key = id(module)
-    if key not in agent.trained_modules:
-        agent.trained_modules.add(key)
-        agent.trained_refs.append(weakref.ref(module))
+    if key not in agent.shape.trained_modules:
+        agent.shape.trained_modules.add(key)
+        agent.shape.trained_refs.append(weakref.ref(module))
 
 
-def _param_ptrs(agent: Agent) -> set[int]:
+def _param_ptrs(agent: StepSink) -> set[int]:
     ptrs: set[int] = set()
-    for ref in agent.trained_refs:
+    for ref in agent.shape.trained_refs:
         module = ref()
         if module is not None:
             ptrs.update(p.data_ptr() for p in module.parameters())
@@ -83,10 +149,10 @@ def _watch_class(torch: Any) -> Any:
     return UpdateWatch
 
 
-def start_update_watch(agent: Agent, torch: Any) -> None:
+def start_update_watch(agent: StepSink, torch: Any) -> None:
     """After a backward with no optimizer ever stepped: note the ops that touch trained parameters
     until the step's boundary (`boundary`)."""
-    if agent.update_watch is not None or not agent.trained_refs:
+    if agent.shape.update_watch is not None or not agent.shape.trained_refs:
         return
     ptrs = _param_ptrs(agent)
     if not ptrs:
@@ -96,12 +162,12 @@ def start_update_watch(agent: Agent, torch: Any) -> None:
         watch.__enter__()
     except Exception:  # (a torch without modes: the update runs to the boundary)
         return
-    agent.update_watch = watch
+    agent.shape.update_watch = watch
 
 
-def _stop_update_watch(agent: Agent) -> int:
+def _stop_update_watch(agent: StepSink) -> int:
     """End the watch; the time the last op on a trained parameter ended (0 if none did)."""
-    watch, agent.update_watch = agent.update_watch, None
+    watch, agent.shape.update_watch = agent.shape.update_watch, None
     if watch is None:
         return 0
     try:
@@ -111,30 +177,34 @@ def _stop_update_watch(agent: Agent) -> int:
     return int(watch.last_ns)
 
 
-def boundary(agent: Agent, t_ns: int) -> None:
+def boundary(agent: StepSink, t_ns: int) -> None:
     """A data fetch or top-level call starts at `t_ns` after a backward, with no optimizer step
     ever: in a manual-update loop this is where the step ends; the update (`optimizer`) runs from
     the backward to the last op on a trained parameter (to `t_ns` when none was seen)."""
-    agent.await_boundary = False
+    agent.shape.await_boundary = False
     last = _stop_update_watch(agent)
-    if agent.lead_optimizer is not None or agent.role != "main":
+    if agent.shape.lead_optimizer is not None or agent.role != "main":
         return
-    end = last if agent.last_backward_end_ns < last <= t_ns else t_ns
-    update = ["optimizer", agent.last_backward_end_ns, end] if end > agent.last_backward_end_ns else None
-    if agent.mode == "manual":
+    end = last if agent.shape.last_backward_end_ns < last <= t_ns else t_ns
+    update = (
+        ["optimizer", agent.shape.last_backward_end_ns, end]
+        if end > agent.shape.last_backward_end_ns
+        else None
+    )
+    if agent.shape.mode is LoopMode.MANUAL:
         if update is not None:
             agent.intervals.append(update)
         agent.end_step("train", t_ns)
         return
-    agent.pending.append((t_ns, agent.counters(), update))
-    if len(agent.pending) >= MANUAL_AFTER_CYCLES:
+    agent.shape.pending.append((t_ns, agent.counters(), update))
+    if len(agent.shape.pending) >= MANUAL_AFTER_CYCLES:
         declare_manual(agent)
 
 
-def declare_manual(agent: Agent) -> None:
+def declare_manual(agent: StepSink) -> None:
     """No optimizer steps here: write the candidate steps held so far, each with its update."""
-    agent.mode = "manual"
-    pending, agent.pending = agent.pending, []
+    agent.shape.mode = LoopMode.MANUAL
+    pending, agent.shape.pending = agent.shape.pending, []
     rest = agent.intervals
     for t_ns, counters, update in pending:
         agent.intervals = [iv for iv in rest if iv[1] < t_ns] + ([update] if update is not None else [])
@@ -143,41 +213,41 @@ def declare_manual(agent: Agent) -> None:
     agent.intervals = rest
 
 
-def optimizer_stepped_first_cycle(agent: Agent, opt_id: int, t_ns: int) -> None:
+def optimizer_stepped_first_cycle(agent: StepSink, opt_id: int, t_ns: int) -> None:
     """An optimizer stepped before the loop's cycle is known. A training step ends at the *last*
     optimizer of an iteration (a GAN steps its discriminator, then its generator). The first
     optimizer ends step 0 (steps are written as they end: annotations and killed runs need that);
     each optimizer new to the cycle then leads instead, until one steps a second time. So steps 0 and
     1 are part and one-and-a-part iterations (warm-up, out of the statistics), and the count stays one
     step per iteration."""
-    if agent.lead_optimizer is None:
-        agent.lead_optimizer, agent.opt_cycle = opt_id, [opt_id]
+    if agent.shape.lead_optimizer is None:
+        agent.shape.lead_optimizer, agent.shape.opt_cycle = opt_id, [opt_id]
         agent.end_step("train", t_ns)
         return
-    if opt_id not in agent.opt_cycle:
-        agent.lead_optimizer = opt_id
-        agent.opt_cycle.append(opt_id)
+    if opt_id not in agent.shape.opt_cycle:
+        agent.shape.lead_optimizer = opt_id
+        agent.shape.opt_cycle.append(opt_id)
         return
-    agent.opt_cycle = []  # one stepped again: the cycle is known
-    if opt_id == agent.lead_optimizer:
+    agent.shape.opt_cycle = []  # one stepped again: the cycle is known
+    if opt_id == agent.shape.lead_optimizer:
         agent.end_step("train", t_ns)
 
 
-def optimizer_stepped(agent: Agent) -> None:
+def optimizer_stepped(agent: StepSink) -> None:
     """An optimizer step: candidate manual boundaries were micro-batches of this step."""
     _stop_update_watch(agent)
-    agent.pending = []
-    agent.await_boundary = False
-    if agent.mode == "manual":
-        agent.mode = "train"
+    agent.shape.pending = []
+    agent.shape.await_boundary = False
+    if agent.shape.mode is LoopMode.MANUAL:
+        agent.shape.mode = LoopMode.TRAIN
 
 
-def eval_step(agent: Agent, t_ns: int) -> None:
+def eval_step(agent: StepSink, t_ns: int) -> None:
     """A top-level evaluation call of the trained model ended: what ran since the last step
     (the eval batch's fetch and forward) is an evaluation step of its own."""
-    if agent.pending:
+    if agent.shape.pending:
         declare_manual(agent)  # nobody evaluates in the middle of an accumulation
-    agent.await_boundary = False
+    agent.shape.await_boundary = False
     agent.end_step("eval", t_ns)
 
 
@@ -186,13 +256,13 @@ REARM_AFTER = 3
 first updates' warm-up)."""
 
 
-def trains_now(agent: Agent) -> None:
+def trains_now(agent: StepSink) -> None:
     """An optimizer stepped in a loop that so far only called its model without gradients (an RL loop's
     first rollout comes before any update): it trains. An op window that already ran over those calls
     saw rollouts, not the training step the rules judge; a new one opens over the steps ahead."""
-    was, agent.mode = agent.mode, "train"
+    was, agent.shape.mode = agent.shape.mode, LoopMode.TRAIN
     window = agent.window
-    if was != "inference" or window.spec is None or not window.done:
+    if was is not LoopMode.INFERENCE or window.spec is None or not window.done:
         return
     from pinchpoint.capture.opwindow import OpWindow
 

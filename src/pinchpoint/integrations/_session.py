@@ -6,6 +6,7 @@ import contextlib
 from typing import Any
 
 from pinchpoint.capture import agent as agent_mod
+from pinchpoint.capture.loop_shapes import LoopMode
 
 
 class Session:
@@ -26,7 +27,10 @@ class Session:
         self.agent = agent
         if agent is None:
             return
-        agent.mode, agent.explicit_kind = "explicit", "train"  # from now on the callback ends the steps
+        agent.shape.mode, agent.shape.explicit_kind = (
+            LoopMode.EXPLICIT,
+            "train",
+        )  # the callback ends the steps now
         if found is not None:
             agent.framework = found | {"via": "callback"}
             with contextlib.suppress(Exception):

@@ -47,8 +47,7 @@ class Plan:
     """Several fixes together: how `predicted` combined their gains (`stacked_gain`), in words."""
     floor: float | None = None
     """Several fixes together: the most one of them gained alone. Reading below it is in doubt: fixes
-    that each paid rarely lose when stacked (CI read ×1.26 together against ×1.30 and ×1.14 alone, on a
-    program whose truth is ×2.21 together and ×1.38 each)."""
+    that each paid rarely lose when stacked."""
     cannot: str | None = None
     """Why pinchpoint cannot apply it (the snippet shows the change): then nothing is run."""
     snippet: str | None = None
@@ -195,9 +194,8 @@ DOUBT_WIDTH = 1.25
 """A 99% interval wider than this (high / low) leaves the ratio to whichever run met the machine's slow
 stretch: the pair runs again."""
 DOUBT_AGREE = 1.25
-"""A measurement this far (either way) from the baseline's own estimate runs again: on this shared
-machine a 30-step pair read ×0.80 for a thread fix its in-run trial priced ×1.5 (and ×1.4–1.7 again),
-and CI read ×1.13 for a `no_sync()` predicted ×1.47 (truth ×1.72): ×1.30 away, just inside ×1.3."""
+"""A measurement this far (either way) from the baseline's own estimate runs again: one pair on a shared
+machine can land on its slow stretch (the measurements behind the number: docs/decisions.md)."""
 
 
 AGAIN_BUDGET_S = 300.0

@@ -9,7 +9,6 @@ from typing import Any
 
 from pinchpoint.analysis.outside import OutsideWatch
 from pinchpoint.diagnosis.engine import Diagnosis
-from pinchpoint.diagnosis.finding import Fact
 from pinchpoint.diagnosis.rules.outside import NOT_JUDGED
 from pinchpoint.report.document import from_dict, json_schema, to_dict
 from pinchpoint.report.phrases import say, say_all
@@ -149,13 +148,7 @@ def build_outside(
             for f in diagnosis.findings
         ),
         notes=tuple(say(n.fact) for n in diagnosis.notes),
-        not_judged=tuple(
-            NotJudged(
-                what=say(Fact("outside.not_judged.what", item=item)),
-                needs=say(Fact("outside.not_judged.needs", item=item)),
-            )
-            for item in NOT_JUDGED
-        ),
+        not_judged=tuple(NotJudged(what=say(what), needs=say(needs)) for what, needs in NOT_JUDGED),
         warnings=(
             *run.warnings,
             *(() if main is not None else ("no Python stacks of the main thread (py-spy: see stacks.log)",)),

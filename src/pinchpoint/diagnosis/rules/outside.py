@@ -25,8 +25,11 @@ LEAK_GROWTH = 0.10
 LEAK_MIN_BYTES = 100 << 20
 OVERSUBSCRIBED_BUSY = 0.8
 """The process keeps this share of the usable cores busy when its threads outnumber them."""
-NOT_JUDGED = ("steps", "op_kinds", "device", "distributed", "memory_pressure", "trials")
-"""What only the agent inside the process can judge (`outside.not_judged` says each)."""
+NOT_JUDGED: tuple[tuple[Fact, Fact], ...] = tuple(
+    (Fact("outside.not_judged.what", item=item), Fact("outside.not_judged.needs", item=item))
+    for item in ("steps", "op_kinds", "device", "distributed", "memory_pressure", "trials")
+)
+"""What only the agent inside the process can judge: (what, what judging it needs), as facts."""
 
 
 def loop_waits(watch: OutsideWatch) -> bool:
