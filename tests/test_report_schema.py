@@ -65,3 +65,13 @@ def test_schema_command_prints_the_schema() -> None:
     jsonschema.Draft202012Validator.check_schema(schema)
     assert set(schema["required"]) >= {"schema", "run", "environment", "steps", "findings"}
     assert "gpu" not in schema["required"]  # an optional section: only where a device timeline was read
+
+
+@pytest.mark.parametrize("document", ["outside", "try"])
+def test_every_document_has_its_schema(document: str) -> None:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["schema", document]) == 0
+    schema = json.loads(out.getvalue())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["properties"]["schema"] == {"type": "string"} and "schema" in schema["required"]

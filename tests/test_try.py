@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import torch
 
@@ -19,6 +20,7 @@ from conftest import make_steps
 from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.capture import appliers
 from pinchpoint.pipeline import fixes, try_fix
+from pinchpoint.report.try_doc import TryDoc, try_schema
 from pinchpoint.report.try_terminal import render_try
 from pinchpoint.trace.trials import GLIBC_ENV
 
@@ -158,13 +160,14 @@ def test_the_table_reports_slower_fixes_failures_and_code_changes(tmp_path: Path
         try_fix.Tried(plan=plans["memory.pressure"], error="the program exited with code 1 under this fix"),
         try_fix.Tried(plan=plans["host.python"]),
     ]  # fmt: skip
-    doc = try_fix.try_json(["python", "train.py"], tmp_path, 30, tried, 30)
-    assert doc["schema"] == "pinchpoint.try/1"
-    rows = {r["id"]: r for r in doc["tried"]}
+    doc = try_fix.try_doc(["python", "train.py"], tmp_path, 30, tried, 30)
+    assert doc.schema == "pinchpoint.try/1"
+    rows = {r["id"]: r for r in doc.to_dict()["tried"]}
     assert rows["cpu.oversubscription"]["applied"] and rows["cpu.oversubscription"]["speedup"] == 1.52
     assert rows["memory.pressure"]["applied"] is False and "exited" in rows["memory.pressure"]["error"]
     assert rows["host.python"]["cannot"] and rows["host.python"]["snippet"]
-    json.dumps(doc)
+    jsonschema.Draft202012Validator(try_schema()).validate(json.loads(json.dumps(doc.to_dict())))
+    assert TryDoc.from_dict(doc.to_dict()) == doc
     out = io.StringIO()
     render_try(doc, REPORT, out)
     text = out.getvalue()
@@ -181,7 +184,7 @@ def test_runs_that_end_short_of_the_steps_and_stacked_fixes_are_said(tmp_path: P
     together = try_fix.combined([short, ok])
     assert together is not None
     both = try_fix.Tried(plan=together, speedup=2.4, interval=(2.2, 2.6), significant=True, steps=30)
-    doc = try_fix.try_json(["python", "train.py"], tmp_path, 30, [short, ok, both], 18)
+    doc = try_fix.try_doc(["python", "train.py"], tmp_path, 30, [short, ok, both], 18)
     out = io.StringIO()
     render_try(doc, REPORT, out)
     text = out.getvalue()
@@ -239,7 +242,7 @@ def test_a_pair_in_doubt_runs_again_as_abba_and_pools(
     fine = try_fix.run_plan(plans["input.fetch"], tmp_path / "num_workers=2", base, 30, runner, again)
     assert ran[3:] == ["num_workers=2"] and fine.pairs == 1  # x1.25 against x1.4: no doubt
     assert fine.speedup is not None and abs(fine.speedup - 1.25) < 0.02
-    assert try_fix.try_json(["p"], base, 30, [slow, fine], 30)["tried"][0]["pairs"] == 2
+    assert try_fix.try_doc(["p"], base, 30, [slow, fine], 30).tried[0].pairs == 2
 
 
 def test_a_long_tight_pair_far_from_the_prediction_is_not_run_again(
@@ -266,8 +269,8 @@ def test_a_long_tight_pair_far_from_the_prediction_is_not_run_again(
     again = try_fix.SecondBaseline(tmp_path / "baseline-again", 30, runner)
     got = try_fix.run_plan(plan, tmp_path / "threads=2", tmp_path / "baseline", 30, runner, again)
     assert ran == ["threads=2"] and got.pairs == 1 and got.not_again and "~400 s" in got.not_again
-    doc = try_fix.try_json(["p"], tmp_path / "baseline", 30, [got], 30, baseline_id=6)
-    assert doc["tried"][0]["history_id"] == 7
+    doc = try_fix.try_doc(["p"], tmp_path / "baseline", 30, [got], 30, baseline_id=6)
+    assert doc.tried[0].history_id == 7
     out = io.StringIO()
     render_try(doc, REPORT, out)
     assert "did not run again" in out.getvalue() and "`pinchpoint diff #6 #7`" in out.getvalue()
@@ -532,12 +535,11 @@ def test_trials_write_into_scratch_copies_not_over_the_users_files(
     # the trial resumed from the baseline's state: its log has both lines, in the copy only
     assert (scratch / "log.txt").read_text() == "baseline input\ntrial input\n"
     assert (scratch / "data.txt").is_symlink() and not (scratch / "log.txt").is_symlink()
-    doc = try_fix.try_json(["python", "train.py"], tmp_path / "runs" / "baseline", 30, [], 30)
-    doc["cwd_writes"] = runs.cwd_writes()
-    got = doc["cwd_writes"]
-    assert got["files"] == ["log.txt", "out/ckpt.txt"] and got["scratch"] and not got["reused"]
+    got = runs.cwd_writes()
+    doc = try_fix.try_doc(["python", "train.py"], tmp_path / "runs" / "baseline", 30, [], 30, cwd_writes=got)
+    assert got.files == ("log.txt", "out/ckpt.txt") and got.scratch and not got.reused
     # a directory the baseline never wrote stays a link: the trial's write there reached the user's
-    assert got["leaked"] == ["cache/leak.txt"]
+    assert got.leaked == ("cache/leak.txt",)
     out = io.StringIO()
     render_try(doc, {"steps": {"median_ms": 50.0}, "findings": []}, out)
     text = out.getvalue()
@@ -558,9 +560,8 @@ def test_without_a_fresh_baseline_the_trials_run_in_place(
     runs(tmp_path / "runs" / "trial", {"TAG": "again"}, {})
     assert (tmp_path / "out" / "ckpt.txt").read_text() == "again"
     got = runs.cwd_writes()
-    assert got["reused"] and not got["scratch"] and got["count"] == 2
-    doc = try_fix.try_json(["python", "train.py"], tmp_path / "recorded", 30, [], 30)
-    doc["cwd_writes"] = got
+    assert got.reused and not got.scratch and got.count == 2
+    doc = try_fix.try_doc(["python", "train.py"], tmp_path / "recorded", 30, [], 30, cwd_writes=got)
     out = io.StringIO()
     render_try(doc, {"steps": {"median_ms": 50.0}, "findings": []}, out)
     assert "no scratch copy: the baseline was recorded earlier" in out.getvalue()

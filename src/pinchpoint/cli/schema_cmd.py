@@ -6,20 +6,22 @@ import argparse
 import json
 import sys
 
-DOCUMENTS = ("report", "outside")
-"""report: report.json; outside: outside.json (`pinchpoint attach --outside`)."""
+DOCUMENTS = ("report", "outside", "try")
+"""report: report.json; outside: outside.json (`pinchpoint attach --outside`); try: try.json."""
 
 
 class SchemaCommand:
     NAME = "schema"
-    HELP = "print the JSON Schema of a document pinchpoint writes (report.json, outside.json)"
+    HELP = "print the JSON Schema of a document pinchpoint writes (report.json, outside.json, try.json)"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("document", choices=DOCUMENTS, help="report: report.json; outside: outside.json")
+        parser.add_argument("document", choices=DOCUMENTS, help="report.json, outside.json or try.json")
 
     def execute(self, args: argparse.Namespace) -> int:
         if args.document == "outside":
             from pinchpoint.report.outside_doc import outside_schema as schema
+        elif args.document == "try":
+            from pinchpoint.report.try_doc import try_schema as schema
         else:
             from pinchpoint.report.report_doc import report_schema as schema
 

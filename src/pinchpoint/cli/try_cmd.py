@@ -15,9 +15,12 @@ import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pinchpoint.errors import PinchpointError, UsageError
+
+if TYPE_CHECKING:
+    from pinchpoint.report.try_doc import CwdWrites
 
 VALUE_OPTIONS = {"--fix", "--steps", "--json", "-o", "--out"}
 FLAG_OPTIONS = {"--force", "--no-color", "-h", "--help"}
@@ -93,13 +96,18 @@ class TryCommand:
             print(f"pinchpoint try: together: {together.fix} ...", file=sys.stderr)
             tried.append(try_fix.run_plan(together, out / "together", baseline_dir, steps, runner, again))
         baseline_steps = len(_steady(baseline_dir))
-        doc = try_fix.try_json(
-            command, baseline_dir, steps, tried, baseline_steps, _history_id(report, baseline_ref)
+        doc = try_fix.try_doc(
+            command,
+            baseline_dir,
+            steps,
+            tried,
+            baseline_steps,
+            _history_id(report, baseline_ref),
+            runner.cwd_writes(),
         )
-        doc["cwd_writes"] = runner.cwd_writes()
-        _write_json(out / "try.json", doc)
+        _write_json(out / "try.json", doc.to_dict())
         if args.json:
-            _write_json(Path(args.json), doc)
+            _write_json(Path(args.json), doc.to_dict())
         from pinchpoint.report.try_terminal import render_try
 
         render_try(doc, report, sys.stdout)
@@ -180,24 +188,26 @@ class _Runs:
         self.scratch[str(run_dir)] = str(path)
         return path
 
-    def cwd_writes(self) -> dict[str, Any]:
+    def cwd_writes(self) -> CwdWrites:
         """What the runs wrote under the working directory: the baseline's own outputs (as the program
         writes them), and anything the scratch runs still wrote there."""
+        from pinchpoint.report.try_doc import CwdWrites
+
         if any(files is None for files in self.wrote.values()):
-            return {"checked": False, "files": [], "count": 0, "scratch": False, "leaked_count": 0}
+            return CwdWrites(checked=False, files=(), count=0, scratch=False, leaked_count=0)
         base = self.wrote.get(str(self.baseline_dir))
         files = sorted({f for d, got in self.wrote.items() if d not in self.scratch for f in got or ()})
         leaked = sorted({f for d, got in self.wrote.items() if d in self.scratch for f in got or ()})
-        return {
-            "checked": True,
-            "files": files[:CWD_WRITES_SHOWN],
-            "count": len(files),
-            "scratch": bool(self.scratch),
-            "scratch_dir": str(self.out / "scratch") if self.scratch else None,
-            "reused": base is None,
-            "leaked": leaked[:CWD_WRITES_SHOWN],
-            "leaked_count": len(leaked),
-        }
+        return CwdWrites(
+            checked=True,
+            files=tuple(files[:CWD_WRITES_SHOWN]),
+            count=len(files),
+            scratch=bool(self.scratch),
+            scratch_dir=str(self.out / "scratch") if self.scratch else None,
+            reused=base is None,
+            leaked=tuple(leaked[:CWD_WRITES_SHOWN]),
+            leaked_count=len(leaked),
+        )
 
 
 def _recorded(ref: str) -> Path:

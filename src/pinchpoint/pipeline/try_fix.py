@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from pinchpoint.errors import PinchpointError
 from pinchpoint.pipeline.fixes import ways_of
+from pinchpoint.report.try_doc import SCHEMA, CwdWrites, TriedFix, TryDoc
 
 if TYPE_CHECKING:
     from pinchpoint.compare.diff import RunSide
 
-SCHEMA = "pinchpoint.try/1"
 DEFAULT_STEPS = 30
 """Steady steps each run measures: the ratio test's interval is within a few percent at 30 on this
 machine's ±10% step noise."""
@@ -360,44 +360,47 @@ def slug(plan: Plan) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", plan.fix)[:60] or "fix"
 
 
-def try_json(
+def try_doc(
     command: Sequence[str],
     baseline_dir: Path,
     steps: int,
     tried: Sequence[Tried],
     baseline_steps: int,
     baseline_id: int | None = None,
-) -> dict[str, Any]:
-    def row(t: Tried) -> dict[str, Any]:
-        return {
-            "id": t.plan.id,
-            "fix": t.plan.fix,
-            "applied_how": t.plan.applied_how if t.plan.cannot is None else None,
-            "applied": t.plan.cannot is None and t.error is None,
-            "cannot": t.plan.cannot,
-            "snippet": t.plan.snippet if t.plan.cannot is not None else None,
-            "speedup": round(t.speedup, 4) if t.speedup is not None else None,
-            "interval": [round(v, 4) for v in t.interval] if t.interval is not None else None,
-            "significant": t.significant,
-            "predicted": round(t.plan.predicted, 3) if t.plan.predicted is not None else None,
-            "stacked": t.plan.stacked,
-            "stacked_how": t.plan.stacked_how,
-            "next_limit": t.next_limit,
-            "steps": t.steps,
-            "pairs": t.pairs,
-            "history_id": t.history_id,
-            "not_again": t.not_again,
-            "doubt": t.doubt,
-            "run_dir": str(t.run_dir) if t.run_dir is not None else None,
-            "error": t.error,
-        }
+    cwd_writes: CwdWrites | None = None,
+) -> TryDoc:
+    def row(t: Tried) -> TriedFix:
+        applied = t.plan.cannot is None
+        return TriedFix(
+            id=t.plan.id,
+            fix=t.plan.fix,
+            applied_how=t.plan.applied_how if applied else None,
+            applied=applied and t.error is None,
+            cannot=t.plan.cannot,
+            snippet=t.plan.snippet if not applied else None,
+            speedup=round(t.speedup, 4) if t.speedup is not None else None,
+            interval=tuple(round(v, 4) for v in t.interval) if t.interval is not None else None,
+            significant=t.significant,
+            predicted=round(t.plan.predicted, 3) if t.plan.predicted is not None else None,
+            stacked=t.plan.stacked,
+            stacked_how=t.plan.stacked_how,
+            next_limit=t.next_limit,
+            steps=t.steps,
+            pairs=t.pairs,
+            history_id=t.history_id,
+            not_again=t.not_again,
+            doubt=t.doubt,
+            run_dir=str(t.run_dir) if t.run_dir is not None else None,
+            error=t.error,
+        )
 
-    return {
-        "schema": SCHEMA,
-        "command": list(command),
-        "baseline": str(baseline_dir),
-        "steps": steps,
-        "baseline_steps": baseline_steps,
-        "baseline_history_id": baseline_id,
-        "tried": [row(t) for t in tried],
-    }
+    return TryDoc(
+        schema=SCHEMA,
+        command=tuple(command),
+        baseline=str(baseline_dir),
+        steps=steps,
+        baseline_steps=baseline_steps,
+        baseline_history_id=baseline_id,
+        tried=tuple(row(t) for t in tried),
+        cwd_writes=cwd_writes,
+    )

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TextIO
 
+from pinchpoint.report.try_doc import CwdWrites, TriedFix, TryDoc
+
 DOUBTS = {
     "noise": "not significant",
     "wide": "its 99% interval was wider than ×1.25",
@@ -17,114 +19,113 @@ def _x(value: float | None) -> str:
     return f"×{value:.2f}" if value is not None else "-"
 
 
-def _measured(row: Mapping[str, Any]) -> str:
-    if row["speedup"] is None:
+def _measured(row: TriedFix) -> str:
+    if row.speedup is None:
         return "-"
-    low, high = row["interval"] or (0.0, 0.0)
-    verdict = "" if row["significant"] else " (noise)"
-    slower = " slower" if row["significant"] and row["speedup"] < 1 else ""
-    pairs = " (2 pairs)" if row.get("pairs", 1) > 1 else ""
-    return f"{_x(row['speedup'])} [{low:.2f}-{high:.2f}]{verdict}{slower}{pairs}"
+    low, high = row.interval or (0.0, 0.0)
+    verdict = "" if row.significant else " (noise)"
+    slower = " slower" if row.significant and row.speedup < 1 else ""
+    pairs = " (2 pairs)" if row.pairs > 1 else ""
+    return f"{_x(row.speedup)} [{low:.2f}-{high:.2f}]{verdict}{slower}{pairs}"
 
 
-def render_try(doc: Mapping[str, Any], baseline: Mapping[str, Any], out: TextIO) -> None:
+def render_try(doc: TryDoc, baseline: Mapping[str, Any], out: TextIO) -> None:
     steps = baseline.get("steps") or {}
     median = steps.get("median_ms")
-    base_id = doc.get("baseline_history_id")
-    head = f"baseline: {doc['baseline']}" + (f" (#{base_id})" if base_id is not None else "")
+    base_id = doc.baseline_history_id
+    head = f"baseline: {doc.baseline}" + (f" (#{base_id})" if base_id is not None else "")
     if median is not None:
         head += f" · median step {median:.4g} ms"
     lead = (baseline.get("findings") or [{}])[0].get("id")
     if lead:
         head += f" · leading: {lead}"
-    print(f"pinchpoint try  {' '.join(doc['command'])}", file=out)
-    print(head + f" · {doc['steps']} steady steps a run", file=out)
+    print(f"pinchpoint try  {' '.join(doc.command)}", file=out)
+    print(head + f" · {doc.steps} steady steps a run", file=out)
     print(file=out)
     rows = [("finding", "fix", "measured (99% interval)", "predicted", "leads after")]
     notes: list[str] = []
-    for r in doc["tried"]:
-        if r["cannot"] is not None:
-            rows.append((r["id"], "not applied", "-", _x(r["predicted"]), "-"))
-            snippet = "".join(f"\n      {line}" for line in (r["snippet"] or "").splitlines())
-            notes.append(f"{r['id']}: {r['cannot']}{snippet}")
+    for r in doc.tried:
+        if r.cannot is not None:
+            rows.append((r.id, "not applied", "-", _x(r.predicted), "-"))
+            snippet = "".join(f"\n      {line}" for line in (r.snippet or "").splitlines())
+            notes.append(f"{r.id}: {r.cannot}{snippet}")
             continue
-        if r["error"] is not None:
-            rows.append((r["id"], r["fix"], "failed", _x(r["predicted"]), "-"))
-            notes.append(f"{r['id']} ({r['fix']}): {r['error']}")
+        if r.error is not None:
+            rows.append((r.id, r.fix, "failed", _x(r.predicted), "-"))
+            notes.append(f"{r.id} ({r.fix}): {r.error}")
             continue
-        rows.append((r["id"], r["fix"], _measured(r), _x(r["predicted"]), r["next_limit"] or "-"))
+        rows.append((r.id, r.fix, _measured(r), _x(r.predicted), r.next_limit or "-"))
         again = (
-            f"; the first baseline/trial pair was in doubt ({DOUBTS.get(r.get('doubt') or '', 'noise')}), "
+            f"; the first baseline/trial pair was in doubt ({DOUBTS.get(r.doubt or '', 'noise')}), "
             "so both ran once more and the measurement pools the two pairs"
-            if r.get("pairs", 1) > 1
+            if r.pairs > 1
             else ""
         )
-        notes.append(f"{r['id']} ({r['fix']}): applied as {r['applied_how']}{again}{_ran(doc, r)}")
+        notes.append(f"{r.id} ({r.fix}): applied as {r.applied_how}{again}{_ran(doc, r)}")
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(), file=out)
-    if doc.get("baseline_steps") is not None and doc["baseline_steps"] < doc["steps"]:
+    if doc.baseline_steps < doc.steps:
         notes.insert(
-            0, f"the baseline ended after {doc['baseline_steps']} steady steps of the {doc['steps']} asked"
+            0, f"the baseline ended after {doc.baseline_steps} steady steps of the {doc.steps} asked"
         )
-    notes.extend(_writes(doc))
+    notes.extend(_writes(doc.cwd_writes))
     if notes:
         print(file=out)
         for n in notes:
             print(f"  • {n}", file=out)
 
 
-def _ran(doc: Mapping[str, Any], row: Mapping[str, Any]) -> str:
+def _ran(doc: TryDoc, row: TriedFix) -> str:
     """The trial's history id (for `pinchpoint diff`), and whether it ran short of the steps asked."""
     text = ""
-    if row.get("stacked") and row["predicted"] is not None and row["interval"] is not None:
-        low, high = row["interval"]
+    if row.stacked and row.predicted is not None and row.interval is not None:
+        low, high = row.interval[0], row.interval[-1]
         verdict = (
             "more than that: they help each other"
-            if low > row["predicted"]
+            if low > row.predicted
             else "less than that: they overlap"
-            if high < row["predicted"]
+            if high < row.predicted
             else "about that"
         )
-        how = row.get("stacked_how") or "the fixes' own gains multiplied"
-        text += f"; predicted ×{row['predicted']:.2f} from {how}; together gave {verdict}"
-    if row.get("not_again"):
-        text += f"; {row['not_again']}"
-    if row["steps"] and row["steps"] < doc["steps"] * row.get("pairs", 1):
-        text += f"; it ended after {row['steps']} steady steps of the {doc['steps']} asked"
-    base, run = doc.get("baseline_history_id"), row.get("history_id")
+        how = row.stacked_how or "the fixes' own gains multiplied"
+        text += f"; predicted ×{row.predicted:.2f} from {how}; together gave {verdict}"
+    if row.not_again:
+        text += f"; {row.not_again}"
+    if row.steps and row.steps < doc.steps * row.pairs:
+        text += f"; it ended after {row.steps} steady steps of the {doc.steps} asked"
+    base, run = doc.baseline_history_id, row.history_id
     if run is not None:
         text += f"; recorded as #{run}" + (f" (`pinchpoint diff #{base} #{run}`)" if base is not None else "")
     return text
 
 
-def _names(files: list[str], count: int) -> str:
+def _names(files: tuple[str, ...], count: int) -> str:
     return ", ".join(files[:5]) + (", ..." if count > 5 else "")
 
 
-def _writes(doc: Mapping[str, Any]) -> list[str]:
+def _writes(writes: CwdWrites | None) -> list[str]:
     """Where the runs' own outputs went: the baseline's into the working directory (as the program
     writes them), the trials' into scratch copies of it."""
-    writes = doc.get("cwd_writes") or {}
     lines = []
-    if writes.get("count"):
-        if writes.get("scratch"):
+    if writes is not None and writes.count:
+        if writes.scratch:
             where = (
-                f"; the other runs ran in scratch copies of it ({writes['scratch_dir']}), so their "
+                f"; the other runs ran in scratch copies of it ({writes.scratch_dir}), so their "
                 "outputs are there and your files are as the baseline left them"
             )
-        elif writes.get("reused"):
+        elif writes.reused:
             where = " (no scratch copy: the baseline was recorded earlier, so what it writes is not known)"
         else:
             where = " (the baseline wrote none, so no scratch copy was made)"
         lines.append(
-            f"the runs wrote {writes['count']} file(s) under the working directory, as the program "
-            f"does: {_names(writes['files'], writes['count'])}{where}"
+            f"the runs wrote {writes.count} file(s) under the working directory, as the program "
+            f"does: {_names(writes.files, writes.count)}{where}"
         )
-    if writes.get("leaked_count"):
+    if writes is not None and writes.leaked_count:
         lines.append(
-            f"the scratch runs still wrote {writes['leaked_count']} file(s) under the working "
+            f"the scratch runs still wrote {writes.leaked_count} file(s) under the working "
             f"directory, through directories the baseline did not write: "
-            f"{_names(writes['leaked'], writes['leaked_count'])}"
+            f"{_names(writes.leaked or (), writes.leaked_count)}"
         )
     return lines

@@ -1,0 +1,80 @@
+"""`try.json` (schema `pinchpoint.try/1`): each fix `pinchpoint try` applied or could not, measured
+against the baseline, typed (`pinchpoint schema try`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pinchpoint.report.document import from_dict, json_schema, optional, to_dict
+
+SCHEMA = "pinchpoint.try/1"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TriedFix:
+    """One fix: how it was applied (or why it could not be), what it measured, what leads after it."""
+
+    id: str
+    """The finding it serves (`a+b` for fixes stacked together)."""
+    fix: str
+    applied_how: str | None
+    applied: bool
+    cannot: str | None
+    snippet: str | None
+    speedup: float | None
+    interval: tuple[float, ...] | None
+    """The speedup's 99% interval (low, high)."""
+    significant: bool
+    predicted: float | None
+    stacked: bool
+    stacked_how: str | None
+    next_limit: str | None
+    steps: int
+    pairs: int
+    history_id: int | None
+    not_again: str | None
+    doubt: str | None
+    run_dir: str | None
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CwdWrites:
+    """What the runs wrote under the working directory (the baseline's outputs, scratch copies' leaks)."""
+
+    checked: bool
+    files: tuple[str, ...]
+    count: int
+    scratch: bool
+    scratch_dir: str | None = optional()
+    reused: bool | None = optional()
+    leaked: tuple[str, ...] | None = optional()
+    leaked_count: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TryDoc:
+    """`pinchpoint try`'s table."""
+
+    schema: str
+    command: tuple[str, ...]
+    baseline: str
+    steps: int
+    baseline_steps: int
+    baseline_history_id: int | None
+    tried: tuple[TriedFix, ...]
+    cwd_writes: CwdWrites | None = optional()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = to_dict(self)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> TryDoc:
+        doc: TryDoc = from_dict(cls, data)
+        return doc
+
+
+def try_schema() -> dict[str, Any]:
+    return json_schema(TryDoc, title="pinchpoint try", schema_id="https://pinchpoint.dev/schema/try-1.json")
