@@ -107,6 +107,20 @@ def test_fetches_in_the_training_process_count_as_loading() -> None:
     assert summary.loader is not None and summary.loader.samples == 5 and summary.host is None
 
 
+def test_pinchpoints_own_fetches_are_not_the_programs_loading() -> None:
+    """The loader probe fetches the program's batches in the training process to time them: those
+    samples end in pinchpoint's own leaf and are pinchpoint's time, not the loader's (a held-out text
+    classifier's evidence read "__getitem__ 75%, mostly inside pinchpoint")."""
+    fetch = f"__next__ ({SITE}/torch/utils/data/dataloader.py:700);fetch ({SITE}/torch/utils/data/_utils/fetch.py:52)"
+    text = (
+        f'process {MAIN}:"p";<module> (/w/t.py:1);{fetch};tokenize (/w/t.py:9) 5\n'
+        f'process {MAIN}:"p";<module> (/w/t.py:1);{fetch};tokenize (/w/t.py:9);pinchpoint (<pinchpoint>) 15\n'
+    )
+    stacks, _ = parse_folded(text)
+    summary = stack_summary(stacks, [MAIN], [])
+    assert summary.loader is not None and summary.loader.samples == 5
+
+
 def test_library_frames() -> None:
     assert is_library(Frame("f", f"{SITE}/torch/x.py"))
     assert is_library(Frame("f", f"{STDLIB}/json/decoder.py"))

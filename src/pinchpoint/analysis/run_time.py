@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pinchpoint.analysis.between_updates import outside_training
 from pinchpoint.analysis.stacks import StackScope, scope_of
 from pinchpoint.trace.run import Phase, RankData, RunMeta, Step, StepKind
-from pinchpoint.trace.stacks import Stacks, StackSample, TimedSample
+from pinchpoint.trace.stacks import OWN_FILE, Stacks, StackSample, TimedSample
 
 SEGMENTS = (
     "start-up",
@@ -39,8 +39,6 @@ KIND_SEGMENT = {
 
 
 PROBES = "pinchpoint's own work"
-OWN_FILE = "<pinchpoint>"
-"""The file of the frame pinchpoint's sampler puts at the leaf of a stack in its own code."""
 Span = tuple[int, int, str, bool]
 """(start ns, end ns, segment, is a step)."""
 _IMPORTLIB = "<frozen importlib."

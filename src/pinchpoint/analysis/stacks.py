@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from pinchpoint.trace.run import LoopSite
-from pinchpoint.trace.stacks import Frame, Stacks, StackSample
+from pinchpoint.trace.stacks import OWN_FILE, Frame, Stacks, StackSample
 
 TOP_FRAMES = 3
 _LIBRARY = re.compile(r"(^<)|(/site-packages/)|(/dist-packages/)|(/lib/python\d+\.\d+/)")
@@ -86,6 +86,8 @@ def stack_summary(
     loader: list[StackSample] = []
     host: list[StackSample] = []
     for s in stacks.samples:
+        if s.frames and s.frames[-1].file == OWN_FILE:
+            continue  # pinchpoint's own work (the loader probe fetching the program's batches): not the program's
         if s.pid in workers:
             loader.append(s)
         elif s.pid in mains or (s.pid is None and not workers):

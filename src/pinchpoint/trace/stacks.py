@@ -5,6 +5,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+OWN_FILE = "<pinchpoint>"
+"""The file of the frame pinchpoint's sampler puts at the leaf of a stack in its own work (a probe, the
+op window starting, a record written): pinchpoint's time, never the program's."""
+
 _NATIVE = re.compile(r"(\.so(\.[\d.]+)?$)|(^\?$)|(^\[)")
 
 
