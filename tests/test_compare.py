@@ -8,12 +8,14 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import numpy as np
 import pytest
 
-from pinchpoint.compare.diff import SCHEMA, RunSide, diff_json, diff_runs, gate, verdict
+from pinchpoint.compare.diff import RunSide, diff_runs, gate, verdict
 from pinchpoint.compare.stats import NOISE_FLOOR, ratio_test
 from pinchpoint.history import store
+from pinchpoint.report.diff_doc import SCHEMA, DiffDoc, build_diff, diff_schema
 
 
 def _steps(median_ms: float, n: int = 150, noise: float = 0.05, seed: int = 0) -> list[int]:
@@ -98,7 +100,9 @@ def test_the_diff_says_when_the_bottleneck_moved() -> None:
         "The bottleneck moved: input.fetch is no longer found; host.python now leads at 51% of the step "
         "(its fix: est. ×2.00)"
     )
-    j = diff_json(d)
+    j = build_diff(d).to_dict()
+    jsonschema.Draft202012Validator(diff_schema()).validate(j)
+    assert DiffDoc.from_dict(j).to_dict() == j
     assert j["schema"] == SCHEMA and j["shifted"] is True and j["significant"] is True
     assert set(j) >= {
         "speedup",
@@ -216,7 +220,7 @@ def test_a_fix_outside_the_steps_shows_in_the_whole_run() -> None:
     assert not d.test.significant
     assert d.run_ms == pytest.approx((80.0, 40.0))
     assert any("×2.00 faster" in line and "whole run" in line for line in verdict(d))
-    assert diff_json(d)["run_ms_per_step"] == {"before": 80.0, "after": 40.0}
+    assert build_diff(d).to_dict()["run_ms_per_step"] == {"before": 80.0, "after": 40.0}
     # steps that are (almost) the whole run: nothing more to say than the steps' test
     d = diff_runs(
         RunSide(label="a", report=_with_run(same, 0.1), step_ns=tuple(_steps(20.0, seed=1))),

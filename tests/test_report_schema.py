@@ -67,7 +67,7 @@ def test_schema_command_prints_the_schema() -> None:
     assert "gpu" not in schema["required"]  # an optional section: only where a device timeline was read
 
 
-@pytest.mark.parametrize("document", ["outside", "try"])
+@pytest.mark.parametrize("document", ["outside", "try", "diff"])
 def test_every_document_has_its_schema(document: str) -> None:
     out = io.StringIO()
     with redirect_stdout(out):

@@ -22,13 +22,14 @@ class DiffCommand:
         parser.add_argument("--no-color", action="store_true", help="plain text")
 
     def execute(self, args: argparse.Namespace) -> int:
-        from pinchpoint.compare.diff import diff_json, diff_runs
+        from pinchpoint.compare.diff import diff_runs
         from pinchpoint.pipeline.resolve import load_side
+        from pinchpoint.report.diff_doc import build_diff
         from pinchpoint.report.diff_terminal import render_diff
 
-        d = diff_json(diff_runs(load_side(args.before), load_side(args.after)))
+        d = build_diff(diff_runs(load_side(args.before), load_side(args.after)))
         if args.json:
-            Path(args.json).write_text(json.dumps(d, indent=1) + "\n")
+            Path(args.json).write_text(json.dumps(d.to_dict(), indent=1) + "\n")
         render_diff(d, sys.stdout, color=False if args.no_color else None)
         return 0
 
@@ -67,13 +68,14 @@ class CheckCommand:
         )
 
     def execute(self, args: argparse.Namespace) -> int:
-        from pinchpoint.compare.diff import diff_json, gate
+        from pinchpoint.compare.diff import gate
         from pinchpoint.pipeline.resolve import load_side
+        from pinchpoint.report.diff_doc import build_diff
 
         allowed = parse_percent(args.max_regression)
         result = gate([load_side(b) for b in args.baseline], load_side(args.run), allowed)
         if args.json:
-            Path(args.json).write_text(json.dumps(diff_json(result.diff), indent=1) + "\n")
+            Path(args.json).write_text(json.dumps(build_diff(result.diff).to_dict(), indent=1) + "\n")
         print(f"pinchpoint check: {'FAIL' if result.failed else 'PASS'}: {result.reason}", file=sys.stderr)
         for line in result.lines:
             print(f"  {line}", file=sys.stderr)

@@ -6,20 +6,27 @@ import argparse
 import json
 import sys
 
-DOCUMENTS = ("report", "outside", "try")
-"""report: report.json; outside: outside.json (`pinchpoint attach --outside`); try: try.json."""
+DOCUMENTS = ("report", "outside", "try", "diff")
+"""report: report.json; outside: outside.json (`pinchpoint attach --outside`); try: try.json; diff:
+`pinchpoint diff --json`."""
 
 
 class SchemaCommand:
     NAME = "schema"
-    HELP = "print the JSON Schema of a document pinchpoint writes (report.json, outside.json, try.json)"
+    HELP = (
+        "print the JSON Schema of a document pinchpoint writes (report.json, outside.json, try.json, a diff)"
+    )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("document", choices=DOCUMENTS, help="report.json, outside.json or try.json")
+        parser.add_argument(
+            "document", choices=DOCUMENTS, help="report.json, outside.json, try.json or a diff"
+        )
 
     def execute(self, args: argparse.Namespace) -> int:
         if args.document == "outside":
             from pinchpoint.report.outside_doc import outside_schema as schema
+        elif args.document == "diff":
+            from pinchpoint.report.diff_doc import diff_schema as schema
         elif args.document == "try":
             from pinchpoint.report.try_doc import try_schema as schema
         else:

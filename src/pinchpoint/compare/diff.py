@@ -10,8 +10,6 @@ from typing import Any
 
 from pinchpoint.compare.stats import NOISE_FLOOR, RatioTest, ratio_test
 
-SCHEMA = "pinchpoint.diff/1"
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunSide:
@@ -255,42 +253,6 @@ def verdict(d: RunDiff) -> list[str]:
             + "; ".join(d.environment_differences)
         )
     return lines
-
-
-def diff_json(d: RunDiff) -> dict[str, Any]:
-    t = d.test
-    return {
-        "schema": SCHEMA,
-        "before": d.before,
-        "after": d.after,
-        "speedup": round(t.ratio, 4),
-        "interval": [round(t.low, 4), round(t.high, 4)],
-        "significant": t.significant,
-        "median_ms": {"before": round(d.before_median_ms, 3), "after": round(d.after_median_ms, 3)},
-        "statistic": t.statistic,
-        "run_ms_per_step": None
-        if d.run_ms is None
-        else {"before": round(d.run_ms[0], 3), "after": round(d.run_ms[1], 3)},
-        "before_top": d.before_top,
-        "after_top": d.after_top,
-        "shifted": d.shifted,
-        "environment_differences": list(d.environment_differences),
-        "setting_changes": list(d.setting_changes),
-        "phases": {
-            p.phase: {"before_ms": round(p.before_ms, 3), "after_ms": round(p.after_ms, 3)} for p in d.phases
-        },
-        "findings": [
-            {
-                "id": f.id,
-                "before_share": f.before_share,
-                "after_share": f.after_share,
-                "before_speedup": f.before_speedup,
-                "after_speedup": f.after_speedup,
-            }
-            for f in d.findings
-        ],
-        "verdict": verdict(d),
-    }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from pinchpoint.report.diff_doc import DiffDoc
 from pinchpoint.report.terminal import DEFAULT_WIDTH, PHASE_LABELS
 
 
@@ -19,19 +20,19 @@ def _console(out: TextIO, color: bool | None) -> Console:
     return console
 
 
-def render_diff(diff: dict[str, Any], out: TextIO, *, color: bool | None = None) -> None:
-    """`diff` is `compare.diff.diff_json`'s object."""
+def render_diff(diff: DiffDoc, out: TextIO, *, color: bool | None = None) -> None:
+    """A comparison (`report/diff_doc.build_diff`) on the console."""
     console = _console(out, color)
-    console.print(Text(f"pinchpoint diff  {diff['before']} → {diff['after']}", style="bold"))
+    console.print(Text(f"pinchpoint diff  {diff.before} → {diff.after}", style="bold"))
     console.print()
-    for i, line in enumerate(diff["verdict"]):
+    for i, line in enumerate(diff.verdict):
         console.print(Text(line, style="bold" if i == 0 else ""))
     console.print()
     phases = Table(box=None, pad_edge=False, title=None, show_header=True, header_style="bold")
     for col in ("phase", "before ms", "after ms", "change"):
         phases.add_column(col, justify="left" if col == "phase" else "right")
-    for name, p in diff["phases"].items():
-        b, a = p["before_ms"], p["after_ms"]
+    for name, p in diff.phases.items():
+        b, a = p.before_ms, p.after_ms
         phases.add_row(PHASE_LABELS.get(name, name), f"{b:.2f}", f"{a:.2f}", f"{a - b:+.2f}")
     console.print(Text("Per step, by phase (mean)", style="bold underline"))
     console.print(phases)
@@ -39,17 +40,17 @@ def render_diff(diff: dict[str, Any], out: TextIO, *, color: bool | None = None)
     table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
     for col in ("finding", "before", "after"):
         table.add_column(col, justify="left" if col == "finding" else "right")
-    for f in diff["findings"]:
+    for f in diff.findings:
         table.add_row(
-            f["id"],
-            _finding_cell(f["before_share"], f["before_speedup"]),
-            _finding_cell(f["after_share"], f["after_speedup"]),
+            f.id,
+            _finding_cell(f.before_share, f.before_speedup),
+            _finding_cell(f.after_share, f.after_speedup),
         )
     console.print(Text("Findings (share of the step · estimated gain of the fix)", style="bold underline"))
-    console.print(table if diff["findings"] else Text("none in either run"))
-    if diff["setting_changes"]:
+    console.print(table if diff.findings else Text("none in either run"))
+    if diff.setting_changes:
         console.print()
-        console.print(Text("Settings that changed: " + "; ".join(diff["setting_changes"]), style="dim"))
+        console.print(Text("Settings that changed: " + "; ".join(diff.setting_changes), style="dim"))
 
 
 def _finding_cell(share: float | None, speedup: float | None) -> str:
