@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pinchpoint.compare.diff import RunDiff, verdict
-from pinchpoint.report.document import from_dict, json_schema, to_dict
+from pinchpoint.compare.diff import FindingChange, RunDiff, verdict
+from pinchpoint.report.document import Document, json_schema
 
 SCHEMA = "pinchpoint.diff/1"
 
@@ -26,16 +26,7 @@ class PhaseMs:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FindingShift:
-    id: str
-    before_share: float | None
-    after_share: float | None
-    before_speedup: float | None
-    after_speedup: float | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DiffDoc:
+class DiffDoc(Document):
     """Is B faster than A beyond the noise, and did the bottleneck move?"""
 
     schema: str
@@ -55,17 +46,8 @@ class DiffDoc:
     environment_differences: tuple[str, ...]
     setting_changes: tuple[str, ...]
     phases: Mapping[str, PhaseMs]
-    findings: tuple[FindingShift, ...]
+    findings: tuple[FindingChange, ...]
     verdict: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = to_dict(self)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Any) -> DiffDoc:
-        doc: DiffDoc = from_dict(cls, data)
-        return doc
 
 
 def diff_schema() -> dict[str, Any]:
@@ -96,15 +78,6 @@ def build_diff(d: RunDiff) -> DiffDoc:
         phases={
             p.phase: PhaseMs(before_ms=round(p.before_ms, 3), after_ms=round(p.after_ms, 3)) for p in d.phases
         },
-        findings=tuple(
-            FindingShift(
-                id=f.id,
-                before_share=f.before_share,
-                after_share=f.after_share,
-                before_speedup=f.before_speedup,
-                after_speedup=f.after_speedup,
-            )
-            for f in d.findings
-        ),
+        findings=tuple(d.findings),
         verdict=tuple(verdict(d)),
     )

@@ -14,7 +14,7 @@ import sys
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Self
 
 from pinchpoint.errors import TraceError
 
@@ -35,6 +35,21 @@ def named(key: str, *, doc: str = "") -> Any:
 
 class DocumentError(TraceError):
     """A JSON document that does not have the shape its type says."""
+
+
+class Document:
+    """The base of a typed document (a frozen dataclass): `to_dict()` is its JSON, `from_dict` reads one."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = to_dict(self)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Self:
+        doc: Self = from_dict(cls, data)
+        return doc
 
 
 @functools.cache

@@ -10,7 +10,7 @@ from typing import Any
 from pinchpoint.analysis.outside import OutsideWatch
 from pinchpoint.diagnosis.engine import Diagnosis
 from pinchpoint.diagnosis.rules.outside import NOT_JUDGED
-from pinchpoint.report.document import from_dict, json_schema, to_dict
+from pinchpoint.report.document import Document, json_schema
 from pinchpoint.report.phrases import say, say_all
 from pinchpoint.report.phrases.outside import SHARE_OF
 from pinchpoint.trace.run import Run
@@ -79,7 +79,7 @@ class NotJudged:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class OutsideDoc:
+class OutsideDoc(Document):
     """What a watch from outside could support, and as plainly what it could not."""
 
     schema: str
@@ -91,15 +91,6 @@ class OutsideDoc:
     notes: tuple[str, ...]
     not_judged: tuple[NotJudged, ...]
     warnings: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = to_dict(self)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Any) -> OutsideDoc:
-        doc: OutsideDoc = from_dict(cls, data)
-        return doc
 
 
 def outside_schema() -> dict[str, Any]:

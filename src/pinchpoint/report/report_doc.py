@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pinchpoint.report.document import from_dict, json_schema, named, optional, to_dict
+from pinchpoint.report.document import Document, json_schema, named, optional
 
 SCHEMA = "pinchpoint.report/1"
 SCHEMA_ID = "https://pinchpoint.dev/schema/report-1.json"
@@ -389,7 +389,7 @@ class OpWindowRefused:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ReportDoc:
+class ReportDoc(Document):
     """pinchpoint's report of one run or one set of profiler files."""
 
     schema: str
@@ -406,15 +406,6 @@ class ReportDoc:
     stack_files: tuple[str, ...] | None = optional()
     op_windows: tuple[OpWindowTaken | OpWindowRefused, ...] | None = optional()
     history_id: int | None = optional(doc="the run's id in the history database (not in the file)")
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = to_dict(self)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Any) -> ReportDoc:
-        doc: ReportDoc = from_dict(cls, data)
-        return doc
 
     @property
     def title(self) -> str:

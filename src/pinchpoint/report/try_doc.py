@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pinchpoint.report.document import from_dict, json_schema, optional, to_dict
+from pinchpoint.report.document import Document, json_schema, optional
 
 SCHEMA = "pinchpoint.try/1"
 
@@ -54,7 +54,7 @@ class CwdWrites:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TryDoc:
+class TryDoc(Document):
     """`pinchpoint try`'s table."""
 
     schema: str
@@ -65,15 +65,6 @@ class TryDoc:
     baseline_history_id: int | None
     tried: tuple[TriedFix, ...]
     cwd_writes: CwdWrites | None = optional()
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = to_dict(self)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Any) -> TryDoc:
-        doc: TryDoc = from_dict(cls, data)
-        return doc
 
 
 def try_schema() -> dict[str, Any]:
