@@ -15,7 +15,7 @@ from pinchpoint.diagnosis.engine import Diagnosis
 from pinchpoint.diagnosis.finding import Finding
 from pinchpoint.report import report_doc as d
 from pinchpoint.report.phrases import say, say_all
-from pinchpoint.trace.run import HOST_OTHER, Attach, LoaderConfig, OpWindow, Phase, ProcessInfo, RankData, Run
+from pinchpoint.trace.run import HOST_OTHER, LoaderConfig, OpWindow, Phase, ProcessInfo, RankData, Run
 
 MIB = 1 << 20
 BREAKDOWN_KEYS = (*(p.value for p in Phase), HOST_OTHER)
@@ -304,20 +304,7 @@ def _run_info(run: Run) -> d.RunInfo:
         ended_at=m.ended_at,
         world_size=m.world_size,
         complete=m.ended_at is not None and m.exit_code == 0,
-        attach=_attach(m.attach),
-    )
-
-
-def _attach(attach: Attach | None) -> d.AttachInfo | None:
-    """`pinchpoint attach`'s run: the process, how long, how it ended, what the agent left behind."""
-    if attach is None:
-        return None
-    return d.AttachInfo(
-        pid=attach.pid,
-        duration_s=attach.duration_s,
-        ended=attach.ended,
-        restored=attach.restored,
-        left=tuple(attach.left),
+        attach=m.attach,
     )
 
 

@@ -14,20 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pinchpoint.report.document import Document, json_schema, named, optional
+from pinchpoint.trace.run import Attach
 
 SCHEMA = "pinchpoint.report/1"
 SCHEMA_ID = "https://pinchpoint.dev/schema/report-1.json"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AttachInfo:
-    """`pinchpoint attach`: the process, how long, how it ended, what the agent left behind."""
-
-    pid: int
-    duration_s: float
-    ended: str | None
-    restored: int | None
-    left: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,7 +34,9 @@ class RunInfo:
     ended_at: str | None
     world_size: int
     complete: bool
-    attach: AttachInfo | None = optional()
+    attach: Attach | None = optional(
+        doc="`pinchpoint attach`: the process, how long, how it ended, what stayed"
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,7 +13,8 @@ from rich.text import Text
 
 from pinchpoint.report.model import Report
 from pinchpoint.report.phrases.common import gain, load_words, run_gain_words, segment_code_lines, share_words
-from pinchpoint.report.report_doc import AttachInfo, OpWindowTaken, ReportDoc, RunTimeInfo, StepsInfo
+from pinchpoint.report.report_doc import OpWindowTaken, ReportDoc, RunTimeInfo, StepsInfo
+from pinchpoint.trace.run import Attach
 
 PHASE_LABELS = {
     "data_wait": "data wait",
@@ -116,7 +117,7 @@ def _print_run_gpu(console: Console, report: ReportDoc) -> None:
     console.print()
 
 
-def _attached_line(attach: AttachInfo) -> str:
+def _attached_line(attach: Attach) -> str:
     what = f"attached to process {attach.pid} for {attach.duration_s:g} s"
     if attach.ended == "exited":
         return f"{what}; it ended during the attach: partial report\n"

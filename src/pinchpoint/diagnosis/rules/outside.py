@@ -63,6 +63,14 @@ def _finding(fid: Category, title: str, share: float | None, evidence: list[Fact
     )
 
 
+def _phase(rule: Rule, w: OutsideWatch, phase: str, floor: float) -> Iterable[Finding]:
+    """`rule`'s finding where the main thread spent at least `floor` of its time in `phase`."""
+    if w.main is None or (share := w.main.shares[phase]) < floor:
+        return
+    evidence = [Fact("outside.phase_time", share=share, phase=phase), *_hottest(w.main, phase)]
+    yield _finding(rule.id, rule.title, share, evidence)
+
+
 class OutsideInput(Rule):
     """Pattern: the main thread's samples sit in the DataLoader: input.preprocess when loading computes
     (busy workers, or a main thread on a CPU beyond the rest of its loop), input.fetch when it waits."""
@@ -117,11 +125,8 @@ class OutsideLoop(Rule):
     scope: ClassVar[Scope] = Scope.OUTSIDE
 
     def check(self, s: Subject) -> Iterable[Finding]:
-        w = s.watched
-        if w.main is None or loop_waits(w) or (share := w.main.shares["loop"]) < MIN_SHARE:
-            return
-        evidence = [Fact("outside.phase_time", share=share, phase="loop"), *_hottest(w.main, "loop")]
-        yield _finding(self.id, self.title, share, evidence)
+        if not loop_waits(s.watched):
+            yield from _phase(self, s.watched, "loop", MIN_SHARE)
 
 
 class OutsideCheckpoint(Rule):
@@ -132,14 +137,7 @@ class OutsideCheckpoint(Rule):
     scope: ClassVar[Scope] = Scope.OUTSIDE
 
     def check(self, s: Subject) -> Iterable[Finding]:
-        w = s.watched
-        if w.main is None or (share := w.main.shares["checkpoint"]) < CHECKPOINT_MIN_SHARE:
-            return
-        evidence = [
-            Fact("outside.phase_time", share=share, phase="checkpoint"),
-            *_hottest(w.main, "checkpoint"),
-        ]
-        yield _finding(self.id, self.title, share, evidence)
+        yield from _phase(self, s.watched, "checkpoint", CHECKPOINT_MIN_SHARE)
 
 
 class OutsideThreads(Rule):
