@@ -61,6 +61,7 @@ EXAMPLES = {
     "checkpoint_periodic": ("io.checkpoint", [("--fix", ["--fix"]), GLIBC_KEEPS]),
     "rollout_sequential": ("run.rollouts", [("--fix", ["--fix"])]),
     "eval_every_epoch": ("run.evaluation", [("--fix", ["--fix"])]),
+    "epoch_workers": ("input.worker_restart", [("--fix", ["--fix"])]),
     "gc_epoch_collect": ("host.gc", [("--fix", ["--fix"]), ("--freeze", ["--freeze"])]),
     "memory_leak": ("memory.leak", [("--fix", ["--fix"])]),
     "allocator_churn": ("memory.pressure", [("--fix", ["--fix"]), ("jemalloc preload", ["preload:jemalloc"]),
@@ -312,8 +313,42 @@ def write_section(rows, raw, args):
     ]
     section = marker + "\n" + "\n".join(lines)
     with open(path, "w") as f:
-        f.write(before + section + (("\n## Machine: " + after) if nxt else ""))
+        f.write(kinds_table(before + section + (("\n## Machine: " + after) if nxt else "")))
     print(f"wrote the {kind} section of {path}", file=sys.stderr)
+
+
+KINDS_HEAD = "| example |"
+
+
+def kinds_table(text):
+    """`text` (TRUTH.md) with its table of which kinds have rows for which examples made anew from the
+    sections (the first table whose header starts with `KINDS_HEAD` and names kinds, before them)."""
+    head, sep, sections = text.partition("\n## Machine: ")
+    kinds = sorted(ln.split("\n", 1)[0].strip() for ln in ("## Machine: " + sections).split("## Machine: ")[1:])
+    have = {}
+    for kind in kinds:
+        for name in _rows_in(text, kind):
+            have.setdefault(name, set()).add(kind)
+    table = [f"{KINDS_HEAD} {' | '.join(kinds)} |", "|---|" + "---|" * len(kinds),
+             *(f"| {n} | " + " | ".join("✓" if k in have[n] else "—" for k in kinds) + " |" for n in sorted(have))]
+    lines = head.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith(KINDS_HEAD)), None)
+    if start is None or not sep:
+        return text
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return "\n".join(lines[:start] + table + lines[end:]) + ("\n" if head.endswith("\n") else "") + sep + sections
+
+
+def _rows_in(text, kind):
+    rows, section = set(), ""
+    for line in text.splitlines():
+        if line.startswith("## Machine: "):
+            section = line.removeprefix("## Machine: ").strip()
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if section == kind and len(cells) >= 7 and cells[6].endswith("%") and cells[2].startswith("`"):
+            rows.add(cells[0])
+    return rows
 
 if __name__ == "__main__":
     main()

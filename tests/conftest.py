@@ -348,3 +348,30 @@ def make_run_analysis(env: Environment, ranks: Iterable[RankAnalysis]) -> RunAna
         meta=RunMeta(command=("python", "train.py"), started_at="2026-01-01T00:00:00+00:00"), environment=env
     )
     return RunAnalysis(run=run, ranks=tuple(ranks))
+
+
+FINDING_DEFAULTS: dict[str, Any] = {
+    "title": "a finding", "share": 0.3, "estimated_speedup": 1.4, "estimate_basis": "model",
+    "confidence": "medium", "evidence": [], "fix": "the fix", "ranks": [0],
+}  # fmt: skip
+
+
+def report_doc(partial: Mapping[str, Any]) -> Any:
+    """A whole `ReportDoc` from a few of report.json's keys, merged into a golden report's (objects key
+    by key, lists replaced; each finding filled in from `FINDING_DEFAULTS`)."""
+    import json
+    from pathlib import Path
+
+    from pinchpoint.report.report_doc import ReportDoc
+
+    def merged(base: Any, over: Any) -> Any:
+        if isinstance(base, dict) and isinstance(over, Mapping):
+            return {**base, **{k: merged(base.get(k), v) for k, v in over.items()}}
+        return over
+
+    data = json.loads((Path(__file__).parent / "golden" / "two_causes.json").read_text())
+    findings = partial.get("findings")
+    data = merged(data, {k: v for k, v in partial.items() if k != "findings"})
+    if findings is not None:
+        data["findings"] = [{**FINDING_DEFAULTS, **f} for f in findings]
+    return ReportDoc.from_dict(data)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,12 @@ import jsonschema
 import numpy as np
 import pytest
 
+from conftest import report_doc
 from pinchpoint.compare.diff import RunSide, diff_runs, gate, verdict
 from pinchpoint.compare.stats import NOISE_FLOOR, ratio_test
 from pinchpoint.history import store
 from pinchpoint.report.diff_doc import SCHEMA, DiffDoc, build_diff, diff_schema
+from pinchpoint.report.report_doc import Segment
 
 
 def _steps(median_ms: float, n: int = 150, noise: float = 0.05, seed: int = 0) -> list[int]:
@@ -52,26 +55,22 @@ def test_two_steps_are_never_significant() -> None:
 
 def _report(
     top: list[tuple[str, float, float]], breakdown: dict[str, float], mean_ms: float, **env: Any
-) -> dict[str, Any]:
-    environment = {
+) -> Any:
+    environment: dict[str, Any] = {
         "cpu": {"model": "Xeon", "usable_cores": 2, "logical_cores": 2},
-        "torch": {"version": "2.13.0+cpu", "cuda": None},
         "python": "3.11.7",
         "threads": {"intra_op": 2, "inter_op": 2, "env": {}},
-        "dataloader": {"num_workers": 0},
         "gpus": [],
     }
     for k, v in env.items():
         environment[k] = v
-    return {
+    return report_doc({
         "run": {"world_size": 1},
         "environment": environment,
         "steps": {"median_ms": mean_ms, "mean_ms": mean_ms},
         "breakdown": breakdown,
         "findings": [{"id": i, "share": s, "estimated_speedup": e} for i, s, e in top],
-    }
-
-
+    })  # fmt: skip
 BEFORE = _report(
     [("input.fetch", 0.42, 1.7), ("host.python", 0.32, 1.5)], {"data_wait": 0.42, "host_other": 0.58}, 54.0
 )
@@ -197,16 +196,16 @@ def test_stalls_every_few_steps_are_compared_by_the_mean_step() -> None:
     assert plain.statistic == "median"
 
 
-def _with_run(report: dict[str, Any], rollouts_s: float) -> dict[str, Any]:
+def _with_run(report: Any, rollouts_s: float) -> Any:
     """`report` over a run of 100 training steps of 20 ms (2 s) and `rollouts_s` of rollouts, with 3 s of
     start-up and 1 s of pinchpoint's own work (left out of the comparison)."""
-    segments = [
-        {"name": "start-up", "s": 3.0},
-        {"name": "training steps", "s": 2.0, "steps": 100},
-        {"name": "evaluation and rollouts", "s": rollouts_s},
-        {"name": "pinchpoint's own work", "s": 1.0},
-    ]
-    return {**report, "run_time": {"wall_s": 6.0 + rollouts_s, "segments": segments}}
+    wall = 6.0 + rollouts_s
+    segments = tuple(
+        Segment(name=name, s=s, share=s / wall, steps=steps)
+        for name, s, steps in [("start-up", 3.0, 0), ("training steps", 2.0, 100),
+                               ("evaluation and rollouts", rollouts_s, 0), ("pinchpoint's own work", 1.0, 0)]
+    )  # fmt: skip
+    return replace(report, run_time=replace(report.run_time, wall_s=wall, segments=segments))
 
 
 def test_a_fix_outside_the_steps_shows_in_the_whole_run() -> None:

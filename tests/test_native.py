@@ -143,6 +143,13 @@ def _analyze(path: Path, tmp_path: Path) -> tuple[int, str, dict[str, object] | 
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     doc = json.loads(out.read_text()) if out.is_file() else None
+    if doc is not None:  # the file validates against its schema and reads back as the typed document
+        import jsonschema
+
+        from pinchpoint.report.stacks_doc import StacksDoc, stacks_schema
+
+        jsonschema.Draft202012Validator(stacks_schema()).validate(doc)
+        assert StacksDoc.from_dict(doc).to_dict() == doc
     return res.returncode, res.stdout + res.stderr, doc
 
 

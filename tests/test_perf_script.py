@@ -335,8 +335,8 @@ def test_stack_files_as_tolerant_as_speedscope(tmp_path: Path) -> None:
     )
     assert stack_file_kind(folded) == "folded"
     doc = report_stack_file(folded)
-    assert doc is not None and doc["weight"] == 55
-    assert doc["warnings"] == ["1 line(s) could not be read and were skipped"]
+    assert doc is not None and doc.weight == 55
+    assert doc.warnings == ("1 line(s) could not be read and were skipped",)
 
     wide = tmp_path / "wide.folded"
     wide.write_bytes("main;train;step 3\r\nmain;eval 1".encode("utf-16"))

@@ -36,6 +36,7 @@ from pinchpoint.analysis.between_updates import BetweenUpdates
 from pinchpoint.analysis.gc import GcStats
 from pinchpoint.analysis.memory import PageFaults, memory_trend, page_faults
 from pinchpoint.analysis.ops import op_stats
+from pinchpoint.analysis.restarts import WorkerRestarts
 from pinchpoint.analysis.roofline import Chain, MemoryTraffic
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.run_time import RunTime, Segment
@@ -1518,8 +1519,36 @@ RUN_EVALUATION = {
     "rollouts-instead": Case(rank_of({}, **_between("rollouts", 0.5)), False),
 }
 
+def _restarts(share: float, steps: int = 100) -> WorkerRestarts:
+    """A training loader restarting its 2 workers over 6 epochs of 100 ms steps, the restarts `share`
+    of the steps' time."""
+    steps_ns = steps * 100_000_000
+    return WorkerRestarts(
+        site="/home/me/proj/train.py:40", workers=2, iterators=6, first_ns=400_000_000, other_ns=100_000_000,
+        saved_ns=int(share * steps_ns), steps=steps, steps_ns=steps_ns,
+    )  # fmt: skip
+
+
+INPUT_WORKER_RESTART = {
+    "every-epoch": Case(
+        rank_of({"data_wait": 0.30}, loader=SLEEPY, restarts=_restarts(0.30)),
+        True,
+        facts={
+            "input.restart.steps": {"iterators": 6, "workers": 2, "site": "proj/train.py:40"},
+            "input.restart.first": {"first_ns": 400e6, "other_ns": 100e6, "share": 0.30},
+        },
+        check=_all(_eq("share", 0.30), _eq("estimated_speedup", 1 / 0.7)),
+    ),
+    "small": Case(rank_of({"data_wait": 0.30}, loader=SLEEPY, restarts=_restarts(0.04)), False),
+    "persistent": Case(rank_of({"data_wait": 0.30}, loader=SLEEPY), False),
+}
+INPUT_FETCH["restarts-are-the-wait"] = Case(
+    rank_of({"data_wait": 0.30}, loader=SLEEPY, restarts=_restarts(0.30)), False
+)  # (more workers would restart too: the wait is input.worker_restart's)
+
 CASES: dict[str, dict[str, Case]] = {
     "input.fetch": INPUT_FETCH,
+    "input.worker_restart": INPUT_WORKER_RESTART,
     "input.preprocess": INPUT_PREPROCESS,
     "host.python": HOST_PYTHON,
     "host.dispatch": HOST_DISPATCH,

@@ -110,6 +110,41 @@ def test_trial_steps_stay_out_of_the_statistics_and_price_the_finding() -> None:
     assert trial["speedup"] == pytest.approx(1.75)
 
 
+@pytest.mark.parametrize(("trial_runq_ms", "read"), [(0.5, True), (12.0, False)])
+def test_a_trial_whose_main_thread_still_waited_for_a_cpu_is_not_read(
+    trial_runq_ms: float, read: bool
+) -> None:
+    """At one thread per core the main thread stops waiting for a CPU (0-3% of a step against 23-46% at
+    16 threads on 2 cores). Trial steps that still wait measured something else holding the cores: the
+    finding is priced by the wait, and says why the trial was not read."""
+    steps = list(make_steps(24, {"forward": 30, "backward": 30}, 10, runq_ms=20.0))  # 70 ms, 29% waiting
+    for i in range(14, 19):
+        steps[i] = replace(
+            steps[i], trial=True, runq_ns=int(trial_runq_ms * 1e6), end_ns=steps[i].start_ns + 60_000_000
+        )
+    rank = RankData(
+        rank=0, steps=tuple(steps), thread_trial=TrialRecord(threads=16, fit=2, steps=(15, 16, 17))
+    )
+    stats = step_stats(rank)
+    assert stats is not None
+    result = thread_trial(rank, stats.host_median_ns)
+    assert result is not None and result.contended is not read
+    analysis = replace(
+        make_rank_analysis({"forward": 30, "backward": 30}, 10, main=make_process(intra_op=16), runq_ms=20.0),
+        thread_trial=result,
+    )
+    (f,) = [f for f in diagnose(make_run_analysis(make_env(cores=2), [analysis])).findings
+            if f.id == "cpu.oversubscription"]  # fmt: skip
+    said = facts(f)
+    if read:
+        assert f.basis is Basis.TRIAL and "cpu.oversubscription.trial" in said
+        return
+    assert f.basis is Basis.REMOVED and "cpu.oversubscription.trial" not in said
+    assert f.estimated_speedup == pytest.approx(1 / (1 - 20 / 70), rel=0.05)
+    text = say(said["cpu.oversubscription.trial_contended"])
+    assert "not read" in text and "thread trial" in text and "20%" in text
+
+
 @pytest.mark.parametrize(
     ("fit", "foreign", "expected"),
     [(2, None, 2), (2, 0.0, 2), (2, 0.49, 2), (2, 0.5, 2), (2, 0.6, 1), (2, 1.0, 1), (2, 1.6, 1), (2, 3.0, 1),

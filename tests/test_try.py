@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 import torch
 
-from conftest import make_steps
+from conftest import make_steps, report_doc
 from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.capture import appliers
 from pinchpoint.pipeline import fixes, try_fix
@@ -31,7 +31,7 @@ def _finding(fid: str, **kw: Any) -> dict[str, Any]:
     return {"id": fid, "share": 0.3, "estimated_speedup": 1.4, **kw}
 
 
-REPORT = {
+REPORT = report_doc({
     "steps": {"median_ms": 50.0},
     "findings": [
         _finding("cpu.oversubscription", fix_kind="threads", fix_params={"threads": 2}),
@@ -42,7 +42,7 @@ REPORT = {
         _finding("host.dispatch", fix_kind="compile"),
         _finding("compute.math", estimated_speedup=1.0),
     ],
-}
+})  # fmt: skip
 
 
 def _first_by_id(plans: list[try_fix.Plan]) -> dict[str, try_fix.Plan]:
@@ -107,7 +107,7 @@ def test_an_allocator_finding_also_tries_jemalloc_and_tcmalloc_where_installed(
 def test_precision_optimizer_and_cuda_fixes_are_applied_by_the_agent(
     kind: str, agent: dict[str, Any]
 ) -> None:
-    (plan,) = try_fix.plans({"findings": [_finding("compute.math", fix_kind=kind)]})
+    (plan,) = try_fix.plans(report_doc({"findings": [_finding("compute.math", fix_kind=kind)]}))
     assert plan.cannot is None and plan.agent == agent and not plan.env and plan.predicted == 1.4
 
 
@@ -225,12 +225,12 @@ def test_a_pair_in_doubt_runs_again_as_abba_and_pools(
     step_ms |= {"num_workers=2": 80.0}
     ran: list[str] = []
 
-    def runner(run_dir: Path, env: Any, agent: Any) -> tuple[int, dict[str, Any] | None, str | None]:
+    def runner(run_dir: Path, env: Any, agent: Any) -> tuple[int, Any, str | None]:
         ran.append(run_dir.name)
-        return 0, {"findings": []}, None
+        return 0, report_doc({"findings": []}), None
 
     def load_side(ref: str) -> RunSide:
-        return RunSide(label=ref, report={"findings": []}, step_ns=_steps(step_ms[Path(ref).name]))
+        return RunSide(label=ref, report=report_doc({"findings": []}), step_ns=_steps(step_ms[Path(ref).name]))
 
     monkeypatch.setattr(resolve, "load_side", load_side)
     plans = _first_by_id(try_fix.plans(REPORT))  # both predicted x1.4
@@ -255,13 +255,13 @@ def test_a_long_tight_pair_far_from_the_prediction_is_not_run_again(
     ran: list[str] = []
     clock = [0.0]
 
-    def runner(run_dir: Path, env: Any, agent: Any) -> tuple[int, dict[str, Any] | None, str | None]:
+    def runner(run_dir: Path, env: Any, agent: Any) -> tuple[int, Any, str | None]:
         ran.append(run_dir.name)
         clock[0] += 200.0  # each run takes 200 s
-        return 0, {"findings": [], "history_id": 7}, None
+        return 0, report_doc({"findings": [], "history_id": 7}), None
 
     def load_side(ref: str) -> RunSide:
-        return RunSide(label=ref, report={"findings": []}, step_ns=_steps(step_ms[Path(ref).name]))
+        return RunSide(label=ref, report=report_doc({"findings": []}), step_ns=_steps(step_ms[Path(ref).name]))
 
     monkeypatch.setattr(resolve, "load_side", load_side)
     monkeypatch.setattr(try_fix.time, "monotonic", lambda: clock[0])
@@ -403,11 +403,11 @@ def test_an_accumulating_ddp_loop_all_reduces_once_per_optimizer_step(
 def test_no_sync_is_applied_only_where_the_loop_already_accumulates() -> None:
     finding = _finding("comm.exposed", fix_kind="no_sync", snippet="with model.no_sync(): ...")
     (plan,) = try_fix.plans(
-        {"findings": [{**finding, "fix_params": {"micro_batches": 4, "accumulating": 1}}]}
+        report_doc({"findings": [{**finding, "fix_params": {"micro_batches": 4, "accumulating": 1}}]})
     )
     assert plan.cannot is None and plan.agent == {"no_sync": 4} and "no_sync" in plan.applied_how
     (plan,) = try_fix.plans(
-        {"findings": [{**finding, "fix_params": {"micro_batches": 2, "accumulating": 0}}]}
+        report_doc({"findings": [{**finding, "fix_params": {"micro_batches": 2, "accumulating": 0}}]})
     )
     assert plan.cannot is not None and plan.snippet
 
@@ -541,7 +541,7 @@ def test_trials_write_into_scratch_copies_not_over_the_users_files(
     # a directory the baseline never wrote stays a link: the trial's write there reached the user's
     assert got.leaked == ("cache/leak.txt",)
     out = io.StringIO()
-    render_try(doc, {"steps": {"median_ms": 50.0}, "findings": []}, out)
+    render_try(doc, report_doc({"steps": {"median_ms": 50.0}, "findings": []}), out)
     text = out.getvalue()
     assert "wrote 2 file(s) under the working directory" in text and "scratch copies" in text
     assert "still wrote 1 file(s)" in text and "cache/leak.txt" in text
@@ -563,7 +563,7 @@ def test_without_a_fresh_baseline_the_trials_run_in_place(
     assert got.reused and not got.scratch and got.count == 2
     doc = try_fix.try_doc(["python", "train.py"], tmp_path / "recorded", 30, [], 30, cwd_writes=got)
     out = io.StringIO()
-    render_try(doc, {"steps": {"median_ms": 50.0}, "findings": []}, out)
+    render_try(doc, report_doc({"steps": {"median_ms": 50.0}, "findings": []}), out)
     assert "no scratch copy: the baseline was recorded earlier" in out.getvalue()
 
 
@@ -573,7 +573,7 @@ def test_the_collectors_fix_is_tried_both_ways_by_the_agent(monkeypatch: pytest.
     import gc
 
     finding = {"id": "host.gc", "fix_kind": "gc_less", "fix_params": {"line": 12}, "estimated_speedup": 3.7}
-    plans = try_fix.plans({"findings": [finding]})
+    plans = try_fix.plans(report_doc({"findings": [finding]}))
     assert [p.agent for p in plans] == [{"gc": {"collect": "young"}}, {"gc": {"freeze": True}}]
     assert all(p.cannot is None for p in plans)
     calls: list[int] = []

@@ -24,6 +24,7 @@ from pinchpoint.analysis.memory import (
 )
 from pinchpoint.analysis.native import NativeBreakdown, native_breakdown
 from pinchpoint.analysis.ops import OpStats, op_stats
+from pinchpoint.analysis.restarts import WorkerRestarts, worker_restarts
 from pinchpoint.analysis.roofline import MemoryTraffic, memory_traffic
 from pinchpoint.analysis.run_time import RunTime, main_samples, run_time
 from pinchpoint.analysis.stacks import StackSummary, stack_summary
@@ -82,6 +83,8 @@ class RankAnalysis:
     shutdown): the steps' statistics above are only part of it."""
     between: BetweenUpdates | None = None
     """The trained model's calls between its updates (rollouts or evaluation passes), where it has any."""
+    restarts: WorkerRestarts | None = None
+    """The training loader's workers started again with each iterator (every epoch), and their cost."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,6 +143,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         run_time=run_time(run.meta, rank, run.stacks, main.pid if main is not None else None),
         stalls=stalls(steady, main_timeline, run.meta.cwd),
         between=between_updates(rank, main_timeline),
+        restarts=worker_restarts(rank),
         faults=page_faults(
             steady,
             min((s.index for s in rank.steps if s.profiled), default=None),

@@ -114,6 +114,6 @@ class ShowCommand:
 
         report = load_report(args.run)
         if args.json:
-            Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
-        render(Report.read(report), sys.stdout, color=False if args.no_color else None)
+            Path(args.json).write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+        render(Report(doc=report), sys.stdout, color=False if args.no_color else None)
         return 0

@@ -6,9 +6,9 @@ import argparse
 import json
 import sys
 
-DOCUMENTS = ("report", "outside", "try", "diff")
+DOCUMENTS = ("report", "outside", "try", "diff", "stacks")
 """report: report.json; outside: outside.json (`pinchpoint attach --outside`); try: try.json; diff:
-`pinchpoint diff --json`."""
+`pinchpoint diff --json`; stacks: `pinchpoint analyze --json` of a stack file."""
 
 
 class SchemaCommand:
@@ -19,7 +19,7 @@ class SchemaCommand:
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
-            "document", choices=DOCUMENTS, help="report.json, outside.json, try.json or a diff"
+            "document", choices=DOCUMENTS, help="report.json, outside.json, try.json, a diff or a stack file's report"
         )
 
     def execute(self, args: argparse.Namespace) -> int:
@@ -27,6 +27,8 @@ class SchemaCommand:
             from pinchpoint.report.outside_doc import outside_schema as schema
         elif args.document == "diff":
             from pinchpoint.report.diff_doc import diff_schema as schema
+        elif args.document == "stacks":
+            from pinchpoint.report.stacks_doc import stacks_schema as schema
         elif args.document == "try":
             from pinchpoint.report.try_doc import try_schema as schema
         else:

@@ -15,12 +15,14 @@ import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pinchpoint.errors import PinchpointError, UsageError
 
 if TYPE_CHECKING:
-    from pinchpoint.report.try_doc import CwdWrites
+    from pinchpoint.pipeline.fixes import AgentAsk
+    from pinchpoint.report.report_doc import ReportDoc
+    from pinchpoint.report.try_doc import CwdWrites, TryDoc
 
 VALUE_OPTIONS = {"--fix", "--steps", "--json", "-o", "--out"}
 FLAG_OPTIONS = {"--force", "--no-color", "-h", "--help"}
@@ -61,7 +63,9 @@ class TryCommand:
         baseline_dir = _recorded(baseline_ref) if baseline_ref is not None else out / "baseline"
         runner = _Runs(command, out, baseline_dir)
         if baseline_ref is not None:
-            report: Mapping[str, Any] = json.loads((baseline_dir / "report.json").read_text())
+            from pinchpoint.pipeline.resolve import load_report
+
+            report: ReportDoc = load_report(str(baseline_dir))
         else:
             print(f"pinchpoint try: baseline ({steps} steady steps) ...", file=sys.stderr)
             code, got, why = runner(baseline_dir, *try_fix.trial_spec(None, steps))
@@ -75,7 +79,7 @@ class TryCommand:
             report = got
         chosen = try_fix.select(try_fix.plans(report), args.fix)
         if not chosen:
-            ids = ", ".join(f["id"] for f in report.get("findings") or []) or "none"
+            ids = ", ".join(f.id for f in report.findings) or "none"
             print(
                 f"pinchpoint try: no finding to try for --fix {args.fix} (findings: {ids})", file=sys.stderr
             )
@@ -105,9 +109,9 @@ class TryCommand:
             _history_id(report, baseline_ref),
             runner.cwd_writes(),
         )
-        _write_json(out / "try.json", doc.to_dict())
+        _write_json(out / "try.json", doc)
         if args.json:
-            _write_json(Path(args.json), doc.to_dict())
+            _write_json(Path(args.json), doc)
         from pinchpoint.report.try_terminal import render_try
 
         render_try(doc, report, sys.stdout)
@@ -116,10 +120,9 @@ class TryCommand:
         return 0 if measured or all(t.plan.cannot is not None for t in tried) else FAILED_EXIT
 
 
-def _history_id(report: Mapping[str, Any], ref: str | None) -> int | None:
-    got = report.get("history_id")
-    if isinstance(got, int):
-        return got
+def _history_id(report: ReportDoc, ref: str | None) -> int | None:
+    if report.history_id is not None:
+        return report.history_id
     return int(ref.lstrip("#")) if ref is not None and ID.fullmatch(ref) else None
 
 
@@ -132,9 +135,9 @@ def _steady(run_dir: Path) -> Sequence[int]:
         return ()
 
 
-def _write_json(path: Path, doc: Mapping[str, Any]) -> None:
+def _write_json(path: Path, doc: TryDoc) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1) + "\n")
+    path.write_text(json.dumps(doc.to_dict(), indent=1) + "\n")
 
 
 CWD_WRITES_SHOWN = 20
@@ -155,8 +158,8 @@ class _Runs:
         self._last = snapshot(self.cwd, skip=(out,))  # the working directory after the previous run
 
     def __call__(
-        self, run_dir: Path, env: Mapping[str, str], agent: Mapping[str, Any]
-    ) -> tuple[int, dict[str, Any] | None, str | None]:
+        self, run_dir: Path, env: Mapping[str, str], agent: AgentAsk
+    ) -> tuple[int, ReportDoc | None, str | None]:
         from pinchpoint.capture.appliers import TRY_ENV
         from pinchpoint.capture.launcher import launch
         from pinchpoint.pipeline.rundir import report_run_dir
@@ -171,7 +174,7 @@ class _Runs:
         if not result.started:
             return 127, None, f"could not start the program: {result.error}"
         try:
-            return result.exit_code, report_run_dir(run_dir).to_dict(), None
+            return result.exit_code, report_run_dir(run_dir), None
         except PinchpointError as exc:
             return result.exit_code, None, str(exc)
 

@@ -5,17 +5,18 @@ software the two ran on (a comparison across those is suspect)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, is_dataclass
 
 from pinchpoint.compare.stats import NOISE_FLOOR, RatioTest, ratio_test
+from pinchpoint.report.document import to_dict
+from pinchpoint.report.report_doc import ReportDoc
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunSide:
     label: str
     """How the user named it: a run directory or a history id (`#12`)."""
-    report: Mapping[str, Any]
+    report: ReportDoc
     """Its report.json."""
     step_ns: tuple[int, ...]
     """Its steady step times (rank 0), for the significance test."""
@@ -84,38 +85,43 @@ SETTING_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-def _get(obj: Any, path: Sequence[str]) -> Any:
+def _get(obj: object, path: Sequence[str]) -> object:
+    """The attribute at `path` (None where a part is missing: an older report, a CPU-only torch)."""
     for key in path:
-        obj = obj.get(key) if isinstance(obj, Mapping) else None
+        obj = getattr(obj, key, None)
     return obj
 
 
-def _gpus(report: Mapping[str, Any]) -> list[str]:
-    gpus = _get(report, ("environment", "gpus")) or []
-    return [str(g.get("name")) for g in gpus if isinstance(g, Mapping)]
+def _gpus(report: ReportDoc) -> list[str]:
+    return [g.name for g in report.environment.gpus]
 
 
-def _differences(
-    a: Mapping[str, Any], b: Mapping[str, Any], fields: Sequence[tuple[str, tuple[str, ...]]]
-) -> list[str]:
+def _differences(a: ReportDoc, b: ReportDoc, fields: Sequence[tuple[str, tuple[str, ...]]]) -> list[str]:
     out = []
     for label, path in fields:
-        x, y = _get(a, ("environment", *path)), _get(b, ("environment", *path))
-        if x != y:
-            out.append(f"{label}: {_show(x)} → {_show(y)}")
+        x, y = _plain(_get(a.environment, path)), _plain(_get(b.environment, path))
+        if x == y:
+            continue
+        if isinstance(x, Mapping) and isinstance(y, Mapping):  # the keys that changed, not every setting
+            keys = [k for k in dict.fromkeys([*x, *y]) if x.get(k) != y.get(k)]
+            x, y = {k: x.get(k) for k in keys}, {k: y.get(k) for k in keys}
+        out.append(f"{label}: {_show(x)} → {_show(y)}")
     return out
 
 
-def _show(v: Any) -> str:
+def _plain(v: object) -> object:
+    """A setting as JSON values: a section (the DataLoader's settings) as its mapping."""
+    return to_dict(v) if is_dataclass(v) or isinstance(v, Mapping) else v
+
+
+def _show(v: object) -> str:
     if isinstance(v, Mapping):
         return ", ".join(f"{k}={v[k]}" for k in sorted(v)) or "none"
     return "none" if v is None else str(v)
 
 
-def _mean_ms(report: Mapping[str, Any]) -> float:
-    steps = report.get("steps") or {}
-    v = steps.get("mean_ms") or steps.get("median_ms")
-    return float(v) if isinstance(v, (int, float)) else 0.0
+def _mean_ms(report: ReportDoc) -> float:
+    return report.steps.mean_ms or report.steps.median_ms or 0.0
 
 
 OUTSIDE_RUN = ("start-up", "shutdown", "pinchpoint's own work")
@@ -124,51 +130,48 @@ RUN_SAYS_BELOW = 0.9
 """The whole run is compared where the training steps held less than 90% of either run's time."""
 
 
-def _run_ms(report: Mapping[str, Any]) -> tuple[float, float] | None:
+def _run_ms(report: ReportDoc) -> tuple[float, float] | None:
     """(wall clock per training step, ms; the steps' share of it) from report.json's `run_time`."""
-    whole = report.get("run_time")
-    if not isinstance(whole, Mapping):
+    if report.run_time is None:
         return None
-    segments = [g for g in whole.get("segments") or [] if isinstance(g, Mapping)]
-    steps = next((g for g in segments if g.get("name") == "training steps"), None)
-    count = steps.get("steps") if steps is not None else None
-    if steps is None or not isinstance(count, int) or count <= 0:
+    segments = report.run_time.segments
+    steps = next((g for g in segments if g.name == "training steps"), None)
+    if steps is None or steps.steps <= 0:
         return None
-    seconds = sum(float(g.get("s") or 0.0) for g in segments if g.get("name") not in OUTSIDE_RUN)
-    return seconds * 1e3 / count, float(steps.get("s") or 0.0) / max(1e-9, seconds)
+    seconds = sum(g.s for g in segments if g.name not in OUTSIDE_RUN)
+    return seconds * 1e3 / steps.steps, steps.s / max(1e-9, seconds)
 
 
-def _top(report: Mapping[str, Any]) -> str | None:
-    findings = report.get("findings") or []
-    return str(findings[0]["id"]) if findings else None
+def _top(report: ReportDoc) -> str | None:
+    return report.findings[0].id if report.findings else None
 
 
 def diff_runs(before: RunSide, after: RunSide) -> RunDiff:
     test = ratio_test(before.step_ns, after.step_ns)
     a, b = before.report, after.report
     ma, mb = _mean_ms(a), _mean_ms(b)
-    ba, bb = a.get("breakdown") or {}, b.get("breakdown") or {}
+    ba, bb = a.breakdown, b.breakdown
     phases = tuple(
-        PhaseChange(phase=p, before_ms=float(ba.get(p, 0.0)) * ma, after_ms=float(bb.get(p, 0.0)) * mb)
+        PhaseChange(phase=p, before_ms=ba.get(p, 0.0) * ma, after_ms=bb.get(p, 0.0) * mb)
         for p in dict.fromkeys([*ba, *bb])
         if ba.get(p, 0.0) or bb.get(p, 0.0)
     )
-    fa = {f["id"]: f for f in a.get("findings") or []}
-    fb = {f["id"]: f for f in b.get("findings") or []}
+    fa = {f.id: f for f in a.findings}
+    fb = {f.id: f for f in b.findings}
     findings = tuple(
         FindingChange(
             id=i,
-            before_share=fa[i]["share"] if i in fa else None,
-            after_share=fb[i]["share"] if i in fb else None,
-            before_speedup=fa[i]["estimated_speedup"] if i in fa else None,
-            after_speedup=fb[i]["estimated_speedup"] if i in fb else None,
+            before_share=fa[i].share if i in fa else None,
+            after_share=fb[i].share if i in fb else None,
+            before_speedup=fa[i].estimated_speedup if i in fa else None,
+            after_speedup=fb[i].estimated_speedup if i in fb else None,
         )
         for i in dict.fromkeys([*fa, *fb])
     )
     env = _differences(a, b, ENVIRONMENT_FIELDS)
     if _gpus(a) != _gpus(b):
         env.append(f"GPUs: {', '.join(_gpus(a)) or 'none'} → {', '.join(_gpus(b)) or 'none'}")
-    wa, wb = _get(a, ("run", "world_size")), _get(b, ("run", "world_size"))
+    wa, wb = a.run.world_size, b.run.world_size
     if wa != wb:
         env.append(f"ranks: {wa} → {wb}")
     top_a, top_b = _top(a), _top(b)

@@ -10,6 +10,7 @@ from typing import Union
 class Category(str, Enum):
     INPUT_FETCH = "input.fetch"
     INPUT_PREPROCESS = "input.preprocess"
+    INPUT_WORKER_RESTART = "input.worker_restart"
     HOST_PYTHON = "host.python"
     HOST_DISPATCH = "host.dispatch"
     HOST_SYNC = "host.sync"
@@ -33,6 +34,8 @@ class FixKind(str, Enum):
 
     WORKERS = "workers"
     """DataLoader workers; `fix_params` num_workers."""
+    PERSISTENT_WORKERS = "persistent_workers"
+    """DataLoader(persistent_workers=True): the workers live across iterators (epochs)."""
     LOAD_IN_PROCESS = "load_in_process"
     """num_workers=0 and whole-batch fetches."""
     BF16_AUTOCAST = "bf16_autocast"

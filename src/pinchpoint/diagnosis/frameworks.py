@@ -29,6 +29,7 @@ LIGHTNING: dict[FixKind, Knob] = {
     FixKind.WORKERS: lambda p, fw: Fact(
         "framework.lightning.workers", num_workers=p.get("num_workers", DEFAULT_WORKERS)
     ),
+    FixKind.PERSISTENT_WORKERS: lambda p, fw: Fact("framework.lightning.persistent"),
     FixKind.LOAD_IN_PROCESS: lambda p, fw: Fact("framework.lightning.load_in_process"),
     FixKind.BF16_AUTOCAST: lambda p, fw: Fact(
         "framework.lightning.bf16", precision=fw.setting("precision") or LIGHTNING_PRECISION
@@ -50,6 +51,9 @@ TRANSFORMERS: dict[FixKind, Knob] = {
         "framework.trainer.workers",
         num_workers=p.get("num_workers", DEFAULT_WORKERS),
         now_num_workers=fw.setting("dataloader_num_workers"),
+    ),
+    FixKind.PERSISTENT_WORKERS: lambda p, fw: Fact(
+        "framework.trainer.persistent", now=fw.setting("dataloader_persistent_workers")
     ),
     FixKind.LOAD_IN_PROCESS: lambda p, fw: Fact("framework.trainer.load_in_process"),
     FixKind.BF16_AUTOCAST: lambda p, fw: Fact("framework.trainer.bf16"),

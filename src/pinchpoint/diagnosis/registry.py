@@ -18,12 +18,14 @@ from pinchpoint.diagnosis.rules.io import IoCheckpoint
 from pinchpoint.diagnosis.rules.memory import AllocatorChurn, MemoryLeak
 from pinchpoint.diagnosis.rules.outside import OUTSIDE_RULES
 from pinchpoint.diagnosis.rules.ranks import Straggler
+from pinchpoint.diagnosis.rules.restarts import WorkerRestart
 from pinchpoint.diagnosis.rules.run import Evaluation, Rollouts
 
 RULES: tuple[Rule, ...] = (
     # One rank's recordings (Scope.RANK)
     InputFetch(),
     InputPreprocess(),
+    WorkerRestart(),
     HostPython(),
     HostDispatch(),
     HostGc(),

@@ -78,7 +78,7 @@ def read_run_dir(path: Path) -> Run:
     world = max([meta.world_size, len(ranks)] + [c.world_size for r in ranks for c in r.ddp])
     if world != meta.world_size:
         meta = replace(meta, world_size=world)
-    system = tuple(_system_sample(o) for o in jsonl(path / "system.jsonl", warnings))
+    system = tuple(system_sample(o) for o in jsonl(path / "system.jsonl", warnings))
     stacks = run_stacks(path, warnings)
     native = run_native(path, warnings)
     return Run(
@@ -191,7 +191,7 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
                 cuda_mem[n] = (as_int(o.get("cuda_allocated")), as_int(o.get("cuda_reserved")))
     steps = []
     for o in jsonl(d / "steps.jsonl", warnings):
-        step = _step(o)
+        step = step_record(o)
         if step is not None:
             if step.index in device_ns:
                 allocated, reserved = cuda_mem.get(step.index, (None, None))
@@ -256,7 +256,8 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
     )
 
 
-def _step(o: dict[str, Any]) -> Step | None:
+def step_record(o: dict[str, Any]) -> Step | None:
+    """One line of steps.jsonl as a Step (None: not a whole step record)."""
     start, end = as_int(o.get("start_ns")), as_int(o.get("end_ns"))
     if start is None or end is None or end < start:
         return None
@@ -443,7 +444,8 @@ def _fetch(o: dict[str, Any], pid: int) -> Fetch | None:
     )
 
 
-def _system_sample(o: dict[str, Any]) -> SystemSample:
+def system_sample(o: dict[str, Any]) -> SystemSample:
+    """One line of system.jsonl as a SystemSample."""
     procs = []
     for p in as_list(o.get("procs")):
         if not isinstance(p, dict):

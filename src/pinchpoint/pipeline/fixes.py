@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from pinchpoint.diagnosis.finding import FixKind
 from pinchpoint.diagnosis.rules.memory import GLIBC_FIX
 from pinchpoint.trace.trials import GLIBC_ENV, GLIBC_MMAP_THRESHOLD, GLIBC_TRIM_THRESHOLD
+
+Params = Mapping[str, int]
+"""A finding's `fix_params`."""
+AgentAsk = Mapping[str, object]
+"""What `$PINCHPOINT_TRY` asks the agent (JSON values; `capture/appliers.py` reads them)."""
 
 CODE = "the fix needs a change in the program's code: the snippet shows it"
 
@@ -26,29 +30,29 @@ class Way:
     fix: str
     how: str
     env: Mapping[str, str] = field(default_factory=dict)
-    agent: Mapping[str, Any] = field(default_factory=dict)
+    agent: AgentAsk = field(default_factory=dict)
     cannot: str | None = None
     """Why this way cannot be tried here (a preload not installed): listed, not run."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Fix:
-    ways: Callable[[Mapping[str, Any]], tuple[Way, ...]] | None = None
+    ways: Callable[[Params], tuple[Way, ...]] | None = None
     """The ways, from the finding's `fix_params` (none: the parameters it needs are missing)."""
     cannot: str = CODE
     """Why pinchpoint cannot apply it, when there is no way."""
 
 
-def _always(*ways: Way) -> Callable[[Mapping[str, Any]], tuple[Way, ...]]:
+def _always(*ways: Way) -> Callable[[Params], tuple[Way, ...]]:
     return lambda params: ways
 
 
-def _by_agent(fix: str, how: str, **agent: Any) -> Fix:
+def _by_agent(fix: str, how: str, **agent: object) -> Fix:
     """A fix the agent applies from its kind alone."""
     return Fix(ways=_always(Way(fix=fix, how=how, agent=agent)))
 
 
-def _threads(params: Mapping[str, Any]) -> tuple[Way, ...]:
+def _threads(params: Params) -> tuple[Way, ...]:
     n = params.get("threads")
     if not isinstance(n, int):
         return ()
@@ -57,7 +61,7 @@ def _threads(params: Mapping[str, Any]) -> tuple[Way, ...]:
     return (Way(fix=f"threads={n}", how=how, env=env, agent={"threads": n}),)
 
 
-def _workers(params: Mapping[str, Any]) -> tuple[Way, ...]:
+def _workers(params: Params) -> tuple[Way, ...]:
     n = params.get("num_workers")
     if not isinstance(n, int):
         return ()
@@ -69,7 +73,7 @@ def _workers(params: Mapping[str, Any]) -> tuple[Way, ...]:
     )
 
 
-def _allocator(params: Mapping[str, Any]) -> tuple[Way, ...]:
+def _allocator(params: Params) -> tuple[Way, ...]:
     """glibc's thresholds, then jemalloc and tcmalloc in place of glibc's malloc, each where installed."""
     from pinchpoint.pipeline import preload
 
@@ -97,7 +101,7 @@ def _allocator(params: Mapping[str, Any]) -> tuple[Way, ...]:
     return tuple(ways)
 
 
-def _checkpoint_less(params: Mapping[str, Any]) -> tuple[Way, ...]:
+def _checkpoint_less(params: Params) -> tuple[Way, ...]:
     n = params.get("every")
     if not isinstance(n, int):
         return ()
@@ -105,7 +109,7 @@ def _checkpoint_less(params: Mapping[str, Any]) -> tuple[Way, ...]:
     return (Way(fix=f"torch.save every {n} calls", how=how, agent={"checkpoint_every": n}),)
 
 
-def _no_sync(params: Mapping[str, Any]) -> tuple[Way, ...]:
+def _no_sync(params: Params) -> tuple[Way, ...]:
     n = params.get("micro_batches")
     if params.get("accumulating") != 1 or not isinstance(n, int) or n < 2:
         return ()
@@ -120,6 +124,11 @@ FIXES: dict[FixKind, Fix] = {
     FixKind.THREADS: Fix(ways=_threads),
     FixKind.ALLOCATOR: Fix(ways=_allocator),
     FixKind.WORKERS: Fix(ways=_workers),
+    FixKind.PERSISTENT_WORKERS: _by_agent(
+        "persistent_workers=True",
+        "every DataLoader with workers built with persistent_workers=True",
+        loader={"persistent_workers": True},
+    ),
     FixKind.LOAD_IN_PROCESS: _by_agent(
         "num_workers=0", "every DataLoader built with num_workers=0", loader={"num_workers": 0}
     ),
@@ -177,7 +186,7 @@ FIXES: dict[FixKind, Fix] = {
 """Every kind of fix a finding names, and how `try` applies it (or why it cannot)."""
 
 
-def ways_of(kind: str | None, params: Mapping[str, Any]) -> tuple[tuple[Way, ...], str]:
+def ways_of(kind: str | None, params: Params) -> tuple[tuple[Way, ...], str]:
     """The ways to apply a finding's fix, and why it cannot be applied when there are none."""
     try:
         fix = FIXES.get(FixKind(kind)) if kind else None

@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import os
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from pinchpoint.errors import PinchpointError
+from pinchpoint.ingest.rundir import step_record, system_sample
 from pinchpoint.trace.live import WINDOW_STEPS, Leading, Snapshot
+from pinchpoint.trace.run import Step, SystemSample
 
 LIVE_FORCE_ENV = "PINCHPOINT_LIVE_FORCE"
 """Set: draw the live panel even when the output is no terminal (benchmarks measure its cost that way)."""
@@ -39,16 +41,19 @@ def tail(path: Path, max_bytes: int = TAIL_BYTES) -> list[str]:
     return lines[:-1]  # the last is "" after a final newline, or a line still being written
 
 
-def _records(path: Path) -> list[dict[str, Any]]:
-    out = []
+def _objects(path: Path) -> Iterator[dict[str, object]]:
+    """The JSON objects of the complete lines at the end of a `.jsonl` file."""
     for line in tail(path):
         try:
             obj = json.loads(line)
         except ValueError:
             continue
         if isinstance(obj, dict):
-            out.append(obj)
-    return out
+            yield obj
+
+
+def _steps(path: Path) -> list[Step]:
+    return [s for o in _objects(path) if (s := step_record(o)) is not None]
 
 
 def snapshot(run_dir: Path, now_ns: int | None = None) -> Snapshot:
@@ -57,92 +62,64 @@ def snapshot(run_dir: Path, now_ns: int | None = None) -> Snapshot:
         meta = json.loads((run_dir / "meta.json").read_text())
     except (OSError, ValueError) as exc:
         raise PinchpointError(f"{run_dir}: not a pinchpoint run directory (no readable meta.json)") from exc
-    records = [s for s in _records(run_dir / "ranks" / "rank0" / "steps.jsonl") if _finished(s)]
+    records = _steps(run_dir / "ranks" / "rank0" / "steps.jsonl")
     steps = [s for s in records if _ordinary(s)]
-    durations = [(s["end_ns"] - s["start_ns"]) / 1e6 for s in steps]
+    durations = [s.dur_ns / 1e6 for s in steps]
     last, before = durations[-WINDOW_STEPS:], durations[-2 * WINDOW_STEPS : -WINDOW_STEPS]
-    system = _records(run_dir / "system.jsonl")
+    system = [system_sample(o) for o in _objects(run_dir / "system.jsonl")]
     clock = meta.get("clock") or {}
     start_ns = clock.get("monotonic_ns")
-    now = now_ns if now_ns is not None else (system[-1]["t_ns"] if system and "t_ns" in system[-1] else None)
+    now = now_ns if now_ns is not None else (system[-1].t_ns or None if system else None)
     rss, rss_before = _rss(system)
     return Snapshot(
         command=" ".join(str(c) for c in meta.get("command") or []),
         ended=meta.get("ended_at") is not None,
         exit_code=meta.get("exit_code"),
         elapsed_s=(now - start_ns) / 1e9 if isinstance(now, int) and isinstance(start_ns, int) else None,
-        steps=_count(records),
+        steps=records[-1].index + 1 if records else 0,
         last_ms=statistics.median(last) if last else None,
         timed=len(last),
         measuring=_measuring(records[-1]) if records else None,
         before_ms=statistics.median(before) if len(before) >= WINDOW_STEPS // 2 else None,
         phases=_phases(steps[-WINDOW_STEPS:]),
-        cores_busy=_cores_busy(system[-1]) if system else None,
+        cores_busy=sum(system[-1].cpu_percent_per_core) / 100
+        if system and system[-1].cpu_percent_per_core
+        else None,
         rss_bytes=rss,
         rss_before_bytes=rss_before,
         output=tuple(tail(run_dir / "output.log", 64 << 10)[-5:]),
     )
 
 
-def _count(steps: list[dict[str, Any]]) -> int:
-    """Steps so far: the last one's number + 1 (the tail holds only the last of a long run's lines)."""
-    if not steps:
-        return 0
-    number = steps[-1].get("step")
-    return number + 1 if isinstance(number, int) and number >= 0 else len(steps)
-
-
-def _finished(step: dict[str, Any]) -> bool:
-    return isinstance(step.get("start_ns"), int) and isinstance(step.get("end_ns"), int)
-
-
-def _ordinary(step: dict[str, Any]) -> bool:
+def _ordinary(step: Step) -> bool:
     """Not the op window's, a trial's, or the one cut by the exit: the steps the times are read from.
     (Beside a busy process the trials can take every step of a short run: the count still moves.)"""
-    return not (step.get("profiled") or step.get("trial") or step.get("partial"))
+    return not (step.profiled or step.trial or step.partial)
 
 
-def _measuring(step: dict[str, Any]) -> str | None:
-    return "window" if step.get("profiled") else "trial" if step.get("trial") else None
+def _measuring(step: Step) -> str | None:
+    return "window" if step.profiled else "trial" if step.trial else None
 
 
-def _phases(steps: list[dict[str, Any]]) -> dict[str, float]:
-    total = sum(s["end_ns"] - s["start_ns"] for s in steps)
+def _phases(steps: list[Step]) -> dict[str, float]:
+    total = sum(s.end_ns - s.start_ns for s in steps)
     if total <= 0:
         return {}
     by: dict[str, int] = {}
     for s in steps:
-        for iv in s.get("intervals") or []:
-            if isinstance(iv, list) and len(iv) == 3 and all(isinstance(v, int) for v in iv[1:]):
-                by[str(iv[0])] = by.get(str(iv[0]), 0) + max(iv[2] - iv[1], 0)
+        for iv in s.intervals:
+            by[iv.phase.value] = by.get(iv.phase.value, 0) + iv.end_ns - iv.start_ns
     return {k: min(v / total, 1.0) for k, v in sorted(by.items(), key=lambda kv: -kv[1])}
 
 
-def _cores_busy(sample: dict[str, Any]) -> float | None:
-    per_core = sample.get("cpu_percent_per_core")
-    if not isinstance(per_core, list) or not per_core:
-        return None
-    return sum(float(p) for p in per_core if isinstance(p, (int, float))) / 100
-
-
-def _rss(system: list[dict[str, Any]]) -> tuple[int | None, int | None]:
-    def total(sample: dict[str, Any]) -> int | None:
-        procs = sample.get("procs")
-        if not isinstance(procs, list):
-            return None
-        return sum(int(p.get("rss_bytes") or 0) for p in procs if isinstance(p, dict))
+def _rss(system: list[SystemSample]) -> tuple[int | None, int | None]:
+    def total(sample: SystemSample) -> int | None:
+        return sum(p.rss_bytes for p in sample.procs) if sample.procs else None
 
     if not system:
         return None, None
-    now = system[-1].get("t_ns")
-    minute_ago = next(
-        (
-            s
-            for s in system
-            if isinstance(now, int) and isinstance(s.get("t_ns"), int) and now - s["t_ns"] <= 60e9
-        ),
-        system[0],
-    )
+    now = system[-1].t_ns
+    minute_ago = next((s for s in system if now - s.t_ns <= 60e9), system[0])
     return total(system[-1]), total(minute_ago)
 
 

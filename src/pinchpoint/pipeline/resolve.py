@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 from pinchpoint.compare.diff import RunSide
 from pinchpoint.errors import RunDirError, UsageError
 from pinchpoint.history import store
+from pinchpoint.report.document import DocumentError
+from pinchpoint.report.report_doc import ReportDoc
 
 ID = re.compile(r"#?(\d+)")
 
@@ -29,7 +30,11 @@ def load_side(ref: str) -> RunSide:
     if found is None:
         raise UsageError(f"{ref}: no run with that id in {store.history_path()} (see `pinchpoint runs`)")
     rec, report, steps = found
-    return RunSide(label=f"#{rec.id}", report=report, step_ns=steps)
+    try:
+        doc = ReportDoc.from_dict(report)
+    except DocumentError as exc:
+        raise UsageError(f"{ref}: its recorded report is not one this pinchpoint reads ({exc})") from exc
+    return RunSide(label=f"#{rec.id}", report=doc, step_ns=steps)
 
 
 def run_dir_of(ref: str) -> Path:
@@ -44,8 +49,8 @@ def run_dir_of(ref: str) -> Path:
     return Path(found[0].run_dir)
 
 
-def load_report(ref: str) -> dict[str, Any]:
-    return dict(load_side(ref).report)
+def load_report(ref: str) -> ReportDoc:
+    return load_side(ref).report
 
 
 def _from_dir(path: Path, label: str) -> RunSide:
@@ -54,11 +59,16 @@ def _from_dir(path: Path, label: str) -> RunSide:
     from pinchpoint.pipeline.rundir import REPORT_NAME, report_run_dir, run_step_ns
 
     report_file = path / REPORT_NAME
+    report = None
     if report_file.is_file():
         try:
-            report = json.loads(report_file.read_text())
+            data = json.loads(report_file.read_text())
         except (OSError, ValueError) as exc:
             raise RunDirError(f"{report_file} could not be read ({exc.__class__.__name__})") from exc
-    else:
+        try:
+            report = ReportDoc.from_dict(data)
+        except DocumentError:
+            report = None  # an older pinchpoint's: made again from the recordings
+    if report is None:
         report = report_run_dir(path)
     return RunSide(label=label, report=report, step_ns=run_step_ns(read_run_dir(path)))

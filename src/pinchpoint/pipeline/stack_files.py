@@ -8,16 +8,16 @@ import json
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from pinchpoint.analysis.native import KERNEL_DSO, native_breakdown
 from pinchpoint.ingest.perf_script import read_perf_script
 from pinchpoint.ingest.sniff import stack_file_kind
 from pinchpoint.ingest.stacks import read_folded
 from pinchpoint.ingest.vtune import read_vtune
+from pinchpoint.report.report_doc import NativeKernel
+from pinchpoint.report.stacks_doc import SCHEMA, LeafShare, StackNative, StacksDoc
 from pinchpoint.trace.stacks import Frame, Stacks, StackSample
 
-SCHEMA = "pinchpoint.stacks/1"
 TOP_LEAVES = 10
 KERNEL_SUFFIX = "_[k]"
 """FlameGraph's mark on a kernel frame in folded stacks (`stackcollapse-perf.pl --kernel`)."""
@@ -55,7 +55,7 @@ def _map_frames(stacks: Stacks, frame: Callable[[Frame], Frame]) -> Stacks:
     return Stacks(samples=samples, rate_hz=stacks.rate_hz, source=stacks.source)
 
 
-def report_stack_file(path: Path, json_path: Path | None = None) -> dict[str, Any] | None:
+def report_stack_file(path: Path, json_path: Path | None = None) -> StacksDoc | None:
     """The report of a stack file, or None when `path` is not one (another reader's format)."""
     kind = stack_file_kind(path)
     if kind is None:
@@ -77,29 +77,29 @@ def report_stack_file(path: Path, json_path: Path | None = None) -> dict[str, An
                 s.count
             )
     total = sum(leaves.values())
-    doc: dict[str, Any] = {
-        "schema": SCHEMA,
-        "source": str(path),
-        "format": kind,
-        "weight": total,
-        "weight_unit": "ns of CPU" if stacks.rate_hz == 1e9 else "samples",
-        "native": None
+    doc = StacksDoc(
+        schema=SCHEMA,
+        source=str(path),
+        format=kind,
+        weight=total,
+        weight_unit="ns of CPU" if stacks.rate_hz == 1e9 else "samples",
+        native=None
         if native is None
-        else {
-            "shares": {c: round(v, 4) for c, v in native.shares.items()},
-            "threads": native.threads,
-            "busy_threads": native.busy_threads,
-            "kernels": [
-                {"kernel": k.family, "isa": k.isa, "share": round(k.share, 4)} for k in native.kernels
-            ],
-            "isa_shares": {k: round(v, 4) for k, v in native.isa_shares.items()},
-        },
-        "top": [{"function": f, "share": round(n / total, 4)} for f, n in leaves.most_common(TOP_LEAVES)]
+        else StackNative(
+            shares={c: round(v, 4) for c, v in native.shares.items()},
+            threads=native.threads,
+            busy_threads=native.busy_threads,
+            kernels=tuple(
+                NativeKernel(kernel=k.family, isa=k.isa, share=round(k.share, 4)) for k in native.kernels
+            ),
+            isa_shares={k: round(v, 4) for k, v in native.isa_shares.items()},
+        ),
+        top=tuple(LeafShare(function=f, share=round(n / total, 4)) for f, n in leaves.most_common(TOP_LEAVES))
         if total
-        else [],
-        "warnings": [f"{bad} line(s) could not be read and were skipped"] if bad else [],
-    }
+        else (),
+        warnings=(f"{bad} line(s) could not be read and were skipped",) if bad else (),
+    )
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(doc, indent=1) + "\n")
+        json_path.write_text(json.dumps(doc.to_dict(), indent=1) + "\n")
     return doc

@@ -14,10 +14,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pinchpoint.errors import PinchpointError
-from pinchpoint.pipeline.fixes import ways_of
+from pinchpoint.pipeline.fixes import AgentAsk, ways_of
+from pinchpoint.report.report_doc import FindingInfo, ReportDoc
 from pinchpoint.report.try_doc import SCHEMA, CwdWrites, TriedFix, TryDoc
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ class Plan:
     """What is changed, short: `threads=1`, `num_workers=2`, `glibc thresholds`."""
     applied_how: str
     env: Mapping[str, str] = field(default_factory=dict)
-    agent: Mapping[str, Any] = field(default_factory=dict)
+    agent: AgentAsk = field(default_factory=dict)
     """What `$PINCHPOINT_TRY` asks the agent (besides the step budget)."""
     predicted: float | None = None
     stacked: bool = False
@@ -76,27 +77,27 @@ class Tried:
     """Why the first pair was in doubt (`doubt()`), when it was."""
 
 
-def _plans(finding: Mapping[str, Any]) -> list[Plan]:
+def _plans(finding: FindingInfo) -> list[Plan]:
     """Each way pinchpoint knows to apply the finding's fix (`pipeline/fixes.py`), or one plan saying
     why it cannot; none where there is nothing to change (compute-bound: "time goes where it should")."""
-    fid, snippet = str(finding["id"]), finding.get("snippet")
-    base = Plan(id=fid, fix="", applied_how="", predicted=finding.get("estimated_speedup"), snippet=snippet)
-    kind = finding.get("fix_kind")
-    ways, cannot = ways_of(str(kind) if kind else None, finding.get("fix_params") or {})
+    fid, snippet = finding.id, finding.snippet
+    base = Plan(id=fid, fix="", applied_how="", predicted=finding.estimated_speedup, snippet=snippet)
+    kind = finding.fix_kind
+    ways, cannot = ways_of(kind or None, finding.fix_params or {})
     if ways:
         return [
             replace(base, fix=w.fix, applied_how=w.how, env=w.env, agent=w.agent, cannot=w.cannot,
                     snippet=None if w.cannot else snippet)
             for w in ways
         ]  # fmt: skip
-    if finding.get("estimated_speedup", 1.0) <= 1.0 and not snippet:
+    if finding.estimated_speedup <= 1.0 and not snippet:
         return []
     return [replace(base, fix=str(kind or fid), applied_how="-", cannot=cannot)]
 
 
-def plans(report: Mapping[str, Any]) -> list[Plan]:
+def plans(report: ReportDoc) -> list[Plan]:
     """A plan per finding of the baseline (biggest predicted gain first), appliable or not."""
-    return [p for f in report.get("findings") or [] for p in _plans(f)]
+    return [p for f in report.findings for p in _plans(f)]
 
 
 def select(all_plans: Sequence[Plan], which: str) -> list[Plan]:
@@ -125,7 +126,7 @@ def combined(tried: Sequence[Tried]) -> Plan | None:
         return None
     predicted, how = stacked_gain([(t.plan.id, t.speedup or 1.0) for t in best.values()])
     env: dict[str, str] = {}
-    agent: dict[str, Any] = {}
+    agent: dict[str, object] = {}
     for p in paid:
         env.update(p.env)
         agent.update(p.agent)
@@ -178,12 +179,12 @@ def stacked_gain(gains: Sequence[tuple[str, float]]) -> tuple[float, str]:
     return 1.0 / left, how
 
 
-Runner = Callable[[Path, Mapping[str, str], Mapping[str, Any]], tuple[int, dict[str, Any] | None, str | None]]
+Runner = Callable[[Path, Mapping[str, str], AgentAsk], tuple[int, ReportDoc | None, str | None]]
 """(run directory, environment, what the agent applies) -> (exit code, report or None, why there is
 no report). The entry point hands the agent its part (`capture/appliers.py` reads it)."""
 
 
-def trial_spec(plan: Plan | None, steps: int) -> tuple[dict[str, str], dict[str, Any]]:
+def trial_spec(plan: Plan | None, steps: int) -> tuple[dict[str, str], dict[str, object]]:
     """The environment and the agent's part of one run: `plan` applied (None: the baseline), stopped
     after `steps` steady steps."""
     env = dict(plan.env) if plan is not None else {}
@@ -303,7 +304,7 @@ def _trial(plan: Plan, run_dir: Path, baseline_dir: Path, steps: int, runner: Ru
         return Tried(plan=plan, run_dir=run_dir, error=draining)
     try:
         tried = _compared(plan, run_dir, load_side(str(baseline_dir)), load_side(str(run_dir)), 1)
-        return replace(tried, history_id=report.get("history_id"), wall_s=wall_s)
+        return replace(tried, history_id=report.history_id, wall_s=wall_s)
     except (PinchpointError, ValueError) as exc:
         return Tried(plan=plan, run_dir=run_dir, error=f"no comparison: {exc}")
 
@@ -348,12 +349,11 @@ def _x(v: float | None) -> str:
     return f"×{v:.2f}" if v is not None else "none"
 
 
-def _lead(report: Mapping[str, Any]) -> str | None:
-    findings = report.get("findings") or []
-    if not findings:
+def _lead(report: ReportDoc) -> str | None:
+    if not report.findings:
         return None
-    f = findings[0]
-    return f"{f['id']} ({f['share']:.0%})"
+    f = report.findings[0]
+    return f"{f.id} ({f.share:.0%})"
 
 
 def slug(plan: Plan) -> str:

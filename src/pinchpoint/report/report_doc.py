@@ -355,7 +355,7 @@ class FindingInfo:
     snippet: str | None = optional()
     next_limit: str | None = optional()
     fix_kind: str | None = optional()
-    fix_params: Mapping[str, Any] | None = optional()
+    fix_params: Mapping[str, int] | None = optional()
     framework_fix: str | None = optional()
     estimate_without_load: Range | None = optional()
     estimate_as_was: Range | None = optional()

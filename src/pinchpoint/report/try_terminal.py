@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TextIO
+from typing import TextIO
 
+from pinchpoint.report.report_doc import ReportDoc
 from pinchpoint.report.try_doc import CwdWrites, TriedFix, TryDoc
 
 DOUBTS = {
@@ -29,14 +29,13 @@ def _measured(row: TriedFix) -> str:
     return f"{_x(row.speedup)} [{low:.2f}-{high:.2f}]{verdict}{slower}{pairs}"
 
 
-def render_try(doc: TryDoc, baseline: Mapping[str, Any], out: TextIO) -> None:
-    steps = baseline.get("steps") or {}
-    median = steps.get("median_ms")
+def render_try(doc: TryDoc, baseline: ReportDoc, out: TextIO) -> None:
+    median = baseline.steps.median_ms
     base_id = doc.baseline_history_id
     head = f"baseline: {doc.baseline}" + (f" (#{base_id})" if base_id is not None else "")
     if median is not None:
         head += f" · median step {median:.4g} ms"
-    lead = (baseline.get("findings") or [{}])[0].get("id")
+    lead = baseline.findings[0].id if baseline.findings else None
     if lead:
         head += f" · leading: {lead}"
     print(f"pinchpoint try  {' '.join(doc.command)}", file=out)

@@ -143,3 +143,11 @@ def cut_trial(rank: RankAnalysis, trial: str) -> tuple[Fact, ...]:
     if cut is None or cut.trial != trial:
         return ()
     return (Fact("trial.cut", trial=trial, done=cut.steps_done, needed=cut.steps_needed),)
+
+
+def short_site(site: str | None) -> str | None:
+    """file:line with the file's last two path parts."""
+    if not site:
+        return None
+    path, _, line = site.rpartition(":")
+    return f"{'/'.join(path.split('/')[-2:])}:{line}" if path else site

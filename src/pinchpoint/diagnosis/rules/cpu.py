@@ -61,24 +61,19 @@ class CpuOversubscription(Rule):
         free = max(1, min(cores, int(cores - foreign + 0.5))) if shared else cores
         if demand <= free or (intra <= free and runq < RUNQ_SHARE_MIN):
             return
-        evidence = [
-            Fact("cpu.oversubscription.threads", threads=intra, cores=cores, workers=len(rank.workers)),
-            Fact("cpu.oversubscription.runq", share=runq),
-        ]
-        if foreign:
-            evidence.insert(1, Fact("cpu.oversubscription.foreign", foreign_cores=foreign, cores=cores))
-        if rank.cpu is not None:
+        evidence = _evidence(rank, intra, cores, runq, foreign)
+        if trial is not None and trial.contended:  # it measured something else holding the cores
             evidence.append(
                 Fact(
-                    "cpu.oversubscription.switches",
-                    switches_per_s=rank.cpu.invol_switches_per_s,
-                    threads=rank.cpu.max_threads,
+                    "cpu.oversubscription.trial_contended",
+                    fit=trial.fit,
+                    threads=trial.threads,
+                    trial_runq=trial.trial_runq or 0.0,
+                    steady_runq=trial.steady_runq or 0.0,
+                    speedup=trial.speedup,
                 )
             )
-        env_vars = dict(main.threads.env)
-        if env_vars:
-            evidence.append(Fact("cpu.oversubscription.env", variables=tuple(env_vars.items())))
-        evidence.extend(cut_trial(rank, "threads"))
+            trial = None
         share = max(runq, 0.0)
         speedup = 1.0 / max(0.05, 1.0 - share)
         confidence = Confidence.HIGH if runq >= RUNQ_SHARE_MIN else Confidence.MEDIUM
@@ -122,6 +117,27 @@ class CpuOversubscription(Rule):
             fix_kind=FixKind.THREADS,
             fix_params=(("threads", target),),
         )
+
+
+def _evidence(rank: RankAnalysis, intra: int, cores: int, runq: float, foreign: float) -> list[Fact]:
+    """What the threads and their waits say, before any trial."""
+    evidence = [Fact("cpu.oversubscription.threads", threads=intra, cores=cores, workers=len(rank.workers))]
+    if foreign:
+        evidence.append(Fact("cpu.oversubscription.foreign", foreign_cores=foreign, cores=cores))
+    evidence.append(Fact("cpu.oversubscription.runq", share=runq))
+    if rank.cpu is not None:
+        evidence.append(
+            Fact(
+                "cpu.oversubscription.switches",
+                switches_per_s=rank.cpu.invol_switches_per_s,
+                threads=rank.cpu.max_threads,
+            )
+        )
+    env_vars = dict(rank.main.threads.env) if rank.main is not None else {}
+    if env_vars:
+        evidence.append(Fact("cpu.oversubscription.env", variables=tuple(env_vars.items())))
+    evidence.extend(cut_trial(rank, "threads"))
+    return evidence
 
 
 class CpuUnderuse(Rule):

@@ -16,7 +16,14 @@ from pinchpoint.analysis.loader import LoaderActivity, WorkerTrialResult
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.costs import LoaderLoad, WorkerPlan, more_workers
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
-from pinchpoint.diagnosis.rules.base import Rule, Subject, cut_trial, speedup_removing, stack_evidence
+from pinchpoint.diagnosis.rules.base import (
+    Rule,
+    Subject,
+    cut_trial,
+    short_site,
+    speedup_removing,
+    stack_evidence,
+)
 from pinchpoint.trace.run import Phase
 
 INPUT_SHARE_MIN = 0.05
@@ -33,14 +40,24 @@ MAX_IO_WORKERS = 8
 
 
 def _data_wait(rank: RankAnalysis) -> tuple[float, float, float] | None:
-    """(share, wait ns per step, step ns) when the wait is big enough to report."""
+    """(share, wait ns per step, step ns) when the wait is big enough to report. Where the loader's
+    workers start again every epoch, what each epoch's first step waits for that is
+    `input.worker_restart`'s, not a steady wait: it is left out (more workers would restart too)."""
     steps = rank.steps
     if steps is None:
         return None
-    share = steps.share(Phase.DATA_WAIT.value)
+    share, wait_ns, step_ns = (
+        steps.share(Phase.DATA_WAIT.value),
+        steps.phase_ns.get(Phase.DATA_WAIT.value, 0.0),
+        steps.mean_ns,
+    )
+    if rank.restarts is not None:
+        restart_ns = min(wait_ns, rank.restarts.saved_ns / max(1, rank.restarts.steps))
+        wait_ns, step_ns = wait_ns - restart_ns, step_ns - restart_ns
+        share = wait_ns / step_ns if step_ns > 0 else 0.0
     if share < INPUT_SHARE_MIN:
         return None
-    return share, steps.phase_ns.get(Phase.DATA_WAIT.value, 0.0), steps.mean_ns
+    return share, wait_ns, step_ns
 
 
 def _is_io_bound(loader: LoaderActivity | None) -> bool | None:
@@ -126,16 +143,8 @@ def _settings(loader: LoaderActivity | None) -> Fact | None:
         pin_memory=c.pin_memory,
         persistent_workers=c.persistent_workers,
         prefetch_factor=c.prefetch_factor,
-        site=_short_site(c.site),
+        site=short_site(c.site),
     )
-
-
-def _short_site(site: str | None) -> str | None:
-    """file:line with the file's last two path parts."""
-    if not site:
-        return None
-    path, _, line = site.rpartition(":")
-    return f"{'/'.join(path.split('/')[-2:])}:{line}" if path else site
 
 
 class InputFetch(Rule):

@@ -28,6 +28,11 @@ PHRASES: dict[str, Callable[..., str]] = {
         f"with {threads} threads around them: ×{speedup:.2f}"
         + (f", within the steps' spread (permutation test p = {p:.2f})" if p > 0.05 else "")
     ),
+    "cpu.oversubscription.trial_contended": lambda fit, threads, trial_runq, steady_runq, speedup: (
+        f"pinchpoint's thread trial was not read (×{speedup:.2f}): at {fit} thread(s) the main thread still "
+        f"waited for a CPU {pct(trial_runq)} of its steps ({pct(steady_runq)} at {threads}), so something "
+        "the samples do not show held the cores; priced by the wait instead"
+    ),
     "cpu.oversubscription.fix": lambda threads: (
         f"Use at most one busy thread per core: torch.set_num_threads({threads}) "
         f"(or OMP_NUM_THREADS={threads}); keep DataLoader workers at 1 thread each."

@@ -10,6 +10,10 @@ PHRASES: dict[str, Callable[..., str]] = {
         f"In Lightning: return `DataLoader(..., num_workers={num_workers}, persistent_workers=True)` from your "
         "LightningDataModule's `train_dataloader()`"
     ),
+    "framework.lightning.persistent": lambda: (
+        "In Lightning: `train_dataloader()` returns `DataLoader(..., persistent_workers=True)` (Lightning "
+        "warns about this one too)"
+    ),
     "framework.lightning.load_in_process": lambda: (
         "In Lightning: `train_dataloader()` returns `DataLoader(dataset, sampler=BatchSampler(...), "
         "batch_size=None, num_workers=0)` (the dataset indexes a whole batch at once)"
@@ -34,6 +38,9 @@ PHRASES: dict[str, Callable[..., str]] = {
     "framework.trainer.workers": lambda num_workers, now_num_workers: (
         f"In the Trainer: `TrainingArguments(dataloader_num_workers={num_workers}, "
         f"dataloader_persistent_workers=True)` (now dataloader_num_workers={now_num_workers})"
+    ),
+    "framework.trainer.persistent": lambda now: (
+        f"In the Trainer: `TrainingArguments(dataloader_persistent_workers=True)` (now {now})"
     ),
     "framework.trainer.load_in_process": lambda: (
         "In the Trainer: `TrainingArguments(dataloader_num_workers=0)`, and a dataset whose `__getitems__` "

@@ -163,6 +163,23 @@ PHRASES: dict[str, Callable[..., str]] = {
         "cache = [transform(x) for x in raw]  # once, before training\n"
         "dataset = TensorDataset(torch.stack(cache), labels)"
     ),
+    "input.restart.steps": lambda iterators, workers, site: (
+        f"The training DataLoader{f' built at {site}' if site else ''} made {iterators} iterators (one an "
+        f"epoch) with {workers} worker(s) each, without persistent_workers: every epoch started new workers"
+    ),
+    "input.restart.first": lambda first_ns, other_ns, saved_ns, steps, share: (
+        f"Each epoch's first step took {ms(first_ns)} (median) against {ms(other_ns)} for the others: "
+        f"{saved_ns / 1e9:.2f} s over the run's {steps} steps, {pct(share)} of their time, spent starting "
+        "workers and on what each opens before its first batch"
+    ),
+    "input.restart.fix": lambda workers: (
+        "Keep the workers for the whole run: DataLoader(..., persistent_workers=True). They start once, "
+        "and what the dataset opens in each (files, connections, indexes) stays open. Priced as the "
+        "epochs' first steps costing what the others do (the first epoch's start stays)."
+    ),
+    "input.restart.snippet": lambda workers: (
+        f"DataLoader(dataset, batch_size=..., num_workers={workers}, persistent_workers=True)"
+    ),
     "input.preprocess.fix_whole_batches": _fix_whole_batches,
     "input.preprocess.snippet_whole_batches": lambda: (
         "batches = BatchSampler(RandomSampler(dataset), batch_size=32, drop_last=False)\n"
