@@ -55,6 +55,7 @@ EXAMPLES = {
     "compute_memory": ("compute.memory", [("--fix", ["--fix"]), ("bf16 autocast (compute.math)", ["--bf16"])]),
     "ddp_straggler": ("imbalance.straggler", [("--fix", ["--fix"])]),
     "comm_exposed": ("comm.exposed", [("--fix", ["--fix"])]),
+    "fsdp_reshard": ("comm.exposed", [("--fix", ["--fix"])]),
     "cpu_oversubscription": ("cpu.oversubscription", [("--fix", ["--fix"])]),
     "cpu_underuse": ("cpu.underuse", [("--fix", ["--fix"])]),
     "io_checkpoint": ("io.checkpoint", [("--fix", ["--fix"])]),

@@ -18,6 +18,7 @@ from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.engine import diagnose
 from pinchpoint.diagnosis.finding import facts
 from pinchpoint.diagnosis.rules.comm import comm_exposed
+from pinchpoint.report.phrases import say
 from pinchpoint.trace.run import DdpConfig, Interval, Phase, RankData, Step, StepKind
 
 MS = 1_000_000
@@ -211,5 +212,57 @@ def test_collectives_and_ddp_are_captured_from_a_real_program(tmp_path: Path) ->
     # ends at the first optimizer step, before them).
     comm = [sum(1 for iv in s["intervals"] if iv[0] == "comm") for s in steps if not s["partial"]]
     assert comm[1:] and all(n >= 3 for n in comm[1:]), comm
+    # each named as called, with the bytes it moved (4 floats); the async one's wait under its name
+    named = {tuple(iv[3:]) for s in steps[1:] for iv in s["intervals"] if iv[0] == "comm" and len(iv) == 5}
+    assert {("all_reduce", 16), ("all_reduce.wait", 16)} <= named, named
     report = json.loads((out / "report.json").read_text())
     assert report["ranks"][0]["rank"] == 0
+
+
+def _fsdp_steps(n: int, regather_ms: float) -> tuple[Step, ...]:
+    """FSDP-shaped steps: forward 10 ms holding a 6 ms all-gather, backward 20 ms holding a
+    `regather_ms` all-gather and an 8 ms reduce-scatter (each wait nested in a blocking call, as gloo
+    records it), then a 2 ms optimizer step."""
+    out, t = [], 0
+    for i in range(n):
+        s, ivs = t, []
+        gather = Interval(phase=Phase.COMM, start_ns=t, end_ns=t + 6 * MS, what="all_gather_single", nbytes=8 << 20)
+        ivs += [Interval(phase=Phase.FORWARD, start_ns=t, end_ns=t + 10 * MS), gather,
+                Interval(phase=Phase.COMM, start_ns=t + MS, end_ns=t + 6 * MS)]  # (its own Work.wait)
+        t += 10 * MS
+        bwd = round((20 + regather_ms) * MS)
+        ivs.append(Interval(phase=Phase.BACKWARD, start_ns=t, end_ns=t + bwd))
+        if regather_ms:
+            ivs.append(Interval(phase=Phase.COMM, start_ns=t, end_ns=t + round(regather_ms * MS),
+                                what="all_gather_single", nbytes=8 << 20))
+        ivs.append(Interval(phase=Phase.COMM, start_ns=t + bwd - 8 * MS, end_ns=t + bwd,
+                            what="reduce_scatter_single", nbytes=8 << 20))
+        t += bwd
+        ivs.append(Interval(phase=Phase.OPTIMIZER, start_ns=t, end_ns=t + 2 * MS))
+        t += 2 * MS
+        out.append(Step(index=i, kind=StepKind.TRAIN, start_ns=s, end_ns=t, intervals=tuple(ivs)))
+    return tuple(out)  # fmt: skip
+
+
+def test_fsdp_all_gathers_in_backward_are_priced_as_reshard_after_forward() -> None:
+    steps = _fsdp_steps(12, 6.0)
+    comm = comm_activity(RankData(rank=0, steps=steps))
+    assert comm is not None
+    # by collective and phase, the nested wait not counted twice
+    assert comm.by_kind == pytest.approx(
+        {("all_gather_single", "forward"): 6 * MS, ("all_gather_single", "backward"): 6 * MS,
+         ("reduce_scatter_single", "backward"): 8 * MS}
+    )  # fmt: skip
+    assert comm.bytes_per_step[("all_gather_single", "backward")] == pytest.approx(8 << 20)
+    f = comm_exposed([_rank(0, steps, ddp=None), _rank(1, steps, ddp=None)])
+    assert f is not None and f.fix_kind is not None and f.fix_kind.value == "reshard"
+    stated = facts(f)
+    step = 10 + 26 + 2
+    assert f.estimated_speedup == pytest.approx(step / (step - 6.0))
+    assert stated["comm.exposed.regather"]["backward_ns"] == pytest.approx(6 * MS)
+    assert "reshard_after_forward=False" in say(f.fix) and "reshard_after_forward=False" in say(f.snippet)
+    kinds = stated["comm.exposed.kinds"]["kinds"]
+    assert kinds[0][:2] == ("reduce_scatter_single", "backward")
+    # kept gathered (no all-gather in backward): the generic advice, not this one
+    f = comm_exposed([_rank(0, _fsdp_steps(12, 0.0), ddp=None), _rank(1, _fsdp_steps(12, 0.0), ddp=None)])
+    assert f is not None and "comm.exposed.regather" not in facts(f)

@@ -11,10 +11,10 @@ collective, applied per step).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pinchpoint.analysis.steps import exposed_by_phase, steady_steps
-from pinchpoint.trace.run import DdpConfig, Phase, RankData
+from pinchpoint.trace.run import DdpConfig, Phase, RankData, Step
 
 COMM = Phase.COMM.value
 
@@ -31,6 +31,12 @@ class CommActivity:
     synced_backwards: float
     """Of them, calls that waited at a gradient all-reduce (DDP without no_sync)."""
     ddp: DdpConfig | None
+    by_kind: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    """(collective, phase it ran in) -> its comm time per step (mean): the collective named as called
+    (`all_gather_single`; its async wait counted with it), the phase `forward`, `backward`, `optimizer`
+    or `step` (outside them). Unnamed comm (an older run directory) is `comm`."""
+    bytes_per_step: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    """(collective, phase) -> bytes its calls named per step (mean; its waits not counted again)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,13 +64,41 @@ def comm_activity(rank: RankData) -> CommActivity | None:
         synced += sum(
             1 for b in backwards if any(b.start_ns <= w.start_ns and w.end_ns <= b.end_ns for w in waits)
         )
+    by_kind, nbytes = _by_kind(steps)
     return CommActivity(
         per_step_ns=per_step,
         mean_ns=sum(per_step.values()) / len(per_step),
         backward_calls=calls / len(steps),
         synced_backwards=synced / len(steps),
         ddp=rank.ddp[-1] if rank.ddp else None,
+        by_kind=by_kind,
+        bytes_per_step=nbytes,
     )
+
+
+ENCLOSING = (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER)
+
+
+def _by_kind(steps: Sequence[Step]) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float]]:
+    """Comm time per step by (collective, enclosing phase), and bytes per step by collective."""
+    time: dict[tuple[str, str], float] = {}
+    nbytes: dict[tuple[str, str], float] = {}
+    for s in steps:
+        outer = [iv for iv in s.intervals if iv.phase in ENCLOSING]
+        reach = -1
+        for iv in sorted(
+            (iv for iv in s.intervals if iv.phase is Phase.COMM), key=lambda i: (i.start_ns, -i.end_ns)
+        ):
+            if iv.end_ns <= reach:
+                continue  # (a wait inside a blocking collective: that call's own time)
+            reach = iv.end_ns
+            name = (iv.what or COMM).removesuffix(".wait")
+            around = next((o for o in outer if o.start_ns <= iv.start_ns and iv.end_ns <= o.end_ns), None)
+            key = (name, around.phase.value if around is not None else "step")
+            time[key] = time.get(key, 0.0) + iv.dur_ns / len(steps)
+            if iv.nbytes is not None and not (iv.what or "").endswith(".wait"):
+                nbytes[key] = nbytes.get(key, 0.0) + iv.nbytes / len(steps)
+    return time, nbytes
 
 
 def cross_rank_comm(ranks: Sequence[tuple[int, CommActivity]]) -> CrossRankComm | None:

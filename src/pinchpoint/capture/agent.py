@@ -59,16 +59,17 @@ class Agent:
     """Per-process capture state. One instance per process (`AGENT`); forked children reset it.
 
     The hooks (`capture/hooks.py`) report calls through "what the hooks report"; the agent decides
-    where steps end, in its loop state (`shape`, a `loop_shapes.LoopState`)."""
+    where steps end through its `detector` (`loop_shapes.StepDetector`; its state is `shape`)."""
 
     def __init__(self, run_dir: Path, rank: int, window: tuple[int, int] | None) -> None:
         self.run_dir = run_dir
         self.rank = rank
         self.rank_dir = run_dir / "ranks" / f"rank{rank}"
-        self.role: str = Role.MAIN
+        self.role: Role = Role.MAIN
         self.torch: Any = None
         self.tid = threading.get_ident()
-        self.shape = loop_shapes.LoopState()
+        self.detector = loop_shapes.StepDetector(self)
+        self.shape = self.detector.state
         """Step detection's state: the loop's kind (`LoopMode`), its optimizers, a manual update's watch."""
         self.step = StepState(read_counters(self.tid))
         self.intervals: list[list[Any]] = []
@@ -116,7 +117,7 @@ class Agent:
         if self.applier is not None:
             with contextlib.suppress(Exception):
                 self.applier.apply(torch)
-        dist_hooks.install(self, torch, hooks.timed)
+        dist_hooks.install(self, torch)
         self.annot = annotator_from_environment(self.run_dir, torch)
         self.write_process_info()
         os.register_at_fork(after_in_child=self._after_fork)
@@ -151,7 +152,7 @@ class Agent:
         """`torch.distributed.init_process_group` returned here: this is rank `rank`'s training process.
         A torchrun rank already knew (from $RANK); a `torch.multiprocessing.spawn` child started as a
         worker in rank 0's folder and now moves to its own, with its own op window."""
-        if self.role == "launcher" or (self.role == "main" and rank == self.rank):
+        if self.role is Role.LAUNCHER or (self.role is Role.MAIN and rank == self.rank):
             return
         old_info = self.rank_dir / f"process-{os.getpid()}.json"
         self.role = Role.MAIN
@@ -170,7 +171,7 @@ class Agent:
 
     def become_launcher(self) -> None:
         """This process starts the ranks (`torch.multiprocessing.spawn`) and runs no steps itself."""
-        if self.role == "main" and self.step.start_ns is None and self.step.index == 0:
+        if self.role is Role.MAIN and self.step.start_ns is None and self.step.index == 0:
             self.role = Role.LAUNCHER
             self.window.disable()
             self.write_process_info()
@@ -207,14 +208,14 @@ class Agent:
         with contextlib.suppress(Exception):
             self.window.stop(self.torch)
         self.trials.restore(self.torch, self.step.index)
-        if self.shape.pending and self.role == "main":
+        if self.shape.pending and self.role is Role.MAIN:
             with contextlib.suppress(Exception):
-                loop_shapes.declare_manual(self)  # a short loop that never called an optimizer
+                self.detector.declare_manual()  # a short loop that never called an optimizer
         if (
             keep_partial
             and self.step.start_ns is not None
             and self.intervals
-            and self.role == "main"
+            and self.role is Role.MAIN
             and self.shape.mode is not LoopMode.UNKNOWN
         ):
             # The unfinished last step is still evidence (a crash mid-step): keep it, marked partial.
@@ -223,7 +224,7 @@ class Agent:
         if self.annot is not None:
             with contextlib.suppress(Exception):
                 self.annot.end_step()
-        if self.role == "main":
+        if self.role is Role.MAIN:
             for write in (self.write_process_info, lambda: GC.write(self.rank_dir)):
                 with contextlib.suppress(Exception):
                     write()
@@ -235,10 +236,13 @@ class Agent:
 
     # ---- intervals and steps ---------------------------------------------------------------------
 
-    def interval(self, phase: str, start_ns: int, end_ns: int) -> None:
+    def interval(
+        self, phase: str, start_ns: int, end_ns: int, what: str | None = None, nbytes: int | None = None
+    ) -> None:
+        """A phase interval of the step in progress; a collective's carries its name and bytes."""
         if self.step.start_ns is None:
             self.step.start_ns = start_ns
-        self.intervals.append([phase, start_ns, end_ns])
+        self.intervals.append([phase, start_ns, end_ns] if what is None else [phase, start_ns, end_ns, what, nbytes])
 
     def counters(self) -> Counters:
         return read_counters(self.tid)
@@ -260,16 +264,16 @@ class Agent:
         if self.annot is not None:
             self.annot.end_step()
         self.fetches.flush()  # batches fetched in this process (num_workers=0)
-        if self.role == "main":
+        if self.role is Role.MAIN:
             self.device.mark(self.torch, self.rank_dir, self.step.index)
         self.intervals = []
         self.step.index += 1
-        if not self._loop_sought and not partial and self.role == "main":
+        if not self._loop_sought and not partial and self.role is Role.MAIN:
             self._find_loop(sys._getframe(1))
         self._start_next_step(end, now, record)
         start = self.step.start_ns
         self.step.agent_ns = max(0, _now() - start) if start is not None else 0
-        if self.applier is not None and self.role == "main" and not partial:
+        if self.applier is not None and self.role is Role.MAIN and not partial:
             # (last: a `pinchpoint try` run that measured its steps ends the program from here)
             steady = not (record["profiled"] or record["trial"] or record.get("settling"))
             self.applier.step_written(record["step"], steady=steady)
@@ -301,12 +305,12 @@ class Agent:
             step.tainted = True
             end = _now()
             now = self.counters()
-        if self.role == "main" and self.window.spec is not None and self.trials_on:
+        if self.role is Role.MAIN and self.window.spec is not None and self.trials_on:
             # From the first step on (not only once the window is done): the thread trial measures what
             # other processes take of the cores from there to the window's end.
             ready = self.window.done and not step.tainted
             step.trial = self.trials.on_step_end(self.torch, step.index, ready=ready)
-        if self.role == "main" and not step.trial and self.window.done:
+        if self.role is Role.MAIN and not step.trial and self.window.done:
             self.window = self.on_demand.poll(end, step.index, self.window) or self.window
         step.start_ns = end
         step.counters = now
@@ -344,7 +348,7 @@ class Agent:
         if self.detach_at_safe_point is not None and self.detach_at_safe_point(self):
             return
         if self.shape.await_boundary:
-            loop_shapes.boundary(self, _now())
+            self.detector.boundary(_now())
         self.begin("data_wait")
 
     def note_batch(self, batch: Any) -> None:
@@ -360,7 +364,7 @@ class Agent:
         if self.autocast_dtype is None:
             self.note_autocast()
         if self.shape.await_boundary:
-            loop_shapes.boundary(self, _now())
+            self.detector.boundary(_now())
         self.begin("forward")
 
     def forward_ended(self, module: Any, start_ns: int, end_ns: int) -> None:
@@ -376,13 +380,13 @@ class Agent:
         elif self.shape.mode in (LoopMode.TRAIN, LoopMode.MANUAL):
             if self.torch.is_grad_enabled():
                 if module.training:
-                    loop_shapes.note_trained(self, module)
+                    self.detector.note_trained(module)
             elif (
                 not module.training
                 and id(module) in self.shape.trained_modules
                 and not any(iv[0] == "backward" for iv in self.intervals)
             ):
-                loop_shapes.eval_step(self, end_ns)  # evaluation inside training: a step of its own kind
+                self.detector.eval_step(end_ns)  # evaluation inside training: a step of its own kind
         elif self.shape.mode is LoopMode.UNKNOWN:
             self._first_calls(module, end_ns)
 
@@ -390,7 +394,7 @@ class Agent:
         """Before the loop's kind is known: a call under no_grad, or `INFERENCE_AFTER_CALLS` of one
         module with no backward, is inference."""
         if module.training:
-            loop_shapes.note_trained(self, module)
+            self.detector.note_trained(module)
         if self.torch.is_grad_enabled():
             key = id(module)
             n = self.shape.calls_without_backward[key] = self.shape.calls_without_backward.get(key, 0) + 1
@@ -421,13 +425,13 @@ class Agent:
         self.shape.in_optimizer = False
         self.interval("optimizer", self.opt_start_ns or end_ns, end_ns)
         self.end()
-        loop_shapes.optimizer_stepped(self)
+        self.detector.optimizer_stepped()
         if self.shape.mode in (LoopMode.UNKNOWN, LoopMode.INFERENCE):
-            loop_shapes.trains_now(self)
+            self.detector.trains_now()
         if self.shape.mode is not LoopMode.TRAIN:
             return
         if self.shape.lead_optimizer is None or self.shape.opt_cycle:
-            loop_shapes.optimizer_stepped_first_cycle(self, opt_id, end_ns)
+            self.detector.optimizer_stepped_first_cycle(opt_id, end_ns)
         elif opt_id == self.shape.lead_optimizer:
             self.end_step("train", end_ns)
 
@@ -437,7 +441,7 @@ class Agent:
         if self.role in QUIET:
             return
         self.fetches.add(record)
-        if self.role == "worker":
+        if self.role is Role.WORKER:
             self.fetches.flush()
 
     def record_loader(self, record: dict[str, Any]) -> None:

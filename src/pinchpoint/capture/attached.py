@@ -110,18 +110,18 @@ def _detach_expected(root: Path, deadline_wall_s: float) -> float:
 def _watch(agent: Any, root: Path, deadline_wall_s: float) -> None:
     while not (root / DETACH_FILE).exists() and time.time() < deadline_wall_s:
         time.sleep(POLL_S)
-        if agent.role == "detached":
+        if agent.role is Role.DETACHED:
             return
     agent.detach_at_safe_point = detach_here
     waited = time.monotonic() + SAFE_WAIT_S
-    while agent.role != "detached" and time.monotonic() < waited:
+    while agent.role is not Role.DETACHED and time.monotonic() < waited:
         time.sleep(POLL_S / 4)
     detach(agent, safe=False)
 
 
 def detach_here(agent: Any) -> bool:
     """The attacher is done: detach now if this is the training thread outside an optimizer step."""
-    if agent.shape.in_optimizer or agent.role != "main" or threading.get_ident() != agent.tid:
+    if agent.shape.in_optimizer or agent.role is not Role.MAIN or threading.get_ident() != agent.tid:
         return False
     detach(agent, safe=True)
     return True
@@ -134,7 +134,7 @@ def detach(agent: Any, *, safe: bool) -> None:
     from pinchpoint.capture.patches import PATCHES
 
     with _LOCK:
-        if agent.role == "detached":
+        if agent.role is Role.DETACHED:
             return
         role = agent.role
         agent.close(keep_partial=False)  # the op window and trials end; files flushed

@@ -27,12 +27,13 @@ def start_from_environment(run_dir: str) -> None:
     ):
         return  # torchrun's elastic agent: its children (the ranks) start their own agents
     from pinchpoint.capture import agent, pysampler, stacks
+    from pinchpoint.capture.roles import Role
 
     if os.environ.get(stacks.STACKS_ENV):
         stacks.allow_ptrace_from_any()
     a = agent.start(Path(run_dir))
     if any(m in joined for m in SPAWNED_WORKER_MARKERS):
-        a.role = "worker"
+        a.role = Role.WORKER
         a.window.disable()
     elif not os.environ.get(stacks.STACKS_ENV):
         pysampler.start(Path(run_dir))  # (py-spy, when asked for, samples the whole tree instead)

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from pinchpoint.capture import loop_shapes
 from pinchpoint.capture.patches import PATCHES
 from pinchpoint.capture.procfs import thread_schedstat
+from pinchpoint.capture.roles import Role
 from pinchpoint.capture.step_state import Counters, StepState
 from pinchpoint.capture.writer import JsonlWriter
 
@@ -37,13 +38,14 @@ class DistAgent(Protocol):
     """What the distributed hooks and the backward wrapper need from the agent (`agent.Agent`)."""
 
     shape: loop_shapes.LoopState
+    detector: loop_shapes.StepDetector
     intervals: list[list[Any]]
     window: Any
     ddp_on_cpu: bool
     """A CPU model is wrapped in DDP: backward's blocked time is its gradient all-reduce wait."""
 
     @property
-    def role(self) -> str: ...
+    def role(self) -> Role: ...
     @property
     def tid(self) -> int: ...
     @property
@@ -56,7 +58,9 @@ class DistAgent(Protocol):
     ) -> None: ...
     def begin(self, phase: str) -> None: ...
     def end(self) -> None: ...
-    def interval(self, phase: str, start_ns: int, end_ns: int) -> None: ...
+    def interval(
+        self, phase: str, start_ns: int, end_ns: int, what: str | None = None, nbytes: int | None = None
+    ) -> None: ...
     def become_rank(self, rank: int) -> None: ...
     def become_launcher(self) -> None: ...
 
@@ -68,9 +72,11 @@ COLLECTIVES = (
     "all_reduce",
     "all_gather",
     "all_gather_into_tensor",
+    "all_gather_single",
     "all_gather_object",
     "reduce_scatter",
     "reduce_scatter_tensor",
+    "reduce_scatter_single",
     "all_to_all",
     "all_to_all_single",
     "broadcast",
@@ -79,19 +85,24 @@ COLLECTIVES = (
     "gather",
     "scatter",
     "barrier",
+    "send",
+    "recv",
+    "batch_isend_irecv",
 )
+"""Called from Python: FSDP2 gathers and reduce-scatters through the `*_single` names (torch 2.13), the
+pipelining schedules send and receive activations (`batch_isend_irecv`, then `Work.wait()`)."""
 BLOCKED_MIN_NS = 50_000
 """Blocked time inside one backward below this is scheduling noise, not a wait for the network."""
 
 
-def install(agent: DistAgent, torch: Any, timed: Callable[..., Callable[..., Any]]) -> None:
+def install(agent: DistAgent, torch: Any) -> None:
     dist = getattr(torch, "distributed", None)
     if dist is None or not dist.is_available():
         return
     for name in COLLECTIVES:
         fn = getattr(dist, name, None)
         if callable(fn):
-            PATCHES.set(dist, name, timed(agent, "comm", fn))
+            PATCHES.set(dist, name, _collective(agent, name, fn))
     init = getattr(dist, "init_process_group", None)
     if callable(init):
         PATCHES.set(dist, "init_process_group", _after_init(agent, dist, init))
@@ -106,11 +117,83 @@ def install(agent: DistAgent, torch: Any, timed: Callable[..., Callable[..., Any
                 PATCHES.set(mod, "start_processes", _launching(agent, start))
     with contextlib.suppress(Exception):  # a pybind class may refuse new attributes
         work = torch._C._distributed_c10d.Work
-        PATCHES.set(work, "wait", timed(agent, "comm", work.wait))
+        PATCHES.set(work, "wait", _waited(agent, work.wait))
     with contextlib.suppress(Exception):
         from torch.nn.parallel import DistributedDataParallel as ddp_cls
 
         _wrap_ddp(agent, ddp_cls)
+
+
+ISSUED_MAX = 4096
+"""Async collectives remembered until waited (`_ISSUED`): a program that never waits some is capped."""
+_INSIDE = [0]
+"""Collectives in progress on the training thread: a wait inside one (a blocking call waits for its own
+`Work`) is that call's time, not a second interval."""
+_ISSUED: dict[int, tuple[str, int | None]] = {}
+"""id(Work) of an async collective issued on the training thread -> (its name, its bytes), until
+`Work.wait()` records the wait under that name."""
+
+
+def _nbytes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    """The largest tensor a collective names (the gathered or the reduced size), in bytes."""
+    sizes = [
+        n
+        for v in (*args, *kwargs.values())
+        for t in (v if isinstance(v, (list, tuple)) else (v,))
+        if isinstance(n := getattr(t, "nbytes", None), int)
+    ]
+    return max(sizes) if sizes else None
+
+
+def _collective(agent: DistAgent, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` timed as `comm` on the training thread, the interval named and sized; an async call's
+    `Work` remembered so its wait is named too."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if agent.role is not Role.MAIN or threading.get_ident() != agent.tid:
+            return fn(*args, **kwargs)
+        agent.begin("comm")
+        t0 = _now()
+        out = None
+        _INSIDE[0] += 1
+        try:
+            out = fn(*args, **kwargs)
+            return out
+        finally:
+            _INSIDE[0] -= 1
+            nbytes = _nbytes(args, kwargs)
+            agent.interval("comm", t0, _now(), name, nbytes)
+            agent.end()
+            for work in out if isinstance(out, list) else (out,):
+                if work is not None and hasattr(work, "wait"):
+                    if len(_ISSUED) >= ISSUED_MAX:
+                        _ISSUED.clear()
+                    _ISSUED[id(work)] = (name, nbytes)
+
+    return wrapper
+
+
+def _waited(agent: DistAgent, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`Work.wait` timed as `comm` on the training thread, under the name of the collective it waits for."""
+
+    @functools.wraps(fn)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        issued = _ISSUED.pop(id(self), None)
+        if agent.role is not Role.MAIN or threading.get_ident() != agent.tid or _INSIDE[0]:
+            return fn(self, *args, **kwargs)
+        agent.begin("comm")
+        t0 = _now()
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            if issued is None:
+                agent.interval("comm", t0, _now())
+            else:
+                agent.interval("comm", t0, _now(), f"{issued[0]}.wait", issued[1])
+            agent.end()
+
+    return wrapper
 
 
 def _after_init(agent: DistAgent, dist: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -145,14 +228,14 @@ def _wrap_ddp(agent: DistAgent, ddp_cls: Any) -> None:
     @functools.wraps(orig_init)
     def init_wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
         orig_init(self, *args, **kwargs)
-        if agent.role == "main":
+        if agent.role is Role.MAIN:
             with contextlib.suppress(Exception):
                 _record_ddp(agent, self)
 
     @functools.wraps(orig_hook)
     def hook_wrapper(self: Any, state: Any, hook: Any) -> Any:
         result = orig_hook(self, state, hook)
-        if agent.role == "main":
+        if agent.role is Role.MAIN:
             with contextlib.suppress(Exception):
                 agent.distributed.add({"t_ns": _now(), "kind": "comm_hook", "hook": _name_of(hook)})
                 agent.distributed.flush()
@@ -206,11 +289,11 @@ def blocked_backward(agent: DistAgent, fn: Callable[..., Any]) -> Callable[..., 
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if agent.role != "main" or threading.get_ident() != agent.tid:
+        if agent.role is not Role.MAIN or threading.get_ident() != agent.tid:
             return fn(*args, **kwargs)
         agent.shape.calls_without_backward.clear()
         if agent.shape.mode in (loop_shapes.LoopMode.UNKNOWN, loop_shapes.LoopMode.INFERENCE):
-            loop_shapes.trains_now(agent)
+            agent.detector.trains_now()
         watch = agent.ddp_on_cpu
         if watch:
             c0, s0 = _thread_cpu(), thread_schedstat()
@@ -229,12 +312,12 @@ def blocked_backward(agent: DistAgent, fn: Callable[..., Any]) -> Callable[..., 
             ):
                 agent.shape.await_boundary = True  # (a manual-update loop's step may end at the next call)
                 agent.shape.last_backward_end_ns = t1
-                loop_shapes.start_update_watch(agent, sys.modules["torch"])
+                agent.detector.start_update_watch(sys.modules["torch"])
             if watch:
                 s1 = thread_schedstat()
                 runq = s1[1] - s0[1] if (s0 is not None and s1 is not None) else 0
                 blocked = (t1 - t0) - (_thread_cpu() - c0) - runq
                 if blocked >= BLOCKED_MIN_NS:
-                    agent.interval("comm", t1 - blocked, t1)
+                    agent.interval("comm", t1 - blocked, t1, "ddp.all_reduce")
 
     return wrapper

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from pinchpoint.capture import loader_probe
 from pinchpoint.capture.patches import PATCHES
 from pinchpoint.capture.procfs import thread_schedstat
+from pinchpoint.capture.roles import Role
 from pinchpoint.capture.step_state import StepState
 from pinchpoint.capture.trials import Trials
 
@@ -76,7 +77,7 @@ def timed(
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if agent.role != "main" or threading.get_ident() != agent.tid:
+        if agent.role is not Role.MAIN or threading.get_ident() != agent.tid:
             return fn(*args, **kwargs)
         if when is not None and not when(*args, **kwargs):
             return fn(*args, **kwargs)
@@ -121,7 +122,7 @@ def _wrap_loader(agent: HookedAgent) -> None:
         self._pinchpoint_site = getattr(loader, "_pinchpoint_site", None)
 
     def next_wrapper(self: Any) -> Any:
-        if agent.role != "main" or threading.get_ident() != agent.tid or loader_probe.ACTIVE:
+        if agent.role is not Role.MAIN or threading.get_ident() != agent.tid or loader_probe.ACTIVE:
             return orig_next(self)  # (the loader probe's batches are pinchpoint's, not the program's)
         agent.data_wait_begins()  # (before the clock: an annotation's task opens before its interval)
         agent.step.loader = getattr(self, "_pinchpoint_serial", None)
@@ -182,7 +183,7 @@ def _wrap_module_call(agent: HookedAgent, torch: Any) -> None:
     orig_call = module_cls.__call__
 
     def call_wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if agent.in_module or agent.role != "main" or threading.get_ident() != agent.tid:
+        if agent.in_module or agent.role is not Role.MAIN or threading.get_ident() != agent.tid:
             return orig_call(self, *args, **kwargs)
         agent.forward_begins()
         t0 = _now()
@@ -199,13 +200,13 @@ def _register_optimizer_hooks(agent: HookedAgent) -> None:
     from torch.optim import optimizer as opt_mod
 
     def pre_hook(opt: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
-        if agent.role != "main" or threading.get_ident() != agent.tid:
+        if agent.role is not Role.MAIN or threading.get_ident() != agent.tid:
             return None
         agent.optimizer_begins()
         return _with_timed_closure(agent, args, kwargs)
 
     def post_hook(opt: Any, args: Any, kwargs: Any) -> None:
-        if agent.role != "main" or threading.get_ident() != agent.tid:
+        if agent.role is not Role.MAIN or threading.get_ident() != agent.tid:
             return
         agent.optimizer_ended(id(opt), _now())
 
@@ -250,7 +251,7 @@ def _fetch_wrapper(agent: HookedAgent, torch: Any, fn: Callable[..., Any]) -> Ca
         t0 = _now()
         try:
             batch = fn(self, possibly_batched_index)
-            if agent.role == "main":
+            if agent.role is Role.MAIN:
                 # The batch's shapes, once: the loader probe passes one like it through a worker.
                 agent.note_batch(batch)
             return batch
@@ -259,7 +260,7 @@ def _fetch_wrapper(agent: HookedAgent, torch: Any, fn: Callable[..., Any]) -> Ca
             c1 = _thread_cpu()
             s1 = thread_schedstat()
             runq = s1[1] - s0[1] if (s0 is not None and s1 is not None) else None
-            if agent.role == "main":
+            if agent.role is Role.MAIN:
                 agent.trials.note_fetch(t1 - t0, c1 - c0)
             agent.record_fetch(
                 {

@@ -9,6 +9,9 @@
   loop's own work after it (building the next batch) is the loop's, not the update's.
 - Evaluation inside training: a top-level eval-mode call of the trained model under no_grad ends an
   `eval` step of its own (`Agent.forward_ended`).
+
+One object decides: the agent's `StepDetector` holds the loop's state (`LoopState`, its `LoopMode`)
+and ends steps through the agent (`StepSink`); the hooks report events to it through the agent.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from pinchpoint.capture.roles import Role
 from pinchpoint.capture.step_state import Counters, StepState
 
 _now = time.monotonic_ns
@@ -50,8 +54,8 @@ class LoopMode(StrEnum):
 
 @dataclass(slots=True)
 class LoopState:
-    """Step detection's state, in one place: the agent owns one; the hooks' events update it through
-    the agent and these functions."""
+    """Step detection's state, in one place: its `StepDetector` owns it (the agent reads it as
+    `agent.shape`)."""
 
     mode: LoopMode = LoopMode.UNKNOWN
     calls_without_backward: dict[int, int] = field(default_factory=dict)
@@ -80,17 +84,16 @@ class LoopState:
 
 
 class StepSink(Protocol):
-    """What step detection needs from the agent (`agent.Agent`): its loop state, the step in progress,
-    and a way to end it."""
+    """What step detection needs from the agent (`agent.Agent`): the step in progress and a way to
+    end it."""
 
-    shape: LoopState
     intervals: list[list[Any]]
     """The step in progress's phase intervals: [phase, start_ns, end_ns]."""
     window: Any
     """The op window (`opwindow.OpWindow`), re-armed when a loop turns out to train."""
 
     @property
-    def role(self) -> str: ...
+    def role(self) -> Role: ...
     @property
     def step(self) -> StepState: ...
     def counters(self) -> Counters: ...
@@ -99,17 +102,9 @@ class StepSink(Protocol):
     ) -> None: ...
 
 
-def note_trained(agent: StepSink, module: Any) -> None:
-    """`module` was called with grad enabled in train mode: its parameters are what an update touches."""
-    key = id(module)
-    if key not in agent.shape.trained_modules:
-        agent.shape.trained_modules.add(key)
-        agent.shape.trained_refs.append(weakref.ref(module))
-
-
-def _param_ptrs(agent: StepSink) -> set[int]:
+def _param_ptrs(refs: list[Any]) -> set[int]:
     ptrs: set[int] = set()
-    for ref in agent.shape.trained_refs:
+    for ref in refs:
         module = ref()
         if module is not None:
             ptrs.update(p.data_ptr() for p in module.parameters())
@@ -149,123 +144,133 @@ def _watch_class(torch: Any) -> Any:
     return UpdateWatch
 
 
-def start_update_watch(agent: StepSink, torch: Any) -> None:
-    """After a backward with no optimizer ever stepped: note the ops that touch trained parameters
-    until the step's boundary (`boundary`)."""
-    if agent.shape.update_watch is not None or not agent.shape.trained_refs:
-        return
-    ptrs = _param_ptrs(agent)
-    if not ptrs:
-        return
-    watch = _watch_class(torch)(ptrs)
-    try:
-        watch.__enter__()
-    except Exception:  # (a torch without modes: the update runs to the boundary)
-        return
-    agent.shape.update_watch = watch
-
-
-def _stop_update_watch(agent: StepSink) -> int:
-    """End the watch; the time the last op on a trained parameter ended (0 if none did)."""
-    watch, agent.shape.update_watch = agent.shape.update_watch, None
-    if watch is None:
-        return 0
-    try:
-        watch.__exit__(None, None, None)
-    except Exception:  # (the program left its own mode open above ours)
-        return 0
-    return int(watch.last_ns)
-
-
-def boundary(agent: StepSink, t_ns: int) -> None:
-    """A data fetch or top-level call starts at `t_ns` after a backward, with no optimizer step
-    ever: in a manual-update loop this is where the step ends; the update (`optimizer`) runs from
-    the backward to the last op on a trained parameter (to `t_ns` when none was seen)."""
-    agent.shape.await_boundary = False
-    last = _stop_update_watch(agent)
-    if agent.shape.lead_optimizer is not None or agent.role != "main":
-        return
-    end = last if agent.shape.last_backward_end_ns < last <= t_ns else t_ns
-    update = (
-        ["optimizer", agent.shape.last_backward_end_ns, end]
-        if end > agent.shape.last_backward_end_ns
-        else None
-    )
-    if agent.shape.mode is LoopMode.MANUAL:
-        if update is not None:
-            agent.intervals.append(update)
-        agent.end_step("train", t_ns)
-        return
-    agent.shape.pending.append((t_ns, agent.counters(), update))
-    if len(agent.shape.pending) >= MANUAL_AFTER_CYCLES:
-        declare_manual(agent)
-
-
-def declare_manual(agent: StepSink) -> None:
-    """No optimizer steps here: write the candidate steps held so far, each with its update."""
-    agent.shape.mode = LoopMode.MANUAL
-    pending, agent.shape.pending = agent.shape.pending, []
-    rest = agent.intervals
-    for t_ns, counters, update in pending:
-        agent.intervals = [iv for iv in rest if iv[1] < t_ns] + ([update] if update is not None else [])
-        rest = [iv for iv in rest if iv[1] >= t_ns]
-        agent.end_step("train", t_ns, counters=counters)
-    agent.intervals = rest
-
-
-def optimizer_stepped_first_cycle(agent: StepSink, opt_id: int, t_ns: int) -> None:
-    """An optimizer stepped before the loop's cycle is known. A training step ends at the *last*
-    optimizer of an iteration (a GAN steps its discriminator, then its generator). The first
-    optimizer ends step 0 (steps are written as they end: annotations and killed runs need that);
-    each optimizer new to the cycle then leads instead, until one steps a second time. So steps 0 and
-    1 are part and one-and-a-part iterations (warm-up, out of the statistics), and the count stays one
-    step per iteration."""
-    if agent.shape.lead_optimizer is None:
-        agent.shape.lead_optimizer, agent.shape.opt_cycle = opt_id, [opt_id]
-        agent.end_step("train", t_ns)
-        return
-    if opt_id not in agent.shape.opt_cycle:
-        agent.shape.lead_optimizer = opt_id
-        agent.shape.opt_cycle.append(opt_id)
-        return
-    agent.shape.opt_cycle = []  # one stepped again: the cycle is known
-    if opt_id == agent.shape.lead_optimizer:
-        agent.end_step("train", t_ns)
-
-
-def optimizer_stepped(agent: StepSink) -> None:
-    """An optimizer step: candidate manual boundaries were micro-batches of this step."""
-    _stop_update_watch(agent)
-    agent.shape.pending = []
-    agent.shape.await_boundary = False
-    if agent.shape.mode is LoopMode.MANUAL:
-        agent.shape.mode = LoopMode.TRAIN
-
-
-def eval_step(agent: StepSink, t_ns: int) -> None:
-    """A top-level evaluation call of the trained model ended: what ran since the last step
-    (the eval batch's fetch and forward) is an evaluation step of its own."""
-    if agent.shape.pending:
-        declare_manual(agent)  # nobody evaluates in the middle of an accumulation
-    agent.shape.await_boundary = False
-    agent.end_step("eval", t_ns)
-
-
 REARM_AFTER = 3
 """Steps after the first update at which a window re-armed for the training steps opens (past the
 first updates' warm-up)."""
 
 
-def trains_now(agent: StepSink) -> None:
-    """An optimizer stepped in a loop that so far only called its model without gradients (an RL loop's
-    first rollout comes before any update): it trains. An op window that already ran over those calls
-    saw rollouts, not the training step the rules judge; a new one opens over the steps ahead."""
-    was, agent.shape.mode = agent.shape.mode, LoopMode.TRAIN
-    window = agent.window
-    if was is not LoopMode.INFERENCE or window.spec is None or not window.done:
-        return
-    from pinchpoint.capture.opwindow import OpWindow
+class StepDetector:
+    """Decides where the steps of a loop end (the loop's shape: `LoopState`), from the events the
+    agent's hooks report; it ends them through its sink, the agent."""
 
-    fresh = OpWindow(window.rank_dir, (agent.step.index + REARM_AFTER, window.spec[1]))
-    fresh.batch_spec, fresh.autocast_bf16 = window.batch_spec, window.autocast_bf16
-    agent.window = fresh
+    def __init__(self, sink: StepSink) -> None:
+        self.sink = sink
+        self.state = LoopState()
+
+    def note_trained(self, module: Any) -> None:
+        """`module` was called with grad enabled in train mode: its parameters are what an update touches."""
+        key = id(module)
+        if key not in self.state.trained_modules:
+            self.state.trained_modules.add(key)
+            self.state.trained_refs.append(weakref.ref(module))
+
+    def start_update_watch(self, torch: Any) -> None:
+        """After a backward with no optimizer ever stepped: note the ops that touch trained parameters
+        until the step's boundary (`boundary`)."""
+        if self.state.update_watch is not None or not self.state.trained_refs:
+            return
+        ptrs = _param_ptrs(self.state.trained_refs)
+        if not ptrs:
+            return
+        watch = _watch_class(torch)(ptrs)
+        try:
+            watch.__enter__()
+        except Exception:  # (a torch without modes: the update runs to the boundary)
+            return
+        self.state.update_watch = watch
+
+    def _stop_update_watch(self) -> int:
+        """End the watch; the time the last op on a trained parameter ended (0 if none did)."""
+        watch, self.state.update_watch = self.state.update_watch, None
+        if watch is None:
+            return 0
+        try:
+            watch.__exit__(None, None, None)
+        except Exception:  # (the program left its own mode open above ours)
+            return 0
+        return int(watch.last_ns)
+
+    def boundary(self, t_ns: int) -> None:
+        """A data fetch or top-level call starts at `t_ns` after a backward, with no optimizer step
+        ever: in a manual-update loop this is where the step ends; the update (`optimizer`) runs from
+        the backward to the last op on a trained parameter (to `t_ns` when none was seen)."""
+        self.state.await_boundary = False
+        last = self._stop_update_watch()
+        if self.state.lead_optimizer is not None or self.sink.role is not Role.MAIN:
+            return
+        end = last if self.state.last_backward_end_ns < last <= t_ns else t_ns
+        update = (
+            ["optimizer", self.state.last_backward_end_ns, end]
+            if end > self.state.last_backward_end_ns
+            else None
+        )
+        if self.state.mode is LoopMode.MANUAL:
+            if update is not None:
+                self.sink.intervals.append(update)
+            self.sink.end_step("train", t_ns)
+            return
+        self.state.pending.append((t_ns, self.sink.counters(), update))
+        if len(self.state.pending) >= MANUAL_AFTER_CYCLES:
+            self.declare_manual()
+
+    def declare_manual(self) -> None:
+        """No optimizer steps here: write the candidate steps held so far, each with its update."""
+        self.state.mode = LoopMode.MANUAL
+        pending, self.state.pending = self.state.pending, []
+        rest = self.sink.intervals
+        for t_ns, counters, update in pending:
+            self.sink.intervals = [iv for iv in rest if iv[1] < t_ns] + (
+                [update] if update is not None else []
+            )
+            rest = [iv for iv in rest if iv[1] >= t_ns]
+            self.sink.end_step("train", t_ns, counters=counters)
+        self.sink.intervals = rest
+
+    def optimizer_stepped_first_cycle(self, opt_id: int, t_ns: int) -> None:
+        """An optimizer stepped before the loop's cycle is known. A training step ends at the *last*
+        optimizer of an iteration (a GAN steps its discriminator, then its generator). The first
+        optimizer ends step 0 (steps are written as they end: annotations and killed runs need that);
+        each optimizer new to the cycle then leads instead, until one steps a second time. So steps 0 and
+        1 are part and one-and-a-part iterations (warm-up, out of the statistics), and the count stays one
+        step per iteration."""
+        if self.state.lead_optimizer is None:
+            self.state.lead_optimizer, self.state.opt_cycle = opt_id, [opt_id]
+            self.sink.end_step("train", t_ns)
+            return
+        if opt_id not in self.state.opt_cycle:
+            self.state.lead_optimizer = opt_id
+            self.state.opt_cycle.append(opt_id)
+            return
+        self.state.opt_cycle = []  # one stepped again: the cycle is known
+        if opt_id == self.state.lead_optimizer:
+            self.sink.end_step("train", t_ns)
+
+    def optimizer_stepped(self) -> None:
+        """An optimizer step: candidate manual boundaries were micro-batches of this step."""
+        self._stop_update_watch()
+        self.state.pending = []
+        self.state.await_boundary = False
+        if self.state.mode is LoopMode.MANUAL:
+            self.state.mode = LoopMode.TRAIN
+
+    def eval_step(self, t_ns: int) -> None:
+        """A top-level evaluation call of the trained model ended: what ran since the last step
+        (the eval batch's fetch and forward) is an evaluation step of its own."""
+        if self.state.pending:
+            self.declare_manual()  # nobody evaluates in the middle of an accumulation
+        self.state.await_boundary = False
+        self.sink.end_step("eval", t_ns)
+
+    def trains_now(self) -> None:
+        """An optimizer stepped in a loop that so far only called its model without gradients (an RL loop's
+        first rollout comes before any update): it trains. An op window that already ran over those calls
+        saw rollouts, not the training step the rules judge; a new one opens over the steps ahead."""
+        was, self.state.mode = self.state.mode, LoopMode.TRAIN
+        window = self.sink.window
+        if was is not LoopMode.INFERENCE or window.spec is None or not window.done:
+            return
+        from pinchpoint.capture.opwindow import OpWindow
+
+        fresh = OpWindow(window.rank_dir, (self.sink.step.index + REARM_AFTER, window.spec[1]))
+        fresh.batch_spec, fresh.autocast_bf16 = window.batch_spec, window.autocast_bf16
+        self.sink.window = fresh

@@ -32,9 +32,8 @@ from pinchpoint.capture import procfs
 from pinchpoint.capture.writer import write_json_atomic
 
 WARM = 2
-"""Steps after a thread-count change that are not measured (the pool is rebuilt). Two: on an EPYC the
-first step after 16 -> 2 threads ran 100 ms and the second still 93-108 against 82-94 after them (five
-runs), which priced a x1.36 fix x1.14 once, and under the rule's 1.05 in CI."""
+"""Steps after a thread-count change that are not measured: the pool is rebuilt, and on an EPYC the
+second step after 16 -> 2 threads was still slower than those after it."""
 STEPS = 8
 """Measured steps, against the twelve around them. Beside a busy process steps alternate fast and slow
 (2.3 and 6.4 ms): three steps could not tell the modes from a gain, and five at a steady 2.6 ms left

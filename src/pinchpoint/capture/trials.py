@@ -77,7 +77,7 @@ class Trials:
             self._own_ns.append(record["end_ns"] - record["start_ns"])
         self.alloc.observe(index, record["minor_faults"], own)
         if self.workers.state == "idle":  # (only until its trial: this runs at every step's end)
-            waits = [end - start for phase, start, end in record["intervals"] if phase == "data_wait"]
+            waits = [iv[2] - iv[1] for iv in record["intervals"] if iv[0] == "data_wait"]
             self.workers.observe(index, record["end_ns"] - record["start_ns"], sum(waits), len(waits), own)
 
     def note_fetch(self, wall_ns: int, cpu_ns: int) -> None:

@@ -47,6 +47,8 @@ class FixKind(str, Enum):
     NO_SYNC = "no_sync"
     """Gradient all-reduce once per accumulation; `fix_params` micro_batches, accumulating (1: the loop
     already accumulates over them and all-reduces each, so no_sync() applies without code)."""
+    RESHARD = "reshard"
+    """FSDP's `reshard_after_forward=False`: parameters stay gathered from forward to backward."""
     THREADS = "threads"
     """Intra-op threads; `fix_params` threads."""
     ALLOCATOR = "allocator"

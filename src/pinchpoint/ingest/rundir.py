@@ -263,15 +263,17 @@ def step_record(o: dict[str, Any]) -> Step | None:
         return None
     intervals = []
     for item in as_list(o.get("intervals")):
-        if not (isinstance(item, list) and len(item) == 3):
+        if not (isinstance(item, list) and len(item) in (3, 5)):
             continue
         try:
             phase = Phase(item[0])
         except (ValueError, TypeError):
             continue
         s, e = as_int(item[1]), as_int(item[2])
+        what = item[3] if len(item) == 5 and isinstance(item[3], str) else None
         if s is not None and e is not None and e >= s:
-            intervals.append(Interval(phase=phase, start_ns=s, end_ns=e))
+            nbytes = as_int(item[4]) if what is not None else None
+            intervals.append(Interval(phase=phase, start_ns=s, end_ns=e, what=what, nbytes=nbytes))
     try:
         kind = StepKind(o.get("kind"))
     except (ValueError, TypeError):

@@ -7,6 +7,7 @@ from typing import Any
 
 from pinchpoint.capture import agent as agent_mod
 from pinchpoint.capture.loop_shapes import LoopMode
+from pinchpoint.capture.roles import Role
 
 
 class Session:
@@ -37,7 +38,7 @@ class Session:
                 agent.write_process_info()
 
     def step(self, kind: str) -> None:
-        if self.agent is not None and self.agent.role == "main":
+        if self.agent is not None and self.agent.role is Role.MAIN:
             self.agent.explicit_step(kind)
 
     def end(self) -> None:

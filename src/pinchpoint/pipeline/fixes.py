@@ -179,6 +179,7 @@ FIXES: dict[FixKind, Fix] = {
             ),
         )
     ),
+    FixKind.RESHARD: Fix(cannot="fully_shard's arguments are set in the program's code: the snippet shows it"),
     FixKind.LOG_LESS: Fix(),
     FixKind.VECTORISE: Fix(),
     FixKind.EVALUATE_LESS: Fix(),

@@ -5,10 +5,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from pinchpoint.analysis.gpu._common import GPU_KINDS, kind_mask
 from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis, analyze_traces
@@ -25,7 +23,7 @@ from pinchpoint.ingest.kineto import read_trace
 from pinchpoint.ingest.probes import probed_device
 from pinchpoint.ingest.rundir import opwindow_file, rank_dirs, read_run_dir
 from pinchpoint.report.build import build_report, roofline_info
-from pinchpoint.report.document import from_dict
+from pinchpoint.report.document import JsonObject, from_dict
 from pinchpoint.report.flamegraph import write_stack_views
 from pinchpoint.report.gpu_report import run_gpu_sections
 from pinchpoint.report.model import Report
@@ -97,7 +95,7 @@ def run_step_ns(run: Run) -> tuple[int, ...]:
     return steady_step_ns(run.ranks[0]) if run.ranks else ()
 
 
-def _record(run_dir: Path, report: Mapping[str, Any], step_ns: tuple[int, ...]) -> int | None:
+def _record(run_dir: Path, report: JsonObject, step_ns: tuple[int, ...]) -> int | None:
     """Add the run to the history database and return its id; a history that can't be written never
     fails a report (None, as when `NO_HISTORY_ENV` is set)."""
     if os.environ.get(NO_HISTORY_ENV):
@@ -124,7 +122,7 @@ def _write_stack_views(analysis: RunAnalysis, run_dir: Path, warnings: list[str]
     return [p.name for p in paths]
 
 
-def _cached_gpu(run_dir: Path, analysis: RunAnalysis) -> tuple[dict[str, Any] | None, str | None]:
+def _cached_gpu(run_dir: Path, analysis: RunAnalysis) -> tuple[JsonObject | None, str | None]:
     """(`pinchpoint calibrate`'s cache for this machine, if it was run here with the same torch; the
     first CUDA device's name). The key is read from the run's environment and its main process."""
     main = next((r.main for r in analysis.ranks if r.main is not None), None)

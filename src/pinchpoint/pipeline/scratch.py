@@ -15,9 +15,8 @@ import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-Tree = dict[str, Any]
+Tree = dict[str, "Tree | None"]
 """{name: subtree} for directories along written paths, {name: None} for a written file."""
 
 

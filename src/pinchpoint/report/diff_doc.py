@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from pinchpoint.compare.diff import FindingChange, RunDiff, verdict
-from pinchpoint.report.document import Document, json_schema
+from pinchpoint.report.document import Document, JsonSchema, json_schema
 
 SCHEMA = "pinchpoint.diff/1"
 
@@ -50,7 +49,7 @@ class DiffDoc(Document):
     verdict: tuple[str, ...]
 
 
-def diff_schema() -> dict[str, Any]:
+def diff_schema() -> JsonSchema:
     return json_schema(
         DiffDoc, title="pinchpoint diff", schema_id="https://pinchpoint.dev/schema/diff-1.json"
     )

@@ -18,6 +18,12 @@ from typing import Any, Self
 
 from pinchpoint.errors import TraceError
 
+JsonObject = dict[str, Any]
+"""A JSON object as parsed or written: the form documents take outside Python, and the foreign formats
+pinchpoint reads or writes (Kineto and Chrome trace events, speedscope files)."""
+JsonSchema = dict[str, Any]
+"""A JSON Schema (draft 2020-12)."""
+
 _OMIT = "omit"
 _KEY = "key"
 _DOC = "doc"
@@ -42,8 +48,8 @@ class Document:
 
     __slots__ = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = to_dict(self)
+    def to_dict(self) -> JsonObject:
+        out: JsonObject = to_dict(self)
         return out
 
     @classmethod
@@ -65,7 +71,7 @@ def _fields(cls: type) -> tuple[tuple[str, str, Any, bool], ...]:
 def to_dict(doc: Any) -> Any:
     """`doc` as plain JSON values (dicts, lists, str, numbers, bool, None)."""
     if dataclasses.is_dataclass(doc) and not isinstance(doc, type):
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         for name, key, _, omit in _fields(type(doc)):
             value = getattr(doc, name)
             if value is None and omit:
@@ -115,7 +121,7 @@ def _read(tp: Any, data: Any, where: str) -> Any:
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(data, dict):
             raise DocumentError(f"{where}: expected an object")
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, object] = {}
         for name, key, hint, omit in _fields(tp):
             if key not in data:
                 if omit:
@@ -141,9 +147,9 @@ def _nullable(tp: Any) -> bool:
     return typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)
 
 
-def json_schema(cls: type, *, title: str, schema_id: str) -> dict[str, Any]:
+def json_schema(cls: type, *, title: str, schema_id: str) -> JsonSchema:
     """A JSON Schema (draft 2020-12) for documents of type `cls`."""
-    defs: dict[str, Any] = {}
+    defs: dict[str, JsonSchema] = {}
     _schema_of(cls, defs)
     root = defs.pop(cls.__name__)
     return {
@@ -155,7 +161,7 @@ def json_schema(cls: type, *, title: str, schema_id: str) -> dict[str, Any]:
     }
 
 
-def _schema_of(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
+def _schema_of(tp: Any, defs: dict[str, JsonSchema]) -> JsonSchema:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         options = [_schema_of(o, defs) for o in typing.get_args(tp)]

@@ -14,8 +14,8 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
+from pinchpoint.report.document import JsonObject
 from pinchpoint.trace.stacks import Frame, Stacks
 
 WIDTH = 1200
@@ -127,9 +127,9 @@ def _fit(text: str, width_px: float) -> str:
 
 def speedscope_json(
     stacks: Stacks, *, name: str, process_names: Mapping[int, str] | None = None
-) -> dict[str, Any]:
+) -> JsonObject:
     names = process_names or {}
-    frames: list[dict[str, Any]] = []
+    frames: list[JsonObject] = []
     index: dict[Frame, int] = {}
     by_process: dict[int | None, tuple[list[list[int]], list[float]]] = {}
     per_sample = 1.0 / stacks.rate_hz if stacks.rate_hz else 1.0

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pinchpoint.analysis.views import RooflineView, RunViews
+from pinchpoint.report.document import JsonObject
 from pinchpoint.report.report_doc import ReportDoc
 from pinchpoint.trace.run import Run
 
@@ -29,7 +30,7 @@ class Report:
     """A trace's ops on its GPU's roofline (`analyze --html`); a run's is in `views`."""
     run: Run | None = None
     """The recordings, for the exports that replay them as a timeline (Perfetto)."""
-    windows: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    windows: Mapping[int, JsonObject] = field(default_factory=dict)
     """Rank -> the op window's own trace document, embedded in the Perfetto export."""
 
     @property
@@ -37,7 +38,7 @@ class Report:
         return self.doc.title
 
     @classmethod
-    def read(cls, document: Mapping[str, Any], **views: Any) -> Report:
+    def read(cls, document: JsonObject, **views: Any) -> Report:
         """A report of a report.json document (a file, the history); DocumentError when it is none."""
         return cls(doc=ReportDoc.from_dict(document), **views)
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from pinchpoint.analysis.outside import OutsideWatch
 from pinchpoint.diagnosis.engine import Diagnosis
 from pinchpoint.diagnosis.rules.outside import NOT_JUDGED
-from pinchpoint.report.document import Document, json_schema
+from pinchpoint.report.document import Document, JsonSchema, json_schema
 from pinchpoint.report.phrases import say, say_all
 from pinchpoint.report.phrases.outside import SHARE_OF
 from pinchpoint.trace.run import Run
@@ -93,7 +92,7 @@ class OutsideDoc(Document):
     warnings: tuple[str, ...]
 
 
-def outside_schema() -> dict[str, Any]:
+def outside_schema() -> JsonSchema:
     return json_schema(
         OutsideDoc, title="pinchpoint outside watch", schema_id="https://pinchpoint.dev/schema/outside-1.json"
     )

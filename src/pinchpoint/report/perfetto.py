@@ -12,9 +12,9 @@ events are written, so there is no begin/end pairing to get wrong.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from pinchpoint.analysis.views import RunViews
+from pinchpoint.report.document import JsonObject
 from pinchpoint.report.report_doc import FindingInfo, ReportDoc
 from pinchpoint.trace.run import PHASE_DISPLAY, RankData, Run, Step
 
@@ -28,8 +28,8 @@ def _us(ns: int) -> float:
     return ns / 1000.0
 
 
-def _meta(pid: int, tid: int | None, name: str, sort: int | None = None) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def _meta(pid: int, tid: int | None, name: str, sort: int | None = None) -> list[JsonObject]:
+    out: list[JsonObject] = []
     if tid is None:
         out.append({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": name}})
         if sort is not None:
@@ -39,8 +39,8 @@ def _meta(pid: int, tid: int | None, name: str, sort: int | None = None) -> list
     return out
 
 
-def _step_args(s: Step) -> dict[str, Any]:
-    args: dict[str, Any] = {"kind": s.kind.value}
+def _step_args(s: Step) -> JsonObject:
+    args: JsonObject = {"kind": s.kind.value}
     if s.profiled:
         args["op_window"] = True
     if s.trial:
@@ -58,7 +58,7 @@ def _step_args(s: Step) -> dict[str, Any]:
 
 def _rank_events(
     rank: RankData, pid: int, label: str, findings: Sequence[FindingInfo]
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     ev = _meta(pid, None, label, sort=rank.rank)
     ev += _meta(pid, STEPS_TID, "steps")
     for name, tid in PHASE_TIDS.items():
@@ -89,7 +89,7 @@ def _rank_events(
             )
         ev += _meta(pid_f, FETCH_TID, "batches fetched")
     for b in rank.fetches:
-        args: dict[str, Any] = {"cpu_ms": round(b.cpu_ns / 1e6, 3)}
+        args: JsonObject = {"cpu_ms": round(b.cpu_ns / 1e6, 3)}
         if b.runq_ns is not None:
             args["waiting_for_cpu_ms"] = round(b.runq_ns / 1e6, 3)
         ev.append({"ph": "X", "pid": b.pid, "tid": FETCH_TID, "name": "fetch", "cat": "loader",
@@ -97,9 +97,9 @@ def _rank_events(
     return ev
 
 
-def _counters(run: Run, views: RunViews, pid: int) -> list[dict[str, Any]]:
+def _counters(run: Run, views: RunViews, pid: int) -> list[JsonObject]:
     """CPU (cores busy) and RSS per process of the tree, CPU % per core, from the sampler's readings."""
-    ev: list[dict[str, Any]] = []
+    ev: list[JsonObject] = []
     for sample in run.system:
         ts = _us(sample.t_ns)
         if sample.cpu_percent_per_core:
@@ -117,7 +117,7 @@ def _counters(run: Run, views: RunViews, pid: int) -> list[dict[str, Any]]:
     return ev
 
 
-def _merged(doc: Mapping[str, Any], wall_minus_mono_ns: int) -> Iterable[dict[str, Any]]:
+def _merged(doc: JsonObject, wall_minus_mono_ns: int) -> Iterable[JsonObject]:
     """The op window's events on our clock: Kineto stamps are relative to `baseTimeNanoseconds` (wall
     clock); the census's are already monotonic µs."""
     base = doc.get("baseTimeNanoseconds")
@@ -137,11 +137,11 @@ def perfetto_trace(
     run: Run,
     report: ReportDoc,
     views: RunViews,
-    windows: Mapping[int, Mapping[str, Any]] | None = None,
-) -> dict[str, Any]:
+    windows: Mapping[int, JsonObject] | None = None,
+) -> JsonObject:
     """The Chrome-trace document for `run`: its recorded steps and samples, its report's findings, the
     cores busy from its views; `windows`: rank -> opwindow.json."""
-    events: list[dict[str, Any]] = []
+    events: list[JsonObject] = []
     findings = report.findings
     offset = run.meta.wall_time_ns - run.meta.monotonic_ns
     for rank in run.ranks:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pinchpoint.report.document import Document, json_schema, named, optional
+from pinchpoint.report.document import Document, JsonSchema, json_schema, named, optional
 from pinchpoint.trace.run import Attach
 
 SCHEMA = "pinchpoint.report/1"
@@ -404,6 +404,6 @@ class ReportDoc(Document):
         return " ".join(self.run.command) or "program"
 
 
-def report_schema() -> dict[str, Any]:
+def report_schema() -> JsonSchema:
     """The JSON Schema of report.json."""
     return json_schema(ReportDoc, title="pinchpoint report", schema_id=SCHEMA_ID)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from pinchpoint.report.document import Document, json_schema
+from pinchpoint.report.document import Document, JsonSchema, json_schema
 from pinchpoint.report.report_doc import NativeKernel
 
 SCHEMA = "pinchpoint.stacks/1"
@@ -45,7 +44,7 @@ class StacksDoc(Document):
     warnings: tuple[str, ...]
 
 
-def stacks_schema() -> dict[str, Any]:
+def stacks_schema() -> JsonSchema:
     return json_schema(
         StacksDoc,
         title="pinchpoint stack-file report",

@@ -4,9 +4,8 @@ against the baseline, typed (`pinchpoint schema try`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from pinchpoint.report.document import Document, json_schema, optional
+from pinchpoint.report.document import Document, JsonSchema, json_schema, optional
 
 SCHEMA = "pinchpoint.try/1"
 
@@ -67,5 +66,5 @@ class TryDoc(Document):
     cwd_writes: CwdWrites | None = optional()
 
 
-def try_schema() -> dict[str, Any]:
+def try_schema() -> JsonSchema:
     return json_schema(TryDoc, title="pinchpoint try", schema_id="https://pinchpoint.dev/schema/try-1.json")

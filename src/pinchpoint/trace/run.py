@@ -80,6 +80,10 @@ class Interval:
     phase: Phase
     start_ns: int
     end_ns: int
+    what: str | None = None
+    """For `comm`: the collective (`all_gather_single`, `reduce_scatter_single.wait`, `ddp.all_reduce`)."""
+    nbytes: int | None = None
+    """...and the largest tensor it named, in bytes."""
 
     @property
     def dur_ns(self) -> int:

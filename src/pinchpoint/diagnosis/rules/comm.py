@@ -32,6 +32,10 @@ ACCUMULATION_MIN = 1.5
 """backward() calls per optimizer step from which the program accumulates gradients."""
 COMPRESSION_SAVES = 0.5
 """A bf16/fp16 compression hook halves the bytes of an fp32 all-reduce (bandwidth-bound transfer)."""
+GATHERS = frozenset({"all_gather_single", "all_gather_into_tensor", "all_gather", "_allgather_base"})
+"""Collectives that gather parameters (FSDP2 calls `all_gather_single` in torch 2.13)."""
+KINDS_SHOWN = 4
+"""Collectives (by phase) named in the evidence, largest first."""
 BACKWARD_PER_FORWARD = 2.0
 """A backward does about twice its forward's work (a matmul's gradients for its input and its weight)."""
 
@@ -62,6 +66,7 @@ class _Remedy:
     confidence: Confidence
     speedup: float
     evidence: tuple[Fact, ...]
+    kind: FixKind | None = None
 
 
 def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
@@ -81,6 +86,9 @@ def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
     evidence: list[Fact] = [_transfer_line(lead, cross, transfer, share)]
     if ddp is not None:
         evidence.append(_ddp_line(ddp))
+    kinds = _kinds_line(comm)
+    if kinds is not None:
+        evidence.append(kinds)
     # On CPU the all-reduce's copies and sums run on the cores backward computes on: what it costs
     # beyond the wait shows as a backward slower than twice the forward.
     on_cpu = ddp is not None and ddp.devices == ("cpu",)
@@ -104,8 +112,11 @@ def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
     # More than one blocked all-reduce a step: not all under no_sync (one that overlapped its backward
     # entirely is not seen, so "every backward waited" would miss accumulations that all-reduce each).
     no_sync = accumulating and comm.synced_backwards >= ACCUMULATION_MIN
+    regather = transfer / max(1.0, comm.mean_ns) * _gathers(comm, "backward")
     if no_sync:
         remedy = _no_sync(comm, cost, step)
+    elif ddp is None and regather >= COMM_SHARE_MIN * step:
+        remedy = _reshard(comm, regather, step)
     elif on_cpu:
         remedy = _less_often(cost, step)
     else:
@@ -121,7 +132,11 @@ def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
         fix=remedy.fix,
         snippet=remedy.snippet,
         ranks=tuple(r.rank for r in rs),
-        fix_kind=FixKind.NO_SYNC if accumulating or on_cpu else None,
+        fix_kind=remedy.kind
+        if remedy.kind is not None
+        else FixKind.NO_SYNC
+        if accumulating or on_cpu
+        else None,
         fix_params=(
             ("micro_batches", round(comm.backward_calls) if accumulating else 2),
             ("accumulating", int(no_sync)),
@@ -172,6 +187,48 @@ def _no_sync(comm: CommActivity, cost: float, step: float) -> _Remedy:
             Fact("comm.exposed.synced_backwards", backwards=k, synced=comm.synced_backwards),
             Fact("comm.exposed.no_sync_after", after_ns=after, step_ns=step),
         ),
+    )
+
+
+def _gathers(comm: CommActivity, phase: str) -> float:
+    """Time a step spends in parameter all-gathers within `phase`."""
+    return sum(ns for (name, ph), ns in comm.by_kind.items() if name in GATHERS and ph == phase)
+
+
+def _kinds_line(comm: CommActivity) -> Fact | None:
+    """The largest collectives by the phase they ran in, where the run named them."""
+    named = sorted(((k, v) for k, v in comm.by_kind.items() if k[0] != "comm"), key=lambda kv: -kv[1])
+    if not named:
+        return None
+    return Fact(
+        "comm.exposed.kinds",
+        kinds=tuple(
+            (name, phase, ns, comm.bytes_per_step.get((name, phase), 0.0))
+            for (name, phase), ns in named[:KINDS_SHOWN]
+        ),
+    )
+
+
+def _reshard(comm: CommActivity, regather: float, step: float) -> _Remedy:
+    """FSDP gathers each sharded module's parameters again in backward (`reshard_after_forward=True`,
+    its default): kept gathered from forward to backward, those all-gathers go (ZeRO-2's memory)."""
+    after = max(1.0, step - regather)
+    return _Remedy(
+        title=Fact("comm.exposed.reshard_title", name=TITLE),
+        fix=Fact("comm.exposed.reshard_fix"),
+        snippet=Fact("comm.exposed.reshard_snippet"),
+        confidence=Confidence.MEDIUM,
+        speedup=step / after,
+        evidence=(
+            Fact(
+                "comm.exposed.regather",
+                backward_ns=regather,
+                forward_ns=_gathers(comm, "forward"),
+                after_ns=after,
+                step_ns=step,
+            ),
+        ),
+        kind=FixKind.RESHARD,
     )
 
 

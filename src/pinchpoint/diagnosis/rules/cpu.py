@@ -12,12 +12,11 @@ from pinchpoint.diagnosis.rules.base import Rule, Subject, cut_trial
 from pinchpoint.trace.run import Phase
 
 RUNQ_SHARE_MIN = 0.05
-THREAD_TRIAL_P_MAX = 0.05
-"""The thread trial's steps count as faster below this (its permutation test of the means). Looser than
-the other trials' 0.01: beside a busy process the steps around it alternate 2.3 and 6.4 ms, and eight
-steady 2.6 ms steps at one thread (a gain of x1.7, x2.3 in whole runs) reach only p = 0.02 against them;
-wrongly lowering a thread count costs what the trial measured, a few percent."""
 """Main thread waiting for a CPU more than 5% of the step: measurable contention."""
+THREAD_TRIAL_P_MAX = 0.05
+"""The thread trial's steps count as faster below this (its permutation test of the means): looser
+than the other trials' 0.01, since beside a busy process steps alternate fast and slow and a real gain
+reaches only p = 0.02, while wrongly lowering a thread count costs little (decision 49)."""
 UNDERUSE_COMPUTE_MIN = 0.30
 """Compute phases above 30% of the step before idle cores are worth reporting."""
 IDLE_CORE_MIN = 0.6

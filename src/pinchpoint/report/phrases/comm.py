@@ -41,6 +41,22 @@ def _transfer(transfer_ns: float, share: float, steps: int, wait_ns: tuple[tuple
     )
 
 
+RESHARD_SNIPPET = """\
+for block in model.blocks:            # each sharded module, then the root
+    fully_shard(block, mesh=mesh, reshard_after_forward=False)
+fully_shard(model, mesh=mesh, reshard_after_forward=False)
+# or, once sharded: model.set_reshard_after_forward(False)"""
+
+
+def _kinds(kinds: tuple[tuple[str, str, float, float], ...]) -> str:
+    parts = [
+        f"{name} in {phase if phase != 'step' else 'the step outside them'} {ms(ns)}"
+        + (f" ({nbytes / MIB:.0f} MiB)" if nbytes else "")
+        for name, phase, ns, nbytes in kinds
+    ]
+    return "By collective, per step (the bytes each names, per step): " + "; ".join(parts)
+
+
 def _ddp(
     backend: str,
     world_size: int,
@@ -65,6 +81,22 @@ PHRASES: dict[str, Callable[..., str]] = {
     ),
     "comm.exposed.transfer": _transfer,
     "comm.exposed.ddp": _ddp,
+    "comm.exposed.kinds": _kinds,
+    "comm.exposed.reshard_title": lambda name: f"{name}: FSDP gathers the parameters again in backward",
+    "comm.exposed.regather": lambda backward_ns, forward_ns, after_ns, step_ns: (
+        f"Parameter all-gathers take {ms(backward_ns)} of each step inside backward (not hidden), as many "
+        f"as in forward ({ms(forward_ns)}): with reshard_after_forward=True (FSDP's default) each sharded "
+        f"module frees its gathered parameters after forward and gathers them again for backward. Without "
+        f"those: ≈ {ms(after_ns)} a step instead of {ms(step_ns)} (the copy into the parameters goes too, "
+        "not counted)"
+    ),
+    "comm.exposed.reshard_fix": lambda: (
+        "Keep the parameters gathered from forward to backward: fully_shard(..., "
+        "reshard_after_forward=False) on the sharded modules (or set_reshard_after_forward(False)). Each rank "
+        "then holds its modules' whole parameters through backward (ZeRO-2's memory, not ZeRO-3's): apply "
+        "it to the root only, or to some blocks, if memory is short"
+    ),
+    "comm.exposed.reshard_snippet": lambda: RESHARD_SNIPPET,
     "comm.exposed.contention": lambda backward_ns, forward_ns, expected_x, contention_ns: (
         f"Backward computes for {ms(backward_ns)} a step against {ms(forward_ns)} of forward "
         f"({backward_ns / forward_ns:.1f}×; a backward does about {expected_x:.0f}× its forward's work): "
