@@ -266,3 +266,25 @@ def test_fsdp_all_gathers_in_backward_are_priced_as_reshard_after_forward() -> N
     # kept gathered (no all-gather in backward): the generic advice, not this one
     f = comm_exposed([_rank(0, _fsdp_steps(12, 0.0), ddp=None), _rank(1, _fsdp_steps(12, 0.0), ddp=None)])
     assert f is not None and "comm.exposed.regather" not in facts(f)
+
+
+def test_fsdp_settings_are_read_and_kept_gathered_modules_get_no_reshard_advice() -> None:
+    from pinchpoint.ingest.parallel import fsdp_config
+    from pinchpoint.trace.parallel import FsdpConfig
+
+    lines = [{"kind": "ddp"}, {"kind": "fsdp", "modules": 5, "resharding": 9, "mesh": [2, "x", 0],
+             "param_dtype": "bfloat16", "param_bytes": 64 << 20}, {"kind": "fsdp", "modules": "five"}]  # fmt: skip
+    got = fsdp_config(lines)
+    assert got == FsdpConfig(modules=5, resharding=5, mesh=(2,), param_dtype="bfloat16", param_bytes=64 << 20)
+    assert fsdp_config([{"kind": "fsdp"}]) is None and fsdp_config([]) is None
+    steps = _fsdp_steps(12, 6.0)
+    kept = FsdpConfig(modules=5, resharding=0, mesh=(2,))
+
+    def rank(i: int) -> RankAnalysis:
+        return replace(make_rank_analysis(steps=steps, rank=i), comm=comm_activity(
+            RankData(rank=i, steps=steps, fsdp=kept)), local_ranks=2)  # fmt: skip
+
+    f = comm_exposed([rank(0), rank(1)])
+    assert f is not None and "comm.exposed.regather" not in facts(f)  # (no module reshards: not this)
+    said = say(facts(f)["comm.exposed.fsdp"])
+    assert said.startswith("FSDP2 over a mesh of 2 ranks shards 5 module(s), 0 of them") and "64 MiB" not in said

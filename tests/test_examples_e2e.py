@@ -235,6 +235,24 @@ def test_memory_leak_names_the_tensors_kept_with_their_graph(profiled: Any) -> N
 
 
 @pytest.mark.e2e
+def test_fsdp2_collectives_and_settings_are_captured_on_every_rank(profiled: Any) -> None:
+    """fsdp_reshard.py under torchrun: each rank's FSDP2 settings read back from its modules, its
+    all-gathers and reduce-scatters named in the steps, and the report's fix is FSDP's own knob."""
+    run = profiled(EXAMPLES / "fsdp_reshard.py")
+    for rank in ("rank0", "rank1"):
+        lines = [json.loads(x) for x in (run / "ranks" / rank / "distributed.jsonl").read_text().splitlines()]
+        (fsdp,) = [o for o in lines if o.get("kind") == "fsdp"]
+        assert (fsdp["modules"], fsdp["resharding"], fsdp["mesh"]) == (5, 5, [2]), fsdp
+        steps = [json.loads(x) for x in (run / "ranks" / rank / "steps.jsonl").read_text().splitlines()]
+        named = {iv[3] for st in steps for iv in st["intervals"] if iv[0] == "comm" and len(iv) == 5}
+        assert {"all_gather_single", "reduce_scatter_single"} <= {n.removesuffix(".wait") for n in named}
+    report = json.loads((run / "report.json").read_text())
+    comm = next(f for f in report["findings"] if f["id"] == "comm.exposed")
+    assert comm["fix_kind"] == "reshard" and "reshard_after_forward=False" in comm["fix"], _summary(report)
+    assert any(e.startswith("FSDP2 over a mesh of 2 ranks shards 5 module(s)") for e in comm["evidence"])
+
+
+@pytest.mark.e2e
 def test_sixteen_threads_on_this_machine_are_priced_by_the_trial(profiled: Any) -> None:
     """cpu_oversubscription.py runs 16 intra-op threads; pinchpoint ran a few of its steps at one thread
     per core and priced the finding with them (`capture/thread_trial.py`)."""

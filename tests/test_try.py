@@ -638,3 +638,25 @@ def test_one_fix_table_every_kind_and_every_applier() -> None:
     assert asked == set(SPEC_KEYS) - {"stop_after"}  # (stop_after: the step budget, every run's)
     assert fixes.ways_of("no_such_kind", {}) == ((), fixes.CODE)
     assert fixes.ways_of("threads", {})[0] == ()  # its parameter missing: nothing to apply
+
+
+def test_the_fsdp_fix_keeps_each_sharded_modules_parameters_gathered() -> None:
+    """comm.exposed's reshard fix: the agent calls each FSDP2 module's own setter once step 1 ran
+    (`dist_hooks.note_fsdp`); a run not asked for it leaves them as they are."""
+    from pinchpoint.capture.appliers import Applier
+
+    class Sharded:
+        def __init__(self) -> None:
+            self.calls: list[tuple[bool, bool]] = []
+
+        def set_reshard_after_forward(self, value: bool, recurse: bool = True) -> None:
+            self.calls.append((value, recurse))
+
+    (plan,) = try_fix.plans(report_doc({"findings": [_finding("comm.exposed", fix_kind="reshard")]}))
+    assert plan.cannot is None and plan.agent == {"fsdp_reshard": False}
+    modules = [Sharded(), Sharded()]
+    Applier(dict(plan.agent)).sharded(modules)  # type: ignore[arg-type]
+    assert [m.calls for m in modules] == [[(False, False)], [(False, False)]]
+    untouched = Sharded()
+    Applier({"threads": 2}).sharded([untouched])
+    assert untouched.calls == []

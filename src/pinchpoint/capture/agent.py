@@ -54,6 +54,9 @@ INFERENCE_AFTER_CALLS = 3
 
 _now = time.monotonic_ns
 
+FSDP_NOTED_AT = 2
+"""The step index after which FSDP2's settings are read from the modules (`dist_hooks.note_fsdp`)."""
+
 
 class Agent:
     """Per-process capture state. One instance per process (`AGENT`); forked children reset it.
@@ -82,6 +85,7 @@ class Agent:
         self.loop: dict[str, Any] | None = None
         """The program's loop statement around its steps (`capture/loop_site.py`), found at the first step."""
         self._loop_sought = False
+        self._fsdp_noted = False
         self.framework: dict[str, Any] | None = None
         """The framework driving the loop and its settings (`capture/frameworks.py`)."""
         self.steps = JsonlWriter(self.rank_dir / "steps.jsonl")
@@ -434,6 +438,9 @@ class Agent:
             self.detector.optimizer_stepped_first_cycle(opt_id, end_ns)
         elif opt_id == self.shape.lead_optimizer:
             self.end_step("train", end_ns)
+        if not self._fsdp_noted and self.step.index >= FSDP_NOTED_AT:  # (modules ran forward, backward)
+            self._fsdp_noted = True
+            dist_hooks.note_fsdp(self)
 
     def record_fetch(self, record: dict[str, Any]) -> None:
         """A batch fetched in this process (any process). Workers flush per batch (they can be killed

@@ -24,6 +24,8 @@
 - `gc`: `{"collect": "young"}` makes each `gc.collect()` the program calls collect the youngest
   generation only; `{"freeze": true}` calls `gc.freeze()` at the end of the first step (what start-up
   built is left out of later collections).
+- `fsdp_reshard`: `false` keeps each FSDP2 module's parameters gathered from forward to backward
+  (`set_reshard_after_forward(False)` on each, once step 1 has run: the modules exist then).
 - `tf32`: `torch.backends.cuda.matmul.allow_tf32` and `cudnn.allow_tf32` set at start-up (CUDA only;
   on a CPU they change nothing).
 - `stop_after`: end the program cleanly (`SystemExit(0)` at a step boundary, so its `finally` blocks
@@ -36,6 +38,7 @@ launcher sets them (`pipeline/try_fix.py`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import importlib
@@ -47,7 +50,7 @@ from typing import Any
 TRY_ENV = "PINCHPOINT_TRY"
 SPEC_KEYS = (
     "threads", "loader", "malloc", "checkpoint_every", "compile", "autocast", "fused_optimizer", "tf32",
-    "no_sync", "gc", "stop_after",
+    "no_sync", "gc", "fsdp_reshard", "stop_after",
 )  # fmt: skip
 WARMUP_STEPS = 2
 """As `analysis/steps.WARMUP_STEPS`: the leading steps statistics leave out."""
@@ -112,6 +115,15 @@ class Applier:
         collector = self.spec.get("gc")
         if isinstance(collector, dict) and collector.get("collect") == "young":
             _young_collections()
+
+    def sharded(self, modules: list[Any]) -> None:
+        """FSDP2's modules, found after step 1 (`dist_hooks.note_fsdp`): `fsdp_reshard` false keeps each
+        one's parameters gathered from forward to backward from the next step on."""
+        if self.spec.get("fsdp_reshard") is not False:
+            return
+        for module in modules:
+            with contextlib.suppress(Exception):
+                module.set_reshard_after_forward(False, recurse=False)
 
     def loader_seen(self, record: dict[str, Any]) -> None:
         """A DataLoader iterator gave its first batch. The first one with workers had `num_workers` ×

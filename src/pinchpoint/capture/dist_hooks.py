@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from pinchpoint.capture import loop_shapes
+from pinchpoint.capture.appliers import Applier
 from pinchpoint.capture.patches import PATCHES
 from pinchpoint.capture.procfs import thread_schedstat
 from pinchpoint.capture.roles import Role
@@ -43,6 +44,8 @@ class DistAgent(Protocol):
     window: Any
     ddp_on_cpu: bool
     """A CPU model is wrapped in DDP: backward's blocked time is its gradient all-reduce wait."""
+    applier: Applier | None
+    """`pinchpoint try`'s fixes, when this is a trial run."""
 
     @property
     def role(self) -> Role: ...
@@ -276,6 +279,22 @@ def _record_ddp(agent: DistAgent, ddp: Any) -> None:
         }
     )
     agent.distributed.flush()
+
+
+def note_fsdp(agent: DistAgent) -> None:
+    """Once the loop has trained a step: FSDP2's settings, where the trained modules are sharded."""
+    if "torch.distributed.fsdp" not in sys.modules:
+        return
+    from pinchpoint.capture.fsdp import fsdp_modules, fsdp_settings
+
+    modules = fsdp_modules(m for ref in agent.shape.trained_refs if (m := ref()) is not None)
+    line = fsdp_settings(modules)
+    if line is None:
+        return
+    agent.distributed.add(line)  # (as the program set it up: before a `try` run changes it)
+    agent.distributed.flush()
+    if agent.applier is not None:
+        agent.applier.sharded(modules)
 
 
 def _int_attr(obj: Any, name: str) -> int | None:

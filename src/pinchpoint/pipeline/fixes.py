@@ -179,7 +179,11 @@ FIXES: dict[FixKind, Fix] = {
             ),
         )
     ),
-    FixKind.RESHARD: Fix(cannot="fully_shard's arguments are set in the program's code: the snippet shows it"),
+    FixKind.RESHARD: _by_agent(
+        "reshard_after_forward=False",
+        "each FSDP2 module's set_reshard_after_forward(False) once step 1 has run (the modules exist then)",
+        fsdp_reshard=False,
+    ),
     FixKind.LOG_LESS: Fix(),
     FixKind.VECTORISE: Fix(),
     FixKind.EVALUATE_LESS: Fix(),

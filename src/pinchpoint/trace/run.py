@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field
 from enum import Enum
 
+from pinchpoint.trace.parallel import FsdpConfig
 from pinchpoint.trace.stacks import Stacks
 from pinchpoint.trace.trials import AllocTrial, GcRecord, ThreadTrial, TrialCut, WorkerTrial
 
@@ -380,6 +381,7 @@ class RankData:
     opwindow: OpWindow | None = None
     probes: Probes = field(default_factory=Probes)
     ddp: tuple[DdpConfig, ...] = ()
+    fsdp: FsdpConfig | None = None
     thread_trial: ThreadTrial | None = None
     alloc_trial: AllocTrial | None = None
     worker_trial: WorkerTrial | None = None

@@ -83,12 +83,7 @@ def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
     if share < COMM_SHARE_MIN:
         return None
     comm, ddp = lead.comm, lead.comm.ddp
-    evidence: list[Fact] = [_transfer_line(lead, cross, transfer, share)]
-    if ddp is not None:
-        evidence.append(_ddp_line(ddp))
-    kinds = _kinds_line(comm)
-    if kinds is not None:
-        evidence.append(kinds)
+    evidence = _setup_lines(lead, cross, transfer, share)
     # On CPU the all-reduce's copies and sums run on the cores backward computes on: what it costs
     # beyond the wait shows as a backward slower than twice the forward.
     on_cpu = ddp is not None and ddp.devices == ("cpu",)
@@ -115,7 +110,7 @@ def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
     regather = transfer / max(1.0, comm.mean_ns) * _gathers(comm, "backward")
     if no_sync:
         remedy = _no_sync(comm, cost, step)
-    elif ddp is None and regather >= COMM_SHARE_MIN * step:
+    elif ddp is None and regather >= COMM_SHARE_MIN * step and (comm.fsdp is None or comm.fsdp.resharding):
         remedy = _reshard(comm, regather, step)
     elif on_cpu:
         remedy = _less_often(cost, step)
@@ -142,6 +137,31 @@ def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
             ("accumulating", int(no_sync)),
         ),
     )
+
+
+def _setup_lines(lead: RankAnalysis, cross: CrossRankComm | None, transfer: float, share: float) -> list[Fact]:
+    """The transfer, how the model is split (DDP, FSDP), and the collectives by kind."""
+    assert lead.comm is not None
+    comm, ddp = lead.comm, lead.comm.ddp
+    evidence: list[Fact] = [_transfer_line(lead, cross, transfer, share)]
+    if ddp is not None:
+        evidence.append(_ddp_line(ddp))
+    if comm.fsdp is not None:
+        f = comm.fsdp
+        evidence.append(
+            Fact(
+                "comm.exposed.fsdp",
+                modules=f.modules,
+                resharding=f.resharding,
+                mesh=f.mesh,
+                param_dtype=f.param_dtype or "",
+                param_bytes=f.param_bytes,
+            )
+        )
+    kinds = _kinds_line(comm)
+    if kinds is not None:
+        evidence.append(kinds)
+    return evidence
 
 
 def _transfer_line(lead: RankAnalysis, cross: CrossRankComm | None, transfer: float, share: float) -> Fact:

@@ -82,6 +82,11 @@ PHRASES: dict[str, Callable[..., str]] = {
     "comm.exposed.transfer": _transfer,
     "comm.exposed.ddp": _ddp,
     "comm.exposed.kinds": _kinds,
+    "comm.exposed.fsdp": lambda modules, resharding, mesh, param_dtype, param_bytes: (
+        f"FSDP2 over a mesh of {' × '.join(map(str, mesh)) or '?'} ranks shards {modules} module(s), "
+        f"{resharding} of them freeing their gathered parameters after forward (reshard_after_forward=True); "
+        f"parameters gathered in {param_dtype or 'their own dtype'}, {param_bytes / MIB:.0f} MiB at full size"
+    ),
     "comm.exposed.reshard_title": lambda name: f"{name}: FSDP gathers the parameters again in backward",
     "comm.exposed.regather": lambda backward_ns, forward_ns, after_ns, step_ns: (
         f"Parameter all-gathers take {ms(backward_ns)} of each step inside backward (not hidden), as many "

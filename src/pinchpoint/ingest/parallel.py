@@ -1,0 +1,30 @@
+"""distributed.jsonl's lines about sharding beyond DDP: the `fsdp` line (`capture/fsdp.py`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pinchpoint.ingest.fields import as_int, as_list, as_str
+from pinchpoint.trace.parallel import FsdpConfig
+
+
+def fsdp_config(lines: Iterable[dict[str, Any]]) -> FsdpConfig | None:
+    """The last `fsdp` line as an FsdpConfig; None without one (or with one that is not that)."""
+    found = None
+    for o in lines:
+        if o.get("kind") != "fsdp":
+            continue
+        modules = as_int(o.get("modules"))
+        if modules is None or modules <= 0:
+            continue
+        found = FsdpConfig(
+            modules=modules,
+            resharding=max(0, min(modules, as_int(o.get("resharding"), 0) or 0)),
+            mesh=tuple(x for x in (as_int(v) for v in as_list(o.get("mesh"))) if x is not None and x > 0),
+            mesh_dims=tuple(str(v) for v in as_list(o.get("mesh_dims")) if isinstance(v, str)),
+            param_dtype=as_str(o.get("param_dtype")),
+            reduce_dtype=as_str(o.get("reduce_dtype")),
+            param_bytes=max(0, as_int(o.get("param_bytes"), 0) or 0),
+        )
+    return found

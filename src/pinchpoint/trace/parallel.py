@@ -1,0 +1,22 @@
+"""How a rank's model is split across ranks beyond DDP (`distributed.jsonl`'s `fsdp` line)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FsdpConfig:
+    """FSDP2 as the program set it up, read from its sharded modules after a step trained."""
+
+    modules: int
+    """Modules `fully_shard`-ed (the root included)."""
+    resharding: int
+    """Of them, those that free their gathered parameters after forward (`reshard_after_forward=True`)."""
+    mesh: tuple[int, ...]
+    mesh_dims: tuple[str, ...] = ()
+    param_dtype: str | None = None
+    """Mixed precision: the dtype parameters are gathered in (None: their own)."""
+    reduce_dtype: str | None = None
+    param_bytes: int = 0
+    """The sharded modules' parameters at full size."""
