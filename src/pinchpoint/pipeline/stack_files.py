@@ -14,8 +14,8 @@ from pinchpoint.ingest.perf_script import read_perf_script
 from pinchpoint.ingest.sniff import stack_file_kind
 from pinchpoint.ingest.stacks import read_folded
 from pinchpoint.ingest.vtune import read_vtune
-from pinchpoint.report.report_doc import NativeKernel
-from pinchpoint.report.stacks_doc import SCHEMA, LeafShare, StackNative, StacksDoc
+from pinchpoint.report.report_doc import NativeInfo, NativeKernel
+from pinchpoint.report.stacks_doc import SCHEMA, LeafShare, StacksDoc
 from pinchpoint.trace.stacks import Frame, Stacks, StackSample
 
 TOP_LEAVES = 10
@@ -85,7 +85,8 @@ def report_stack_file(path: Path, json_path: Path | None = None) -> StacksDoc | 
         weight_unit="ns of CPU" if stacks.rate_hz == 1e9 else "samples",
         native=None
         if native is None
-        else StackNative(
+        else NativeInfo(
+            samples_weight=native.total,
             shares={c: round(v, 4) for c, v in native.shares.items()},
             threads=native.threads,
             busy_threads=native.busy_threads,

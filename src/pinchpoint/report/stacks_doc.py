@@ -3,24 +3,12 @@ hottest leaf functions, typed (`pinchpoint schema stacks`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pinchpoint.report.document import Document, JsonSchema, json_schema
-from pinchpoint.report.report_doc import NativeKernel
+from pinchpoint.report.report_doc import NativeInfo
 
 SCHEMA = "pinchpoint.stacks/1"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StackNative:
-    """The samples by native cause (page faults, OpenMP, math kernels...) and the math kernels by name."""
-
-    shares: Mapping[str, float]
-    threads: int
-    busy_threads: int
-    kernels: tuple[NativeKernel, ...]
-    isa_shares: Mapping[str, float]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,7 +27,9 @@ class StacksDoc(Document):
     weight: int
     weight_unit: str
     """`samples`, or `ns of CPU` where the file weighs its stacks by time."""
-    native: StackNative | None
+    native: NativeInfo | None
+    """The samples by native cause (page faults, OpenMP, math kernels...) and the math kernels by name,
+    as report.json's `native`."""
     top: tuple[LeafShare, ...]
     warnings: tuple[str, ...]
 
