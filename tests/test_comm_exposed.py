@@ -175,6 +175,7 @@ PROGRAM = textwrap.dedent(
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed import _functional_collectives as funcol
     dist.init_process_group("gloo", init_method="file://" + os.environ["STORE"], rank=0, world_size=1)
     model = DistributedDataParallel(nn.Linear(64, 32))
     model.register_comm_hook(state=None, hook=default_hooks.fp16_compress_hook)
@@ -185,6 +186,7 @@ PROGRAM = textwrap.dedent(
         t = torch.ones(4)
         dist.all_reduce(t)
         dist.all_reduce(t, async_op=True).wait()
+        (funcol.all_reduce(t, "sum", dist.group.WORLD) + 1).sum()  # (tensor parallelism's kind)
     dist.destroy_process_group()
     time.sleep(0.05)  # gloo frees the last collective with the GIL (see examples/ddp_straggler.py)
     print("ok", flush=True)
@@ -214,7 +216,7 @@ def test_collectives_and_ddp_are_captured_from_a_real_program(tmp_path: Path) ->
     assert comm[1:] and all(n >= 3 for n in comm[1:]), comm
     # each named as called, with the bytes it moved (4 floats); the async one's wait under its name
     named = {tuple(iv[3:]) for s in steps[1:] for iv in s["intervals"] if iv[0] == "comm" and len(iv) == 5}
-    assert {("all_reduce", 16), ("all_reduce.wait", 16)} <= named, named
+    assert {("all_reduce", 16), ("all_reduce.wait", 16), ("functional.all_reduce", 16)} <= named, named
     report = json.loads((out / "report.json").read_text())
     assert report["ranks"][0]["rank"] == 0
 

@@ -154,7 +154,7 @@ def _collective(agent: DistAgent, name: str, fn: Callable[..., Any]) -> Callable
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if agent.role is not Role.MAIN or threading.get_ident() != agent.tid:
+        if agent.role is not Role.MAIN or threading.get_ident() != agent.tid or _compiling():
             return fn(*args, **kwargs)
         agent.begin("comm")
         t0 = _now()
@@ -172,7 +172,8 @@ def _collective(agent: DistAgent, name: str, fn: Callable[..., Any]) -> Callable
                 if work is not None and hasattr(work, "wait"):
                     if len(_ISSUED) >= ISSUED_MAX:
                         _ISSUED.clear()
-                    _ISSUED[id(work)] = (name, nbytes)
+                    # (a functional collective's tensor is waited for through its `elem`)
+                    _ISSUED[id(getattr(work, "elem", work))] = (name, nbytes)
 
     return wrapper
 
@@ -207,9 +208,60 @@ def _after_init(agent: DistAgent, dist: Any, fn: Callable[..., Any]) -> Callable
         result = fn(*args, **kwargs)
         with contextlib.suppress(Exception):
             agent.become_rank(int(dist.get_rank()))
+        _wrap_functional(agent)
         return result
 
     return wrapper
+
+
+FUNCTIONAL = ("all_reduce", "all_gather_tensor", "reduce_scatter_tensor", "all_to_all_single", "broadcast")
+"""torch.distributed's functional collectives, which DTensor (tensor parallelism) calls: each returns a
+tensor whose first use waits (`wait_tensor`)."""
+
+
+def _wrap_functional(agent: DistAgent) -> None:
+    """The functional collectives named `functional.NAME`, their waits under the same name. Wrapped
+    once a process group exists (a program without one never imports them for us)."""
+    with contextlib.suppress(Exception):
+        import importlib
+
+        funcol = importlib.import_module("torch.distributed._functional_collectives")
+        if getattr(funcol.wait_tensor, "__wrapped__", None) is not None:
+            return  # (a second process group)
+        for name in FUNCTIONAL:
+            fn = getattr(funcol, name, None)
+            if callable(fn):
+                PATCHES.set(funcol, name, _collective(agent, f"functional.{name}", fn))
+        PATCHES.set(funcol, "wait_tensor", _tensor_waited(agent, funcol.wait_tensor))
+
+
+def _tensor_waited(agent: DistAgent, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`wait_tensor(t)` timed as `comm` under the name of the functional collective that made `t`."""
+
+    @functools.wraps(fn)
+    def wrapper(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        issued = _ISSUED.pop(id(tensor), None)
+        if agent.role is not Role.MAIN or threading.get_ident() != agent.tid or _INSIDE[0] or _compiling():
+            return fn(tensor, *args, **kwargs)
+        t0 = _now()
+        try:
+            return fn(tensor, *args, **kwargs)
+        finally:
+            if issued is None:
+                agent.interval("comm", t0, _now(), "functional.collective.wait", None)
+            else:
+                agent.interval("comm", t0, _now(), f"{issued[0]}.wait", issued[1])
+
+    return wrapper
+
+
+def _compiling() -> bool:
+    """Inside torch.compile's tracing: nothing is timed there (the compiled graph runs the collective)."""
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.compiler.is_compiling())
+    except Exception:
+        return False
 
 
 def _launching(agent: DistAgent, fn: Callable[..., Any]) -> Callable[..., Any]:

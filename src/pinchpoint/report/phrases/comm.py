@@ -51,7 +51,7 @@ fully_shard(model, mesh=mesh, reshard_after_forward=False)
 def _kinds(kinds: tuple[tuple[str, str, float, float], ...]) -> str:
     parts = [
         f"{name} in {phase if phase != 'step' else 'the step outside them'} {ms(ns)}"
-        + (f" ({nbytes / MIB:.0f} MiB)" if nbytes else "")
+        + (f" ({nbytes / MIB:.0f} MiB)" if nbytes >= MIB else f" ({nbytes / 1024:.0f} KiB)" if nbytes else "")
         for name, phase, ns, nbytes in kinds
     ]
     return "By collective, per step (the bytes each names, per step): " + "; ".join(parts)
