@@ -154,7 +154,8 @@ def thread_trial(rank: RankData, steady_median_ns: int | None) -> ThreadTrialRes
     trial = rank.thread_trial
     if trial is None or not steady_median_ns:
         return None
-    durs = [s.dur_ns for s in measured(rank.steps, trial.steps)]
+    taken = measured(rank.steps, trial.steps)
+    durs = [s.dur_ns for s in taken]
     if not durs:
         return None
     steady = steady_steps(rank.steps)
@@ -162,7 +163,7 @@ def thread_trial(rank: RankData, steady_median_ns: int | None) -> ThreadTrialRes
     return ThreadTrialResult(
         threads=trial.threads, fit=trial.fit, steps=len(durs), trial_ns=typical_ns(durs),
         steady_ns=typical_ns(near), p_faster=mean_faster_p(durs, near), foreign_cores=trial.foreign_cores,
-        trial_runq=_runq_share(measured(rank.steps, trial.steps)), steady_runq=_runq_share(steady),
+        trial_runq=_runq_share(taken), steady_runq=_runq_share(steady),
     )  # fmt: skip
 
 

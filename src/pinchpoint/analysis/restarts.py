@@ -52,8 +52,9 @@ def worker_restarts(rank: RankData) -> WorkerRestarts | None:
         if c.serial is not None and c.site == feeding.site and c.dataset == feeding.dataset
     ]
     by_serial: dict[int, list[Step]] = {}
+    ours = set(serials)
     for s in sorted(rank.steps, key=lambda s: s.index):
-        if s.loader in serials and not s.partial and s.dur_ns > 0:
+        if s.loader in ours and not s.partial and s.dur_ns > 0:
             by_serial.setdefault(s.loader, []).append(s)
     fed = [by_serial[k] for k in serials if by_serial.get(k)]
     if len(fed) < ITERATORS_MIN:

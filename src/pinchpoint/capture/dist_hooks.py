@@ -120,7 +120,7 @@ def install(agent: DistAgent, torch: Any) -> None:
                 PATCHES.set(mod, "start_processes", _launching(agent, start))
     with contextlib.suppress(Exception):  # a pybind class may refuse new attributes
         work = torch._C._distributed_c10d.Work
-        PATCHES.set(work, "wait", _waited(agent, work.wait))
+        PATCHES.set(work, "wait", _waited(agent, work.wait, None))
     with contextlib.suppress(Exception):
         from torch.nn.parallel import DistributedDataParallel as ddp_cls
 
@@ -178,21 +178,22 @@ def _collective(agent: DistAgent, name: str, fn: Callable[..., Any]) -> Callable
     return wrapper
 
 
-def _waited(agent: DistAgent, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`Work.wait` timed as `comm` on the training thread, under the name of the collective it waits for."""
+def _waited(agent: DistAgent, fn: Callable[..., Any], unknown: str | None) -> Callable[..., Any]:
+    """A wait (`Work.wait`, or `wait_tensor` on a functional collective's tensor) timed as `comm` on the
+    training thread, under the name of the collective it waits for (`unknown` when not issued here)."""
 
     @functools.wraps(fn)
-    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        issued = _ISSUED.pop(id(self), None)
-        if agent.role is not Role.MAIN or threading.get_ident() != agent.tid or _INSIDE[0]:
-            return fn(self, *args, **kwargs)
+    def wrapper(waited: Any, *args: Any, **kwargs: Any) -> Any:
+        issued = _ISSUED.pop(id(waited), None)
+        if agent.role is not Role.MAIN or threading.get_ident() != agent.tid or _INSIDE[0] or _compiling():
+            return fn(waited, *args, **kwargs)
         agent.begin("comm")
         t0 = _now()
         try:
-            return fn(self, *args, **kwargs)
+            return fn(waited, *args, **kwargs)
         finally:
             if issued is None:
-                agent.interval("comm", t0, _now())
+                agent.interval("comm", t0, _now(), unknown)
             else:
                 agent.interval("comm", t0, _now(), f"{issued[0]}.wait", issued[1])
             agent.end()
@@ -232,27 +233,7 @@ def _wrap_functional(agent: DistAgent) -> None:
             fn = getattr(funcol, name, None)
             if callable(fn):
                 PATCHES.set(funcol, name, _collective(agent, f"functional.{name}", fn))
-        PATCHES.set(funcol, "wait_tensor", _tensor_waited(agent, funcol.wait_tensor))
-
-
-def _tensor_waited(agent: DistAgent, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`wait_tensor(t)` timed as `comm` under the name of the functional collective that made `t`."""
-
-    @functools.wraps(fn)
-    def wrapper(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-        issued = _ISSUED.pop(id(tensor), None)
-        if agent.role is not Role.MAIN or threading.get_ident() != agent.tid or _INSIDE[0] or _compiling():
-            return fn(tensor, *args, **kwargs)
-        t0 = _now()
-        try:
-            return fn(tensor, *args, **kwargs)
-        finally:
-            if issued is None:
-                agent.interval("comm", t0, _now(), "functional.collective.wait", None)
-            else:
-                agent.interval("comm", t0, _now(), f"{issued[0]}.wait", issued[1])
-
-    return wrapper
+        PATCHES.set(funcol, "wait_tensor", _waited(agent, funcol.wait_tensor, "functional.collective.wait"))
 
 
 def _compiling() -> bool:

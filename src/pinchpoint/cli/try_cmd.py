@@ -63,9 +63,9 @@ class TryCommand:
         baseline_dir = _recorded(baseline_ref) if baseline_ref is not None else out / "baseline"
         runner = _Runs(command, out, baseline_dir)
         if baseline_ref is not None:
-            from pinchpoint.pipeline.resolve import load_report
+            from pinchpoint.pipeline.resolve import report_of_dir
 
-            report: ReportDoc = load_report(str(baseline_dir))
+            report: ReportDoc = report_of_dir(baseline_dir)
         else:
             print(f"pinchpoint try: baseline ({steps} steady steps) ...", file=sys.stderr)
             code, got, why = runner(baseline_dir, *try_fix.trial_spec(None, steps))

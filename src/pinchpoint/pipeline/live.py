@@ -69,7 +69,7 @@ def snapshot(run_dir: Path, now_ns: int | None = None) -> Snapshot:
     system = [system_sample(o) for o in _objects(run_dir / "system.jsonl")]
     clock = meta.get("clock") or {}
     start_ns = clock.get("monotonic_ns")
-    now = now_ns if now_ns is not None else (system[-1].t_ns or None if system else None)
+    now = now_ns if now_ns is not None else ((system[-1].t_ns or None) if system else None)
     rss, rss_before = _rss(system)
     return Snapshot(
         command=" ".join(str(c) for c in meta.get("command") or []),

@@ -53,22 +53,27 @@ def load_report(ref: str) -> ReportDoc:
     return load_side(ref).report
 
 
-def _from_dir(path: Path, label: str) -> RunSide:
+def report_of_dir(path: Path) -> ReportDoc:
+    """The run directory's report.json, typed; made again from its recordings where there is none or
+    an older pinchpoint's does not fit. RunDirError where the file is there but cannot be read."""
     # imported here: naming runs by history id (`pinchpoint diff 3 4`) needs no analysis code
-    from pinchpoint.ingest.rundir import read_run_dir
-    from pinchpoint.pipeline.rundir import REPORT_NAME, report_run_dir, run_step_ns
+    from pinchpoint.pipeline.rundir import REPORT_NAME, report_run_dir
 
     report_file = path / REPORT_NAME
-    report = None
     if report_file.is_file():
         try:
             data = json.loads(report_file.read_text())
         except (OSError, ValueError) as exc:
             raise RunDirError(f"{report_file} could not be read ({exc.__class__.__name__})") from exc
         try:
-            report = ReportDoc.from_dict(data)
+            return ReportDoc.from_dict(data)
         except DocumentError:
-            report = None  # an older pinchpoint's: made again from the recordings
-    if report is None:
-        report = report_run_dir(path)
-    return RunSide(label=label, report=report, step_ns=run_step_ns(read_run_dir(path)))
+            pass  # an older pinchpoint's: made again from the recordings
+    return report_run_dir(path)
+
+
+def _from_dir(path: Path, label: str) -> RunSide:
+    from pinchpoint.ingest.rundir import read_run_dir
+    from pinchpoint.pipeline.rundir import run_step_ns
+
+    return RunSide(label=label, report=report_of_dir(path), step_ns=run_step_ns(read_run_dir(path)))

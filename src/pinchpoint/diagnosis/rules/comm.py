@@ -127,11 +127,7 @@ def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
         fix=remedy.fix,
         snippet=remedy.snippet,
         ranks=tuple(r.rank for r in rs),
-        fix_kind=remedy.kind
-        if remedy.kind is not None
-        else FixKind.NO_SYNC
-        if accumulating or on_cpu
-        else None,
+        fix_kind=remedy.kind or (FixKind.NO_SYNC if accumulating or on_cpu else None),
         fix_params=(
             ("micro_batches", round(comm.backward_calls) if accumulating else 2),
             ("accumulating", int(no_sync)),

@@ -46,11 +46,8 @@ def _data_wait(rank: RankAnalysis) -> tuple[float, float, float] | None:
     steps = rank.steps
     if steps is None:
         return None
-    share, wait_ns, step_ns = (
-        steps.share(Phase.DATA_WAIT.value),
-        steps.phase_ns.get(Phase.DATA_WAIT.value, 0.0),
-        steps.mean_ns,
-    )
+    share = steps.share(Phase.DATA_WAIT.value)
+    wait_ns, step_ns = steps.phase_ns.get(Phase.DATA_WAIT.value, 0.0), steps.mean_ns
     if rank.restarts is not None:
         restart_ns = min(wait_ns, rank.restarts.saved_ns / max(1, rank.restarts.steps))
         wait_ns, step_ns = wait_ns - restart_ns, step_ns - restart_ns

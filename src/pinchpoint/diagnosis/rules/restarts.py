@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
-from pinchpoint.diagnosis.rules.base import Rule, Subject, short_site
+from pinchpoint.diagnosis.rules.base import Rule, Subject, short_site, speedup_removing
 
 SHARE_MIN = 0.05
 """The restarts cost at least 5% of the steps' time."""
@@ -34,7 +34,7 @@ class WorkerRestart(Rule):
             id=self.id,
             title=Fact("rule.title", name=self.title),
             share=r.share,
-            estimated_speedup=1.0 / max(0.05, 1.0 - r.share),
+            estimated_speedup=speedup_removing(r.share),
             basis=Basis.REMOVED,
             confidence=Confidence.HIGH if r.iterators >= 4 else Confidence.MEDIUM,
             evidence=(
