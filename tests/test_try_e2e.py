@@ -15,7 +15,7 @@ import pytest
 
 from pinchpoint.pipeline import try_fix
 from programs import EXAMPLES, beside_load
-from truth import baseline_ms, machine_truth, missing_row
+from truth import baseline_ms, live_speedups, machine_truth, missing_row
 
 pytestmark = pytest.mark.e2e
 
@@ -113,7 +113,11 @@ def _check_row(example: str, doc: dict[str, Any], row: dict[str, Any], table: st
         pytest.skip(missing_row(example))  # (what holds anywhere was asserted above)
     truths = machine_truth(what=0)[example]
     if not row["fix"].endswith(" preload"):  # the example's own --fix is the first plan's change
-        assert abs(row["speedup"] / truths["--fix"] - 1) <= TRY_TOLERANCE, (row, truths["--fix"])
+        if abs(row["speedup"] / truths["--fix"] - 1) > TRY_TOLERANCE:
+            # The stored row disagrees: a fix's gain drifts between days on these VMs (allocator_churn's
+            # glibc fix: x1.18 one day, x1.39 another, try x1.10-1.42), so it is measured again now.
+            now = live_speedups(example, ["--fix"])["--fix"]
+            assert abs(row["speedup"] / now - 1) <= TRY_TOLERANCE, (row, truths["--fix"], now)
         return
     # A malloc preload is no example's own fix (the 20% bar is for those): its truth row says which
     # way it goes here, and try must not measure the other way (jemalloc: x0.85 truth, x1.01 noise seen).

@@ -179,10 +179,23 @@ def live_causes(example: str, planted: str, causes: frozenset[str]) -> dict[str,
     the same kind later; a fresh clone's CI met its glibc trial at x1.27 where the row says x1.02), and
     a truth is the fix measured on this machine, so the disagreement is settled by measuring again."""
     mt = _measure_truth()
+    labels = [label for label, _ in mt.EXAMPLES[example][1] if cause_of(label, planted) in causes]
+    out: dict[str, float] = {}
+    for label, speedup in live_speedups(example, labels).items():
+        cause = cause_of(label, planted)
+        out[cause] = max(1 - 1 / speedup, out.get(cause, -1.0))
+    return out
+
+
+def live_speedups(example: str, labels: Sequence[str]) -> dict[str, float]:
+    """label -> the speedup its variant (examples/measure_truth.py) measures *now*: the planted program
+    and each variant run alternately `LIVE_REPS` times, median step against median step (variants whose
+    malloc is not installed here left out)."""
+    mt = _measure_truth()
     fixes = [
         (label, argv)
         for label, argv in mt.EXAMPLES[example][1]
-        if cause_of(label, planted) in causes
+        if label in labels
         and all(mt.preloaded(a.removeprefix("preload:")) for a in argv if a.startswith("preload:"))
     ]
     times: dict[str, list[float]] = {label: [] for label, _ in [("", []), *fixes]}
@@ -191,12 +204,7 @@ def live_causes(example: str, planted: str, causes: frozenset[str]) -> dict[str,
             tokens, _, _ = mt.run_once(example, argv, 600)
             times[label].append(mt.step_ms(tokens))
     before = sorted(times[""])[len(times[""]) // 2]
-    out: dict[str, float] = {}
-    for label, _ in fixes:
-        after = sorted(times[label])[len(times[label]) // 2]
-        cause = cause_of(label, planted)
-        out[cause] = max(1 - after / before, out.get(cause, -1.0))
-    return out
+    return {label: before / sorted(times[label])[len(times[label]) // 2] for label, _ in fixes}
 
 
 def tops_of(causes: dict[str, float], real: float) -> set[str]:
