@@ -58,7 +58,7 @@ EXAMPLES = {
     "fsdp_reshard": ("comm.exposed", [("--fix", ["--fix"])]),
     "cpu_oversubscription": ("cpu.oversubscription", [("--fix", ["--fix"])]),
     "cpu_underuse": ("cpu.underuse", [("--fix", ["--fix"])]),
-    "io_checkpoint": ("io.checkpoint", [("--fix", ["--fix"])]),
+    "io_checkpoint": ("io.checkpoint", [("--fix", ["--fix"]), GLIBC_KEEPS]),
     "checkpoint_periodic": ("io.checkpoint", [("--fix", ["--fix"]), GLIBC_KEEPS]),
     "rollout_sequential": ("run.rollouts", [("--fix", ["--fix"])]),
     "eval_every_epoch": ("run.evaluation", [("--fix", ["--fix"])]),

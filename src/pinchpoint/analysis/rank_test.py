@@ -65,6 +65,14 @@ def bracket(steps: Sequence[Step], trial: Sequence[int], n: int = BRACKET) -> li
     return before + after
 
 
+def bracket_steps(steady: Sequence[Step], trial: Sequence[int], between: Sequence[Step] = ()) -> list[Step]:
+    """The steps `bracket` reads around a trial whose blocks have `between` steps among them."""
+    indices = [*trial, *(s.index for s in between)]
+    first, last = min(indices), max(indices)
+    usable = [s for s in steady if s.dur_ns > 0]
+    return [s for s in usable if s.index < first][-BRACKET:] + [s for s in usable if s.index > last][:BRACKET]
+
+
 def measured(steps: Sequence[Step], indices: Sequence[int]) -> list[Step]:
     """The whole steps (not partial, timed) among a trial's `indices`."""
     wanted = set(indices)

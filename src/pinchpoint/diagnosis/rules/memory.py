@@ -151,8 +151,8 @@ class AllocatorChurn(Rule):
             return  # the faults are real, but keeping the memory does not buy a faster step here
         if trial is not None and verdict == "gain":
             # Measured, not modelled: pinchpoint ran steps with the thresholds the fix sets.
-            share = 1.0 - 1.0 / max(1.0, trial.speedup)
-            speedup, basis = trial.speedup, Basis.TRIAL
+            share = 1.0 - 1.0 / max(1.0, trial.bounded_speedup)
+            speedup, basis = trial.bounded_speedup, Basis.TRIAL
             confidence = Confidence.HIGH if share >= 2 * CHURN_MIN_SHARE else Confidence.MEDIUM
         else:  # no trial, or one the steps' drift left undecided: the fault model, said so
             model_share = pf.step_share
@@ -185,7 +185,7 @@ def _trial_verdict(trial: AllocTrialResult | None) -> str:
     the fault model prices it, at low confidence), or "none" without a trial."""
     if trial is None:
         return "none"
-    share = 1.0 - 1.0 / max(1.0, trial.speedup)
+    share = 1.0 - 1.0 / max(1.0, trial.bounded_speedup)
     if trial.p_faster <= TRIAL_P_MAX:
         return "gain" if share >= CHURN_MIN_SHARE else "no gain"
     return "no gain" if trial.p_slower <= TRIAL_SLOWER_P else "undecided"
@@ -219,6 +219,15 @@ def _cost_facts(pf: PageFaults, trial: AllocTrialResult | None) -> tuple[Fact, .
         )
         after = trial.faults_after
         facts: tuple[Fact, ...] = (measured,)
+        if trial.bounded_speedup < trial.speedup and trial.kernel_saved_ns is not None:
+            facts += (
+                Fact(
+                    "memory.churn.trial_bounded",
+                    saved_ns=trial.steady_median_ns - trial.trial_median_ns,
+                    kernel_ns=trial.kernel_saved_ns,
+                    speedup=trial.bounded_speedup,
+                ),
+            )
         if after is not None and after < RESTORED_FAULTS_MIN * trial.faults_before:
             facts += (Fact("memory.churn.restored", faults_before=trial.faults_before, faults_after=after),)
         if _trial_verdict(trial) != "undecided":

@@ -71,6 +71,10 @@ PHRASES: dict[str, Callable[..., str]] = {
         f"(the steps between its blocks and around it; {faults_before:,} faults a step before it): ×{speedup:.2f} "
         f"(rank test p = {p:.3f})"
     ),
+    "memory.churn.trial_bounded": lambda saved_ns, kernel_ns, speedup: (
+        f"Of the {ms(saved_ns)} a trial step saved, {ms(max(0, kernel_ns))} was kernel time (the faults "
+        f"it removed); the rest is the steps' drift, not the fix: priced at the kernel time, ×{speedup:.2f}"
+    ),
     "memory.churn.undecided": lambda: (
         "The trial could not tell: the steps drifted as much as the thresholds moved them "
         "(the estimate below is the fault model's, at low confidence)"
