@@ -31,9 +31,14 @@ def main(steps, mode):
             raise RuntimeError("planted failure")
         if i == 12 and mode == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if i == 12 and mode == "own-term":
+            signal.signal(signal.SIGTERM, lambda *_: print("handled", flush=True))
         opt.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
+        if i == 12 and mode in ("term", "own-term"):
+            os.kill(os.getpid(), signal.SIGTERM)  # (as torchrun ends a rank, a scheduler a job)
+            time.sleep(0.5)
         opt.step()
     print("trained", steps, "steps")
     sys.stdout.flush()
@@ -130,6 +135,24 @@ def test_sigkill_leaves_partial_report_and_nonzero_exit(script: Path, tmp_path: 
     again = _run(["report", "--no-color", str(out)], tmp_path)
     assert again.returncode == 0, again.stderr
     assert "SIGKILL" in again.stdout
+
+
+def test_sigterm_keeps_the_unfinished_step_and_the_stack_samples(script: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    res = _run(["run", "-o", str(out), str(script), "40", "term"], tmp_path)
+    assert res.returncode == 128 + 15, res.stderr[-2000:]  # ended as SIGTERM ends it
+    report = json.loads((out / "report.json").read_text())
+    assert report["run"]["signal"] == "SIGTERM" and report["steps"]["total"] == 12
+    steps = [json.loads(x) for x in (out / "ranks" / "rank0" / "steps.jsonl").read_text().splitlines()]
+    assert steps[-1]["partial"] and steps[-1]["step"] == 12  # its forward and backward, kept
+    assert list(out.glob("pystacks-*.json"))  # written at the signal, not lost with atexit
+
+
+def test_a_programs_own_sigterm_handler_is_left_to_it(script: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    res = _run(["run", "-o", str(out), str(script), "40", "own-term"], tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout == "handled\ntrained 40 steps\n"
 
 
 def test_existing_run_dir_needs_force(script: Path, tmp_path: Path) -> None:
@@ -261,6 +284,45 @@ def test_torchrun_captures_every_rank_and_its_loader_workers(tmp_path: Path) -> 
         assert (
             fetchers[0].name != f"fetch-{json.loads(mains[0].read_text())['pid']}.jsonl"
         )  # fetched in the worker
+
+
+HANG = """
+import datetime, time, torch, torch.distributed as dist
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=15))
+rank = dist.get_rank()
+model = torch.nn.Linear(64, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+def read_next_shard():  # rank 1 hangs here after 8 steps (a stuck read, a lock never released)
+    while True:
+        time.sleep(0.2)
+
+for step in range(30):
+    model(torch.randn(16, 64)).square().mean().backward()
+    if rank == 1 and step == 8:
+        read_next_shard()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_a_hung_collective_is_named_with_the_rank_that_held_it(tmp_path: Path) -> None:
+    """Rank 1 stops joining the all-reduce; rank 0 waits in it until gloo's 15 s timeout ends the run.
+    The report says the run stopped making steps, who waited where, and names rank 1's code."""
+    (tmp_path / "hang.py").write_text(HANG)
+    torchrun = Path(sys.executable).with_name("torchrun")
+    out = tmp_path / "run"
+    res = _run(["run", "-q", "-o", str(out), "--", str(torchrun), "--nproc_per_node=2", "hang.py"], tmp_path)
+    assert res.returncode != 0, res.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    first = report["findings"][0]
+    assert first["id"] == "run.stalled", [f["id"] for f in report["findings"]]
+    assert "for rank 1" in first["title"] and first["ranks"] == [0, 1]
+    said = " ".join(first["evidence"])
+    assert "Rank 0 made 8 steps, then waited" in said and "all_reduce" in said, said
+    assert "read_next_shard (hang.py:10)" in said, said
 
 
 def test_ctrl_c_still_writes_a_report(script: Path, tmp_path: Path) -> None:

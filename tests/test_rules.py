@@ -39,7 +39,8 @@ from pinchpoint.analysis.ops import op_stats
 from pinchpoint.analysis.restarts import WorkerRestarts
 from pinchpoint.analysis.roofline import Chain, MemoryTraffic
 from pinchpoint.analysis.run_analysis import RankAnalysis
-from pinchpoint.analysis.run_time import RunTime, Segment
+from pinchpoint.analysis.run_time import RunTime, Segment, SegmentCode
+from pinchpoint.analysis.stacks import HotFunction, StackScope
 from pinchpoint.analysis.steps import steady_steps, step_stats
 from pinchpoint.diagnosis.engine import diagnose
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Finding, FixKind, NoteKind, facts
@@ -101,6 +102,7 @@ from pinchpoint.trace.run import (
     StepKind,
     TensorGroup,
 )
+from pinchpoint.trace.stacks import Frame
 from pinchpoint.trace.trials import GcSite
 
 STEP_MS = 100.0
@@ -1519,6 +1521,50 @@ RUN_EVALUATION = {
     "rollouts-instead": Case(rank_of({}, **_between("rollouts", 0.5)), False),
 }
 
+
+def _startup(start_s: float, imports: float, *, wall_s: float = 10.0, stacks: bool = True) -> dict[str, Any]:
+    """A `wall_s` run whose start-up takes `start_s`, `imports` of it inside imports, the rest in a
+    tokeniser of the program's own (train.py:12); the steps are the rest of the run."""
+    code = SegmentCode(
+        scope=StackScope(name="start-up", samples=200, seconds=start_s, top=(HotFunction(
+            frame=Frame(function="encode", file="/home/me/proj/train.py", line=12),
+            label="encode (train.py:12)", share=0.8, calls_into=None),)),
+        cpu_frac=0.98, imports_frac=imports,
+    )  # fmt: skip
+    whole = RunTime(
+        wall_ns=int(wall_s * 1e9),
+        segments=(
+            Segment(name="start-up", ns=int(start_s * 1e9), code=code if stacks else None),
+            Segment(name="training steps", ns=int((wall_s - start_s) * 1e9), count=40),
+        ),
+    )
+    return {"run_time": whole}
+
+
+RUN_STARTUP = {
+    "builds-most-of-the-run": Case(
+        rank_of({}, **_startup(6.0, 0.25)),
+        True,
+        facts={"run.startup.time": {"building_ns": 4.5e9}, "run.startup.fix": {"own": True, "waits": False}},
+        # 4.5 s of 10 s removed: x1.82 on this run
+        check=_all(
+            _eq("share", 0.45), _eq("estimated_speedup", 10 / 5.5), _eq("fix_kind", FixKind.CACHE_STARTUP)
+        ),
+    ),
+    "mostly-imports": Case(rank_of({}, **_startup(6.0, 0.6)), False),  # 2.4 s of own work
+    "a-small-share": Case(rank_of({}, **_startup(4.0, 0.0, wall_s=20.0)), False),  # 20% of the run
+    "no-stack-samples": Case(rank_of({}, **_startup(6.0, 0.25, stacks=False)), False),
+    "no-run-clock": Case(rank_of({}), False),
+}
+
+
+def test_start_up_prices_a_run_ten_times_as_long_too() -> None:
+    (f,) = run_rule("run.startup", make_env(cores=2), rank_of({}, **_startup(6.0, 0.25)))
+    # the loop is 4 s; with 10x of it the run is 46 s, 41.5 s without the 4.5 s start-up builds
+    assert facts(f)["run.startup.once"]["longer_x"] == pytest.approx(46 / 41.5)
+    assert f.of_run and f.run_speedup == f.estimated_speedup and f.basis is Basis.REMOVED
+
+
 def _restarts(share: float, steps: int = 100) -> WorkerRestarts:
     """A training loader restarting its 2 workers over 6 epochs of 100 ms steps, the restarts `share`
     of the steps' time."""
@@ -1562,6 +1608,7 @@ CASES: dict[str, dict[str, Case]] = {
     "memory.pressure": MEMORY_PRESSURE,
     "run.rollouts": RUN_ROLLOUTS,
     "run.evaluation": RUN_EVALUATION,
+    "run.startup": RUN_STARTUP,
 }
 
 
@@ -1755,7 +1802,9 @@ def test_rule_declares_its_metadata(rule: Rule) -> None:
     assert isinstance(rule.title, str) and rule.title
     analysis_fields = {f.name for f in fields(RankAnalysis)}
     if rule.scope in (Scope.DEVICE, Scope.OUTSIDE):
-        assert not rule.requires, "a device or outside rule reads the timeline or the watch, not the recordings"
+        assert not rule.requires, (
+            "a device or outside rule reads the timeline or the watch, not the recordings"
+        )
     else:
         assert rule.requires and rule.requires <= analysis_fields
         assert rule.requires <= set(MISSING_DATA), "every required field needs a 'not judged' reason"

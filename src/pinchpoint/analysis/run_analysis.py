@@ -30,6 +30,7 @@ from pinchpoint.analysis.run_time import RunTime, main_samples, run_time
 from pinchpoint.analysis.stacks import StackSummary, stack_summary
 from pinchpoint.analysis.stalls import Stalls, stalls
 from pinchpoint.analysis.steps import StepStats, steady_steps, step_stats, why_no_steps
+from pinchpoint.analysis.stopped import Stopped, stopped
 from pinchpoint.trace.run import Environment, Probes, ProcessInfo, RankData, Role, Run
 from pinchpoint.trace.trials import TrialCut
 
@@ -81,6 +82,8 @@ class RankAnalysis:
     run_time: RunTime | None = None
     """Where the whole run's wall clock went on this rank (start-up, steps by kind, between steps,
     shutdown): the steps' statistics above are only part of it."""
+    stopped: Stopped | None = None
+    """A rank that stopped making steps long before the run ended (a hung collective)."""
     between: BetweenUpdates | None = None
     """The trained model's calls between its updates (rollouts or evaluation passes), where it has any."""
     restarts: WorkerRestarts | None = None
@@ -142,6 +145,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         gc=gc_stats(steady, rank.gc, run.meta.cwd),
         run_time=run_time(run.meta, rank, run.stacks, main.pid if main is not None else None),
         stalls=stalls(steady, main_timeline, run.meta.cwd),
+        stopped=stopped(run.meta, rank, run.stacks, main.pid if main is not None else None),
         between=between_updates(rank, main_timeline),
         restarts=worker_restarts(rank),
         faults=page_faults(

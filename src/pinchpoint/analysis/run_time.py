@@ -27,6 +27,7 @@ SEGMENTS = (
     "marked steps",
     "pinchpoint's own work",
     "between steps",
+    "stalled",
     "shutdown",
 )
 # (no-grad, eval-mode calls of a model that also trains: an evaluation pass, or an RL library's rollouts)
@@ -42,6 +43,11 @@ PROBES = "pinchpoint's own work"
 Span = tuple[int, int, str, bool]
 """(start ns, end ns, segment, is a step)."""
 _IMPORTLIB = "<frozen importlib."
+_DIST = "torch/distributed/"
+STALL_MIN_NS = 10_000_000_000
+"""A rank's time after its last whole step worth calling a stall: 10 s ..."""
+STALL_STEPS = 20
+"""... and at least 20 of its median steps (a final save or evaluation takes a few)."""
 CODE_MIN_SAMPLES = 5
 """A segment's code is named from at least this many samples (a quarter second at 20 Hz)."""
 
@@ -55,6 +61,10 @@ class SegmentCode:
     """Of the sampled wall time, the share the thread was on a CPU (the rest: it waited)."""
     imports_frac: float = 0.0
     """Of it, the share inside an `import` (start-up's usual weight)."""
+    collective: str | None = None
+    """The torch.distributed call the thread was most often inside (`all_reduce`, `barrier`, `wait`)."""
+    collective_frac: float = 0.0
+    """Of the sampled wall time, the share inside a torch.distributed call (a rank waiting for others)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,7 +111,9 @@ def run_time(
     end = meta.ended_ns if ended and meta.ended_ns is not None else last
     if first < start:
         return None  # (clocks that do not line up: another machine's run directory)
-    spans = _spans(start, end, steps)
+    whole = sorted(s.dur_ns for s in steps if not s.partial)
+    stall = max(STALL_MIN_NS, STALL_STEPS * whole[len(whole) // 2]) if whole else STALL_MIN_NS
+    spans = _spans(start, end, steps, stall)
     if stacks is not None and pid is not None and stacks.timeline:
         spans = _probes_checked(spans, main_samples(stacks, pid))
     named: dict[str, list[int]] = {}
@@ -109,7 +121,7 @@ def run_time(
         got = named.setdefault(name, [0, 0])
         got[0] += b - a
         got[1] += is_step
-    code = _segment_code(spans, stacks, pid, meta.cwd) if stacks is not None and pid is not None else {}
+    code = segment_code(spans, stacks, pid, meta.cwd) if stacks is not None and pid is not None else {}
     segments = tuple(
         Segment(name=n, ns=named[n][0], count=named[n][1], code=code.get(n))
         for n in SEGMENTS
@@ -127,12 +139,13 @@ def run_time(
     )
 
 
-def _spans(start: int, end: int, steps: list[Step]) -> list[Span]:
+def _spans(start: int, end: int, steps: list[Step], stall_ns: int) -> list[Span]:
     """The run cut into (start, end, segment, is a step), in time order: start-up to the first step,
     each step by its kind, each gap no step covered (pinchpoint's own: its bookkeeping before each
     step, and the gap before a step it profiled or ran a trial in), and from the last step to the
     end. In a program that trains, calls of its model before the first update are rollouts or
-    evaluation like those after it."""
+    evaluation like those after it. An unfinished step at least `stall_ns` long is the run stalled
+    (a hung collective's ranks sit in one until a timeout or a kill ends the run)."""
     first = steps[0].start_ns
     trains = any(s.kind is StepKind.TRAIN for s in steps)
     out: list[Span] = [(start, first, "start-up", False)]
@@ -147,6 +160,8 @@ def _spans(start: int, end: int, steps: list[Step]) -> list[Span]:
         a = max(s.start_ns, reach)
         if s.end_ns > a:
             segment = KIND_SEGMENT[StepKind.EVAL] if outside_training(s, trains) else KIND_SEGMENT.get(s.kind)
+            if s.partial and s.end_ns - a >= stall_ns:
+                segment = "stalled"
             out.append((a, s.end_ns, segment or "marked steps", True))
         reach = max(reach, s.end_ns)
     out.append((reach, max(reach, end), "shutdown", False))
@@ -179,7 +194,7 @@ def _probes_checked(spans: list[Span], samples: list[TimedSample]) -> list[Span]
     ]
 
 
-def _segment_code(spans: list[Span], stacks: Stacks, pid: int, cwd: str) -> dict[str, SegmentCode]:
+def segment_code(spans: list[Span], stacks: Stacks, pid: int, cwd: str) -> dict[str, SegmentCode]:
     """Per segment outside the training steps: where the main thread's samples landed (by wall time:
     a wait counts where it waits) and how much of that time it was on a CPU."""
     starts = [a for a, *_ in spans]
@@ -201,9 +216,22 @@ def _segment_code(spans: list[Span], stacks: Stacks, pid: int, cwd: str) -> dict
             imports = sum(
                 w for s, (w, _) in got.items() if any(f.file.startswith(_IMPORTLIB) for f in s.frames)
             )
+            calls: dict[str, int] = {}
+            for s, (w, _) in got.items():
+                call = _collective(s)
+                if call is not None:
+                    calls[call] = calls.get(call, 0) + w
             out[name] = SegmentCode(
                 scope=scope,
                 cpu_frac=sum(c for _, c in got.values()) / max(1, wall),
                 imports_frac=imports / max(1, wall),
+                collective=max(calls, key=lambda c: calls[c]) if calls else None,
+                collective_frac=sum(calls.values()) / max(1, wall),
             )
     return out
+
+
+def _collective(sample: StackSample) -> str | None:
+    """The outermost torch.distributed function of a sample's stack (the call the program made), or
+    None when it is not inside one."""
+    return next((f.function for f in sample.frames if _DIST in f.file.replace("\\", "/")), None)

@@ -37,3 +37,9 @@ def start_from_environment(run_dir: str) -> None:
         a.window.disable()
     elif not os.environ.get(stacks.STACKS_ENV):
         pysampler.start(Path(run_dir))  # (py-spy, when asked for, samples the whole tree instead)
+    if a.role is Role.MAIN:
+        from pinchpoint.capture import on_term
+
+        sampler = pysampler.SAMPLER
+        # (the sampler first: stopped before the agent's flush, it does not sample pinchpoint flushing)
+        on_term.flush_on_term(*((sampler.write,) if sampler is not None else ()), a.close)

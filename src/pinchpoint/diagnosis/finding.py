@@ -27,6 +27,8 @@ class Category(str, Enum):
     HOST_GC = "host.gc"
     RUN_ROLLOUTS = "run.rollouts"
     RUN_EVALUATION = "run.evaluation"
+    RUN_STARTUP = "run.startup"
+    RUN_STALLED = "run.stalled"
 
 
 class FixKind(str, Enum):
@@ -66,6 +68,8 @@ class FixKind(str, Enum):
     envs."""
     EVALUATE_LESS = "evaluate_less"
     """Evaluation passes run less often; `fix_params` every (passes)."""
+    CACHE_STARTUP = "cache_startup"
+    """What start-up builds (a tokenised corpus, an index) saved once and loaded on later runs."""
     GC_LESS = "gc_less"
     """Fewer or cheaper garbage collections: explicit `gc.collect()` calls dropped, `gc.freeze()` after
     start-up; `fix_params` line of the call when one dominates (the evidence names its file)."""

@@ -32,6 +32,8 @@ def sort_key(f: Finding) -> tuple[int, float, int, float]:
         and f.share > 0
         and f.id in (Category.COMPUTE_MATH, Category.COMPUTE_MEMORY)
     )
+    if f.id is Category.RUN_STALLED:
+        return (-1, 0.0, 0, 0.0)  # (a run that stopped making steps: what it did before is secondary)
     return (0 if f.share > 0 else 1, -round(f.estimated_speedup, 3), 1 if informational else 0, -f.share)
 
 

@@ -19,7 +19,8 @@ from pinchpoint.diagnosis.rules.memory import AllocatorChurn, MemoryLeak
 from pinchpoint.diagnosis.rules.outside import OUTSIDE_RULES
 from pinchpoint.diagnosis.rules.ranks import Straggler
 from pinchpoint.diagnosis.rules.restarts import WorkerRestart
-from pinchpoint.diagnosis.rules.run import Evaluation, Rollouts
+from pinchpoint.diagnosis.rules.run import Evaluation, Rollouts, StartUp
+from pinchpoint.diagnosis.rules.stalled import StalledRun
 
 RULES: tuple[Rule, ...] = (
     # One rank's recordings (Scope.RANK)
@@ -38,7 +39,9 @@ RULES: tuple[Rule, ...] = (
     AllocatorChurn(),
     Rollouts(),
     Evaluation(),
+    StartUp(),
     # Every rank's recordings (Scope.RANKS)
+    StalledRun(),
     Straggler(),
     CommExposed(),
     # One rank's device timeline (Scope.DEVICE)

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.run_time import PROBES, RunTime
-from pinchpoint.diagnosis.finding import Finding
+from pinchpoint.diagnosis.finding import Category, Finding
 
 ONCE = ("start-up", "shutdown", PROBES)
 """Left out of the run a gain is read on: start-up and shutdown come once whatever the run's length
@@ -47,15 +47,35 @@ def with_run_gains(findings: tuple[Finding, ...], runs: tuple[RankAnalysis, ...]
     steps = [
         f if f.of_run else replace(f, run_speedup=on_the_run(f.estimated_speedup, share)) for f in findings
     ]
-    ours = sorted((f for f in steps if f.of_run), key=lambda f: -f.estimated_speedup)
-    out = [f for f in steps if not f.of_run]
+    # (a stalled run's finding leads where the engine put it: it is not priced)
+    ours = sorted(
+        (f for f in steps if f.of_run and f.id is not Category.RUN_STALLED),
+        key=lambda f: -f.estimated_speedup,
+    )
+    out = [f for f in steps if not f.of_run or f.id is Category.RUN_STALLED]
+    loop = program_ns(whole) / max(1, whole.wall_ns)
     for f in ours:
+        once = f.id is Category.RUN_STARTUP
         at = next(
-            (i for i, g in enumerate(out) if g.share <= 0 or _ordering_gain(g, share) < f.estimated_speedup),
+            (
+                i
+                for i, g in enumerate(out)
+                if g.id is not Category.RUN_STALLED
+                and (g.share <= 0 or _wall_gain(g, share, loop if once else 1.0) < f.estimated_speedup)
+            ),
             None,
         )
         out.insert(len(out) if at is None else at, f)
     return tuple(out)
+
+
+def _wall_gain(f: Finding, share: float, loop: float) -> float:
+    """The gain `f` is ordered by, on a run whose loop is `loop` of its wall clock (1.0: on the loop
+    itself). Start-up's finding is priced on the wall clock, as once-per-run time must be: the loop's
+    findings are read on that scale when it is placed among them."""
+    if f.id is Category.RUN_STARTUP:
+        return f.estimated_speedup
+    return on_the_run(_ordering_gain(f, share), loop)
 
 
 def _ordering_gain(f: Finding, share: float) -> float:

@@ -187,6 +187,7 @@ FIXES: dict[FixKind, Fix] = {
     FixKind.LOG_LESS: Fix(),
     FixKind.VECTORISE: Fix(),
     FixKind.EVALUATE_LESS: Fix(),
+    FixKind.CACHE_STARTUP: Fix(),
 }
 """Every kind of fix a finding names, and how `try` applies it (or why it cannot)."""
 

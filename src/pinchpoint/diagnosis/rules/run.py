@@ -1,5 +1,6 @@
 """Time outside the training steps that holds the run: rollouts collected one environment step at a
-time, evaluation passes run every epoch. Findings of the whole run (`Finding.of_run`)."""
+time, evaluation passes run every epoch, start-up that builds what it could load. Findings of the whole
+run (`Finding.of_run`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import ClassVar
 from pinchpoint.analysis.between_updates import BetweenUpdates
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.run_time import KIND_SEGMENT, SegmentCode
+from pinchpoint.analysis.stacks import is_library
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Subject, stack_evidence
 from pinchpoint.diagnosis.whole_run import program_ns
@@ -102,6 +104,83 @@ class Evaluation(Rule):
             ranks=(rank.rank,),
             fix_kind=FixKind.EVALUATE_LESS,
             fix_params=(("every", EVAL_EVERY),),
+            of_run=True,
+            run_speedup=gain,
+        )
+
+
+STARTUP_BUILD_MIN_NS = 3_000_000_000
+"""Start-up's own work (imports aside) worth a finding: 3 s every run. The examples' start-ups build a
+model and a few tensors in 0.2-0.5 s beside 1.5-3 s of imports (torch's own, and lazily in its first
+calls)."""
+STARTUP_SHARE_MIN = 0.30
+"""And at least 30% of the run's wall clock: a shorter share is noted (`note.run_time`), not found."""
+STARTUP_WAITS = 0.5
+"""Start-up whose main thread is on a CPU under half its time waits (reads, downloads), not builds."""
+LONGER_X = 10
+"""The run length the finding also prices: the same program with 10x the loop."""
+
+
+class StartUp(Rule):
+    """Pattern: each run spends seconds before its first step building what it could load: a corpus
+    tokenised word by word, an index, features computed from raw files.
+    Why it's slow: the work is the same every run and every restart, and no step is slow, so step
+    profilers never show it.
+    Fix: build it once, save it (torch.save, a NumPy memmap, datasets' save_to_disk) and load it on
+    later runs; or build lazily in DataLoader workers.
+    Reference: Hugging Face datasets' cache (`map` results cached on disk); nanoGPT's prepare.py (tokens
+    written once to a .bin, memmapped by train.py).
+    """
+
+    id: ClassVar[Category] = Category.RUN_STARTUP
+    title: ClassVar[str] = "Start-up builds, every run, what a cache would load"
+    requires: ClassVar[frozenset[str]] = frozenset({"steps"})
+
+    def check(self, s: Subject) -> Iterable[Finding]:
+        rank = s.recorded
+        whole = rank.run_time
+        seg = next((g for g in whole.segments if g.name == "start-up"), None) if whole is not None else None
+        if whole is None or seg is None or seg.code is None:
+            return  # (no run clock, or no stack samples to say what start-up does: `note.run_time` only)
+        code = seg.code
+        building = round(seg.ns * (1 - code.imports_frac))
+        if building < STARTUP_BUILD_MIN_NS or building < STARTUP_SHARE_MIN * whole.wall_ns:
+            return
+        gain = whole.wall_ns / max(1, whole.wall_ns - building)
+        loop = program_ns(whole)
+        longer = (whole.wall_ns + (LONGER_X - 1) * loop) / max(
+            1, whole.wall_ns + (LONGER_X - 1) * loop - building
+        )
+        top = code.scope.top[0] if code.scope.top else None
+        evidence = [
+            Fact(
+                "run.startup.time",
+                ns=seg.ns,
+                wall_ns=whole.wall_ns,
+                imports_share=code.imports_frac,
+                building_ns=building,
+                cpu_share=code.cpu_frac,
+            ),
+            stack_evidence(code.scope, Fact("where.segment", name="start-up")),
+            Fact("run.startup.once", building_ns=building, times=LONGER_X, longer_x=longer),
+        ]
+        yield Finding(
+            id=self.id,
+            title=Fact("rule.title", name=self.title),
+            share=building / whole.wall_ns,
+            estimated_speedup=gain,
+            basis=Basis.REMOVED,
+            confidence=Confidence.MEDIUM,
+            evidence=tuple(f for f in evidence if f is not None),
+            fix=Fact(
+                "run.startup.fix",
+                waits=code.cpu_frac < STARTUP_WAITS,
+                code=top.label if top is not None else None,
+                own=top is not None and not is_library(top.frame),
+            ),
+            snippet=Fact("run.startup.snippet"),
+            ranks=(rank.rank,),
+            fix_kind=FixKind.CACHE_STARTUP,
             of_run=True,
             run_speedup=gain,
         )

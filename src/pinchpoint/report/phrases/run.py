@@ -1,4 +1,4 @@
-"""Time outside the training steps (run.rollouts, run.evaluation) in words."""
+"""Time outside the training steps (run.rollouts, run.evaluation, run.startup, run.stalled) in words."""
 
 from __future__ import annotations
 
@@ -46,7 +46,82 @@ def _parts(
     return out
 
 
+def _startup(ns: int, wall_ns: int, imports_share: float, building_ns: int, cpu_share: float) -> str:
+    return (
+        f"Start-up takes {ns / 1e9:.1f} s of the run's {wall_ns / 1e9:.1f} s before the first step; imports "
+        f"are {pct(imports_share)} of it, the program's own work {building_ns / 1e9:.1f} s "
+        f"({pct(building_ns / max(1, wall_ns))} of the run), on a CPU {pct(cpu_share)} of the time"
+    )
+
+
+def _startup_fix(waits: bool, code: str | None, own: bool) -> str:
+    where = f" ({code}{'' if own else ', inside a library'})" if code else ""
+    if waits:
+        return (
+            f"Start-up mostly waits{where}: reading or fetching the same inputs every run. Keep a local copy "
+            "(or the decoded result) and load that; priced as start-up's own work removed, the most a cache "
+            "can give (loading it costs something)"
+        )
+    return (
+        f"Build it once{where} and save the result (torch.save, a NumPy memmap, datasets' save_to_disk); "
+        "later runs load it. If it initialises weights a checkpoint then overwrites, build the model on the "
+        "meta device and load with assign=True. Priced as start-up's own work removed, the most a cache can "
+        "give (loading it costs something)"
+    )
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    return ", ".join(str(r) for r in ranks)
+
+
+def _stalled_rank(
+    rank: int, steps: int, ns: int, waits: bool, collective: str | None, code: str | None, inside: str | None
+) -> str:
+    if waits:
+        return (
+            f"Rank {rank} made {steps} steps, then waited {ns / 1e9:.0f} s inside "
+            f"torch.distributed's {collective or 'collective'}{f' ({code})' if code else ''} until the run ended"
+        )
+    where = f"{code}" + (f", inside {inside}" if inside else "") if code else "its code was not sampled"
+    return (
+        f"Rank {rank} made {steps} steps, then spent {ns / 1e9:.0f} s outside any collective: {where}. "
+        "The waiting ranks wait for this one"
+    )
+
+
 PHRASES: dict[str, Callable[..., str]] = {
+    "run.stalled.title": lambda ranks: (
+        f"The run stopped making steps: the other ranks wait in a collective for rank {_ranks(ranks)}"
+        if ranks
+        else "The run stopped making steps: every rank waits in a collective (different calls, or the "
+        "same calls in a different order)"
+    ),
+    "run.stalled.rank": _stalled_rank,
+    "run.stalled.fix": lambda ranks: (
+        (
+            f"Find why rank {_ranks(ranks)} never reached the collective: its code is named above (a loader "
+            "that hangs, a branch only it takes, an exception it caught). "
+            if ranks
+            else "Make every rank call the same collectives in the same order (a rank-dependent branch "
+            "around a collective, or a different number of batches per rank, does this). "
+        )
+        + "Give the process group a short timeout (init_process_group(timeout=timedelta(minutes=5))) so a hang "
+        "fails fast; TORCH_DISTRIBUTED_DEBUG=DETAIL names mismatched collectives"
+    ),
+    "run.startup.time": _startup,
+    "run.startup.once": lambda building_ns, times, longer_x: (
+        f"It is paid once a run, whatever the run's length: {building_ns / 1e9:.1f} s every start and every "
+        f"restart; on a run with {times}× the steps the same fix gains ×{longer_x:.2f}"
+    ),
+    "run.startup.fix": _startup_fix,
+    "run.startup.snippet": lambda: (
+        'cache = Path("cache/tokens.pt")\n'
+        "if cache.exists():\n"
+        "    tokens = torch.load(cache)\n"
+        "else:\n"
+        "    tokens = build_tokens(raw_text)   # the start-up work, once\n"
+        "    torch.save(tokens, cache)"
+    ),
     "run.between.time": _time,
     "run.between.parts": _parts,
     "where.segment": lambda name: f"in the {name}",
