@@ -35,6 +35,8 @@ CASES = [
     ("stacked_fixes", "input.fetch", ["--fix", "input"]),
     ("stacked_fixes", "io.checkpoint", ["--fix", "checkpoint"]),
     ("comm_exposed", "comm.exposed", ["--fix"]),  # DDP's no_sync() over an accumulating loop, torchrun
+    ("fsdp_reshard", "comm.exposed", ["--fix"]),  # FSDP2's reshard_after_forward=False, torchrun
+    ("pipeline_bubble", "pipeline.bubble", ["--fix"]),  # n_microbatches 1 -> 2, torchrun
 ]
 
 

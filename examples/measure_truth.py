@@ -56,6 +56,7 @@ EXAMPLES = {
     "ddp_straggler": ("imbalance.straggler", [("--fix", ["--fix"])]),
     "comm_exposed": ("comm.exposed", [("--fix", ["--fix"])]),
     "fsdp_reshard": ("comm.exposed", [("--fix", ["--fix"])]),
+    "pipeline_bubble": ("pipeline.bubble", [("--fix", ["--fix"])]),
     "cpu_oversubscription": ("cpu.oversubscription", [("--fix", ["--fix"])]),
     "cpu_underuse": ("cpu.underuse", [("--fix", ["--fix"])]),
     "io_checkpoint": ("io.checkpoint", [("--fix", ["--fix"]), GLIBC_KEEPS]),

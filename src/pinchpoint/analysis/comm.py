@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pinchpoint.analysis.steps import exposed_by_phase, steady_steps
-from pinchpoint.trace.parallel import FsdpConfig
+from pinchpoint.trace.parallel import FsdpConfig, PipelineConfig
 from pinchpoint.trace.run import DdpConfig, Phase, RankData, Step
 
 COMM = Phase.COMM.value
@@ -33,6 +33,8 @@ class CommActivity:
     """Of them, calls that waited at a gradient all-reduce (DDP without no_sync)."""
     ddp: DdpConfig | None
     fsdp: FsdpConfig | None = None
+    pipeline: PipelineConfig | None = None
+    """A pipelining schedule's settings: its comm is stages waiting for each other (`pipeline.bubble`)."""
     by_kind: Mapping[tuple[str, str], float] = field(default_factory=dict)
     """(collective, phase it ran in) -> its comm time per step (mean): the collective named as called
     (`all_gather_single`; its async wait counted with it), the phase `forward`, `backward`, `optimizer`
@@ -55,7 +57,7 @@ def comm_activity(rank: RankData) -> CommActivity | None:
     """None when the program did no communication this can see (no DDP, no collective from Python)."""
     steps = steady_steps(rank.steps)
     has_comm = any(iv.phase is Phase.COMM for s in steps for iv in s.intervals)
-    if not steps or not (has_comm or rank.ddp or rank.fsdp):
+    if not steps or not (has_comm or rank.ddp or rank.fsdp or rank.pipeline):
         return None
     per_step = {s.index: exposed_by_phase(s).get(COMM, 0) for s in steps}
     calls = synced = 0
@@ -74,6 +76,7 @@ def comm_activity(rank: RankData) -> CommActivity | None:
         synced_backwards=synced / len(steps),
         ddp=rank.ddp[-1] if rank.ddp else None,
         fsdp=rank.fsdp,
+        pipeline=rank.pipeline,
         by_kind=by_kind,
         bytes_per_step=nbytes,
     )

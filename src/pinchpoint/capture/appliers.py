@@ -26,6 +26,8 @@
   built is left out of later collections).
 - `fsdp_reshard`: `false` keeps each FSDP2 module's parameters gathered from forward to backward
   (`set_reshard_after_forward(False)` on each, once step 1 has run: the modules exist then).
+- `pipeline_microbatches`: N: every `torch.distributed.pipelining` schedule is built with
+  `n_microbatches=N` (its constructor's argument rebound; each step splits the same batch finer).
 - `tf32`: `torch.backends.cuda.matmul.allow_tf32` and `cudnn.allow_tf32` set at start-up (CUDA only;
   on a CPU they change nothing).
 - `stop_after`: end the program cleanly (`SystemExit(0)` at a step boundary, so its `finally` blocks
@@ -50,7 +52,7 @@ from typing import Any
 TRY_ENV = "PINCHPOINT_TRY"
 SPEC_KEYS = (
     "threads", "loader", "malloc", "checkpoint_every", "compile", "autocast", "fused_optimizer", "tf32",
-    "no_sync", "gc", "fsdp_reshard", "stop_after",
+    "no_sync", "gc", "fsdp_reshard", "pipeline_microbatches", "stop_after",
 )  # fmt: skip
 WARMUP_STEPS = 2
 """As `analysis/steps.WARMUP_STEPS`: the leading steps statistics leave out."""
@@ -115,6 +117,9 @@ class Applier:
         collector = self.spec.get("gc")
         if isinstance(collector, dict) and collector.get("collect") == "young":
             _young_collections()
+        pieces = self.spec.get("pipeline_microbatches")
+        if isinstance(pieces, int) and pieces >= 2:
+            _microbatches(pieces)
 
     def sharded(self, modules: list[Any]) -> None:
         """FSDP2's modules, found after step 1 (`dist_hooks.note_fsdp`): `fsdp_reshard` false keeps each
@@ -331,6 +336,32 @@ def _save_every(torch: Any, every: int) -> None:
             original(*args, **kwargs)
 
     torch.save = save
+
+
+def _microbatches(n: int) -> None:
+    """Every pipelining schedule's constructor called with `n_microbatches=n`."""
+    with contextlib.suppress(Exception):
+        schedules = importlib.import_module("torch.distributed.pipelining.schedules")
+        for name in ("PipelineScheduleSingle", "PipelineScheduleMulti"):
+            cls = getattr(schedules, name)
+            cls.__init__ = _rebound(cls.__init__, "n_microbatches", n)
+
+
+def _rebound(original: Any, name: str, value: object) -> Any:
+    """`original` with its argument `name` set to `value`, however the caller passed it."""
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kw: Any) -> None:
+        try:
+            bound = signature.bind(self, *args, **kw)
+        except TypeError:
+            original(self, *args, **kw)  # the program's own error, as it would be
+            return
+        bound.arguments[name] = value
+        original(*bound.args, **bound.kwargs)
+
+    return __init__
 
 
 def _loader_defaults(torch: Any, kwargs: dict[str, Any]) -> None:

@@ -210,6 +210,7 @@ def _after_init(agent: DistAgent, dist: Any, fn: Callable[..., Any]) -> Callable
         with contextlib.suppress(Exception):
             agent.become_rank(int(dist.get_rank()))
         _wrap_functional(agent)
+        wrap_pipelining(agent)
         return result
 
     return wrapper
@@ -234,6 +235,49 @@ def _wrap_functional(agent: DistAgent) -> None:
             if callable(fn):
                 PATCHES.set(funcol, name, _collective(agent, f"functional.{name}", fn))
         PATCHES.set(funcol, "wait_tensor", _waited(agent, funcol.wait_tensor, "functional.collective.wait"))
+
+
+def wrap_pipelining(agent: DistAgent) -> None:
+    """`torch.distributed.pipelining`'s schedules, where the program imported them: each schedule's
+    settings written once, at its first `step` (class, microbatches, stages, this rank's stages)."""
+    schedules = sys.modules.get("torch.distributed.pipelining.schedules")
+    if schedules is None:
+        return
+    for name in ("PipelineScheduleSingle", "PipelineScheduleMulti"):
+        cls = getattr(schedules, name, None)
+        step = getattr(cls, "step", None)
+        if cls is not None and callable(step) and getattr(step, "__wrapped__", None) is None:
+            with contextlib.suppress(Exception):
+                PATCHES.set(cls, "step", _noted_schedule(agent, step))
+
+
+_SCHEDULES: set[int] = set()
+
+
+def _noted_schedule(agent: DistAgent, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if id(self) not in _SCHEDULES and agent.role is Role.MAIN:
+            _SCHEDULES.add(id(self))
+            with contextlib.suppress(Exception):
+                agent.distributed.add(pipeline_settings(self))
+                agent.distributed.flush()
+        return fn(self, *args, **kwargs)
+
+    return wrapper
+
+
+def pipeline_settings(schedule: Any) -> dict[str, Any]:
+    """distributed.jsonl's `pipeline` line for a schedule (torch 2.13's attributes)."""
+    stages = getattr(schedule, "_stages", None) or [getattr(schedule, "_stage", None)]
+    return {
+        "t_ns": time.monotonic_ns(),
+        "kind": "pipeline",
+        "schedule": type(schedule).__name__,
+        "microbatches": _int_attr(schedule, "_n_microbatches"),
+        "stages": _int_attr(schedule, "_num_stages"),
+        "stage_indices": [i for st in stages if (i := _int_attr(st, "stage_index")) is not None],
+    }
 
 
 def _compiling() -> bool:
@@ -315,7 +359,9 @@ def _record_ddp(agent: DistAgent, ddp: Any) -> None:
 
 
 def note_fsdp(agent: DistAgent) -> None:
-    """Once the loop has trained a step: FSDP2's settings, where the trained modules are sharded."""
+    """Once the loop has trained a step: FSDP2's settings, where the trained modules are sharded (and
+    the pipelining schedules wrapped, for a program that imported them after its process group)."""
+    wrap_pipelining(agent)
     if "torch.distributed.fsdp" not in sys.modules:
         return
     from pinchpoint.capture.fsdp import fsdp_modules, fsdp_settings

@@ -17,6 +17,7 @@ from pinchpoint.diagnosis.rules.input import InputFetch, InputPreprocess
 from pinchpoint.diagnosis.rules.io import IoCheckpoint
 from pinchpoint.diagnosis.rules.memory import AllocatorChurn, MemoryLeak
 from pinchpoint.diagnosis.rules.outside import OUTSIDE_RULES
+from pinchpoint.diagnosis.rules.pipeline import PipelineBubble
 from pinchpoint.diagnosis.rules.ranks import Straggler
 from pinchpoint.diagnosis.rules.restarts import WorkerRestart
 from pinchpoint.diagnosis.rules.run import Evaluation, Rollouts, StartUp
@@ -44,6 +45,7 @@ RULES: tuple[Rule, ...] = (
     StalledRun(),
     Straggler(),
     CommExposed(),
+    PipelineBubble(),
     # One rank's device timeline (Scope.DEVICE)
     GpuInputWait(),
     GpuHostBound(),

@@ -1,4 +1,5 @@
-"""distributed.jsonl's lines about sharding beyond DDP: the `fsdp` line (`capture/fsdp.py`)."""
+"""distributed.jsonl's lines about parallelism beyond DDP: the `fsdp` line (`capture/fsdp.py`) and the
+`pipeline` line (`capture/dist_hooks.pipeline_settings`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from pinchpoint.ingest.fields import as_int, as_list, as_str
-from pinchpoint.trace.parallel import FsdpConfig
+from pinchpoint.trace.parallel import FsdpConfig, PipelineConfig
 
 
 def fsdp_config(lines: Iterable[dict[str, Any]]) -> FsdpConfig | None:
@@ -28,3 +29,16 @@ def fsdp_config(lines: Iterable[dict[str, Any]]) -> FsdpConfig | None:
             param_bytes=max(0, as_int(o.get("param_bytes"), 0) or 0),
         )
     return found
+
+
+def pipeline_config(lines: Iterable[dict[str, Any]]) -> PipelineConfig | None:
+    """The first `pipeline` line as a PipelineConfig; None without one (or with one that is not that)."""
+    for o in lines:
+        if o.get("kind") != "pipeline":
+            continue
+        m, p, name = as_int(o.get("microbatches")), as_int(o.get("stages")), as_str(o.get("schedule"))
+        if m is None or p is None or name is None or m <= 0 or p <= 0:
+            continue
+        indices = tuple(x for x in (as_int(v) for v in as_list(o.get("stage_indices"))) if x is not None)
+        return PipelineConfig(schedule=name, microbatches=m, stages=p, stage_indices=indices)
+    return None

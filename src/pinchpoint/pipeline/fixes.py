@@ -61,6 +61,14 @@ def _threads(params: Params) -> tuple[Way, ...]:
     return (Way(fix=f"threads={n}", how=how, env=env, agent={"threads": n}),)
 
 
+def _microbatches(params: Params) -> tuple[Way, ...]:
+    n = params.get("microbatches")
+    if not isinstance(n, int) or n < 2:
+        return ()
+    how = f"each torch.distributed.pipelining schedule built with n_microbatches={n} (the same batch, split finer)"
+    return (Way(fix=f"n_microbatches={n}", how=how, agent={"pipeline_microbatches": n}),)
+
+
 def _workers(params: Params) -> tuple[Way, ...]:
     n = params.get("num_workers")
     if not isinstance(n, int):
@@ -188,6 +196,7 @@ FIXES: dict[FixKind, Fix] = {
     FixKind.VECTORISE: Fix(),
     FixKind.EVALUATE_LESS: Fix(),
     FixKind.CACHE_STARTUP: Fix(),
+    FixKind.MICROBATCHES: Fix(ways=_microbatches),
 }
 """Every kind of fix a finding names, and how `try` applies it (or why it cannot)."""
 

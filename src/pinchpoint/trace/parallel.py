@@ -20,3 +20,16 @@ class FsdpConfig:
     reduce_dtype: str | None = None
     param_bytes: int = 0
     """The sharded modules' parameters at full size."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineConfig:
+    """A `torch.distributed.pipelining` schedule as the program built it, read at its first step."""
+
+    schedule: str
+    """Its class (`ScheduleGPipe`, `Schedule1F1B`, `ScheduleInterleaved1F1B`, ...)."""
+    microbatches: int
+    stages: int
+    """Stages in the whole pipeline."""
+    stage_indices: tuple[int, ...] = ()
+    """This rank's stages (several under an interleaved schedule)."""

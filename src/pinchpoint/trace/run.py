@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from enum import Enum
 
-from pinchpoint.trace.parallel import FsdpConfig
+from pinchpoint.trace.parallel import FsdpConfig, PipelineConfig
 from pinchpoint.trace.stacks import Stacks
 from pinchpoint.trace.trials import AllocTrial, GcRecord, ThreadTrial, TrialCut, WorkerTrial
 
@@ -382,6 +382,7 @@ class RankData:
     probes: Probes = field(default_factory=Probes)
     ddp: tuple[DdpConfig, ...] = ()
     fsdp: FsdpConfig | None = None
+    pipeline: PipelineConfig | None = None
     thread_trial: ThreadTrial | None = None
     alloc_trial: AllocTrial | None = None
     worker_trial: WorkerTrial | None = None

@@ -71,8 +71,8 @@ class _Remedy:
 
 def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
     rs = [r for r in ranks if r.comm is not None and r.steps is not None and r.steps.mean_ns > 0]
-    if not rs:
-        return None
+    if not rs or any(r.comm is not None and r.comm.pipeline is not None for r in rs):
+        return None  # (a pipeline's comm is its stages waiting for each other: `pipeline.bubble`)
     acts = [(r.rank, r.comm) for r in rs if r.comm is not None]
     cross = cross_rank_comm(acts)
     lead = rs[0]

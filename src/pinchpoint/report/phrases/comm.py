@@ -75,6 +75,29 @@ def _ddp(
 
 
 PHRASES: dict[str, Callable[..., str]] = {
+    "pipeline.bubble.schedule": lambda schedule, stages, microbatches, bound_share: (
+        f"{schedule} over {stages} stages with {microbatches} microbatch{'' if microbatches == 1 else 'es'} a "
+        "step: each stage idles "
+        f"{stages - 1} of {microbatches + stages - 1} microbatch slots, {pct(bound_share)} of the step by the "
+        "schedule's own count"
+    ),
+    "pipeline.bubble.rank": lambda rank, share: (
+        f"Rank {rank} waited at the schedule's receives and sends {pct(share)} of its step (measured)"
+    ),
+    "pipeline.bubble.more": lambda microbatches, bound_share: (
+        f"With {microbatches} microbatches of the same batch the schedule idles {pct(bound_share)}: the waits "
+        "shrink with the microbatch (priced so; each microbatch's fixed cost, a smaller matmul and one more "
+        "send, is not)"
+    ),
+    "pipeline.bubble.fix": lambda microbatches, schedule: (
+        f"Split each batch into more microbatches (n_microbatches={microbatches}, keeping each one a few rows "
+        "or more); an interleaved schedule (ScheduleInterleaved1F1B, several virtual stages per rank) cuts the "
+        f"bubble further{', and 1F1B holds fewer microbatches of activations than GPipe' if schedule == 'ScheduleGPipe' else ''}."
+    ),
+    "pipeline.bubble.snippet": lambda microbatches: (
+        f"schedule = ScheduleGPipe(stage, n_microbatches={microbatches}, loss_fn=loss_fn)\n"
+        f"# or: Schedule1F1B(stage, n_microbatches={microbatches}, loss_fn=loss_fn)"
+    ),
     # comm.exposed
     "comm.exposed.rank_transfer": lambda rank, transfer_ns, share: (
         f"Rank {rank} spends {ms(transfer_ns)} per step ({pct(share)}) in communication"
