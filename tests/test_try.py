@@ -230,7 +230,9 @@ def test_a_pair_in_doubt_runs_again_as_abba_and_pools(
         return 0, report_doc({"findings": []}), None
 
     def load_side(ref: str) -> RunSide:
-        return RunSide(label=ref, report=report_doc({"findings": []}), step_ns=_steps(step_ms[Path(ref).name]))
+        return RunSide(
+            label=ref, report=report_doc({"findings": []}), step_ns=_steps(step_ms[Path(ref).name])
+        )
 
     monkeypatch.setattr(resolve, "load_side", load_side)
     plans = _first_by_id(try_fix.plans(REPORT))  # both predicted x1.4
@@ -261,7 +263,9 @@ def test_a_long_tight_pair_far_from_the_prediction_is_not_run_again(
         return 0, report_doc({"findings": [], "history_id": 7}), None
 
     def load_side(ref: str) -> RunSide:
-        return RunSide(label=ref, report=report_doc({"findings": []}), step_ns=_steps(step_ms[Path(ref).name]))
+        return RunSide(
+            label=ref, report=report_doc({"findings": []}), step_ns=_steps(step_ms[Path(ref).name])
+        )
 
     monkeypatch.setattr(resolve, "load_side", load_side)
     monkeypatch.setattr(try_fix.time, "monotonic", lambda: clock[0])
@@ -627,7 +631,14 @@ def test_one_fix_table_every_kind_and_every_applier() -> None:
     from pinchpoint.diagnosis.finding import FixKind
 
     assert set(fixes.FIXES) == set(FixKind)
-    params = {"threads": 2, "num_workers": 2, "every": 10, "micro_batches": 4, "accumulating": 1}
+    params = {
+        "threads": 2,
+        "num_workers": 2,
+        "every": 10,
+        "micro_batches": 4,
+        "accumulating": 1,
+        "microbatches": 4,
+    }
     asked: set[str] = set()
     for kind, fix in fixes.FIXES.items():
         ways = fix.ways(params) if fix.ways is not None else ()
@@ -638,6 +649,28 @@ def test_one_fix_table_every_kind_and_every_applier() -> None:
     assert asked == set(SPEC_KEYS) - {"stop_after"}  # (stop_after: the step budget, every run's)
     assert fixes.ways_of("no_such_kind", {}) == ((), fixes.CODE)
     assert fixes.ways_of("threads", {})[0] == ()  # its parameter missing: nothing to apply
+
+
+def test_the_microbatch_fix_rebinds_the_schedules_argument_however_it_was_passed() -> None:
+    """pipeline.bubble's fix: each pipelining schedule is built with the tried n_microbatches, whether the
+    program passed it by position or by name; a call the constructor refuses is the program's error."""
+    from pinchpoint.capture.appliers import _rebound
+
+    class Schedule:
+        def __init__(self, stage: object, n_microbatches: int, loss_fn: object = None) -> None:
+            self.n = n_microbatches
+
+    init = _rebound(Schedule.__init__, "n_microbatches", 4)
+    for args, kw in (
+        ((None, 1), {}),
+        ((None,), {"n_microbatches": 1}),
+        ((), {"stage": None, "n_microbatches": 2}),
+    ):
+        s = Schedule.__new__(Schedule)
+        init(s, *args, **kw)
+        assert s.n == 4
+    with pytest.raises(TypeError):
+        init(Schedule.__new__(Schedule), None, 1, None, "extra")
 
 
 def test_the_fsdp_fix_keeps_each_sharded_modules_parameters_gathered() -> None:
