@@ -660,7 +660,7 @@ def test_the_microbatch_fix_rebinds_the_schedules_argument_however_it_was_passed
         def __init__(self, stage: object, n_microbatches: int, loss_fn: object = None) -> None:
             self.n = n_microbatches
 
-    init = _rebound(Schedule.__init__, "n_microbatches", 4)
+    init = _rebound(Schedule.__init__, lambda arguments: arguments.update(n_microbatches=4))
     for args, kw in (
         ((None, 1), {}),
         ((None,), {"n_microbatches": 1}),

@@ -47,6 +47,7 @@ import importlib
 import inspect
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 TRY_ENV = "PINCHPOINT_TRY"
@@ -340,15 +341,20 @@ def _save_every(torch: Any, every: int) -> None:
 
 def _microbatches(n: int) -> None:
     """Every pipelining schedule's constructor called with `n_microbatches=n`."""
+
+    def adjust(arguments: dict[str, Any]) -> None:
+        arguments["n_microbatches"] = n
+
     with contextlib.suppress(Exception):
         schedules = importlib.import_module("torch.distributed.pipelining.schedules")
         for name in ("PipelineScheduleSingle", "PipelineScheduleMulti"):
             cls = getattr(schedules, name)
-            cls.__init__ = _rebound(cls.__init__, "n_microbatches", n)
+            cls.__init__ = _rebound(cls.__init__, adjust)
 
 
-def _rebound(original: Any, name: str, value: object) -> Any:
-    """`original` with its argument `name` set to `value`, however the caller passed it."""
+def _rebound(original: Any, adjust: Callable[[dict[str, Any]], None]) -> Any:
+    """`original` with its arguments, however the caller passed them, changed by `adjust` (a dict of
+    name -> value it may change, add to or remove from)."""
     signature = inspect.signature(original)
 
     @functools.wraps(original)
@@ -358,7 +364,7 @@ def _rebound(original: Any, name: str, value: object) -> Any:
         except TypeError:
             original(self, *args, **kw)  # the program's own error, as it would be
             return
-        bound.arguments[name] = value
+        adjust(bound.arguments)
         original(*bound.args, **bound.kwargs)
 
     return __init__
@@ -367,24 +373,13 @@ def _rebound(original: Any, name: str, value: object) -> Any:
 def _loader_defaults(torch: Any, kwargs: dict[str, Any]) -> None:
     if not kwargs:
         return
-    cls = torch.utils.data.DataLoader
-    original = cls.__init__
 
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def __init__(self: Any, *args: Any, **kw: Any) -> None:
-        try:
-            bound = signature.bind(self, *args, **kw)
-        except TypeError:
-            original(self, *args, **kw)  # the program's own error, as it would be
-            return
-        given = dict(bound.arguments)
+    def adjust(given: dict[str, Any]) -> None:
         given.update(kwargs)
         if not given.get("num_workers"):
             # prefetch_factor and persistent_workers are errors without workers
             given.pop("prefetch_factor", None)
             given["persistent_workers"] = False
-        original(**given)
 
-    cls.__init__ = __init__
+    cls = torch.utils.data.DataLoader
+    cls.__init__ = _rebound(cls.__init__, adjust)
