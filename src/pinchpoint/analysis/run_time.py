@@ -111,9 +111,7 @@ def run_time(
     end = meta.ended_ns if ended and meta.ended_ns is not None else last
     if first < start:
         return None  # (clocks that do not line up: another machine's run directory)
-    whole = sorted(s.dur_ns for s in steps if not s.partial)
-    stall = max(STALL_MIN_NS, STALL_STEPS * whole[len(whole) // 2]) if whole else STALL_MIN_NS
-    spans = _spans(start, end, steps, stall)
+    spans = _spans(start, end, steps, stall_ns(steps))
     if stacks is not None and pid is not None and stacks.timeline:
         spans = _probes_checked(spans, main_samples(stacks, pid))
     named: dict[str, list[int]] = {}
@@ -137,6 +135,13 @@ def run_time(
     return RunTime(
         wall_ns=end - start, segments=segments, checkpoint_ns=max(0, save), pinchpoint_ns=ours, ended=ended
     )
+
+
+def stall_ns(steps: list[Step]) -> int:
+    """How long a rank must go without finishing a step to have stalled: `STALL_MIN_NS`, and at least
+    `STALL_STEPS` of its median whole step."""
+    whole = sorted(s.dur_ns for s in steps if not s.partial and s.dur_ns > 0)
+    return max(STALL_MIN_NS, STALL_STEPS * whole[len(whole) // 2]) if whole else STALL_MIN_NS
 
 
 def _spans(start: int, end: int, steps: list[Step], stall_ns: int) -> list[Span]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pinchpoint.analysis.run_time import STALL_MIN_NS, STALL_STEPS, SegmentCode, segment_code
+from pinchpoint.analysis.run_time import SegmentCode, segment_code, stall_ns
 from pinchpoint.trace.run import Phase, RankData, RunMeta
 from pinchpoint.trace.stacks import Stacks
 
@@ -39,8 +39,7 @@ def stopped(
         return None
     last = whole[-1].end_ns
     ns = meta.ended_ns - last
-    median = sorted(s.dur_ns for s in whole)[len(whole) // 2]
-    if ns < STALL_MIN_NS or ns < STALL_STEPS * median:
+    if ns < stall_ns(whole):
         return None
     after = [s for s in rank.steps if s.partial and s.start_ns >= last]
     comm = [iv for s in after for iv in s.intervals if iv.phase is Phase.COMM and iv.dur_ns > 0]
