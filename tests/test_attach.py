@@ -45,6 +45,12 @@ def _attach(pid: int, tmp_path: Path, *extra: str, timeout: float = 120) -> subp
     )  # fmt: skip
 
 
+def _ended(proc: subprocess.Popen[str]) -> str:
+    """What a target that ended early said, with its exit status (a CI run lost one without a word)."""
+    out, _ = proc.communicate(timeout=30)
+    return f"the program ended (exit {proc.returncode}): {out[-3000:]}"
+
+
 def _stop(proc: subprocess.Popen[str]) -> str:
     """Ask the target whether torch is as it was, and collect its output."""
     proc.send_signal(signal.SIGUSR1)
@@ -71,7 +77,7 @@ def test_attach_names_the_cause_and_leaves_the_program_running_as_it_was(
         res = _attach(proc.pid, tmp_path, "--duration", str(seconds))
         assert res.returncode == 0, res.stderr[-3000:]
         time.sleep(1)
-        assert proc.poll() is None, "the program ended"
+        assert proc.poll() is None, _ended(proc)
         out = _stop(proc)
     finally:
         proc.kill()
@@ -263,7 +269,7 @@ def test_outside_names_the_wait_and_puts_nothing_in_the_process(tmp_path: Path) 
         time.sleep(3)
         res = _attach(proc.pid, tmp_path, "--duration", "6", "--outside")
         assert res.returncode == 0, res.stderr[-3000:]
-        assert proc.poll() is None, "the program ended"
+        assert proc.poll() is None, _ended(proc)
         out = _stop(proc)
     finally:
         proc.kill()

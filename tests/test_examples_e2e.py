@@ -253,6 +253,28 @@ def test_fsdp2_collectives_and_settings_are_captured_on_every_rank(profiled: Any
 
 
 @pytest.mark.e2e
+def test_a_tensor_parallel_split_is_read_from_the_parameters_on_every_rank(profiled: Any) -> None:
+    """tp_oversplit.py under torchrun: each rank's split read back from its DTensor parameters, the
+    functional all-reduces named in forward and backward, and the fix is data parallelism."""
+    run = profiled(EXAMPLES / "tp_oversplit.py")
+    for rank in ("rank0", "rank1"):
+        lines = [json.loads(x) for x in (run / "ranks" / rank / "distributed.jsonl").read_text().splitlines()]
+        (tp,) = [o for o in lines if o.get("kind") == "tensor_parallel"]
+        # 6 blocks: up's weight and bias Shard(0), down's weight Shard(1), down's bias replicated
+        assert tp["mesh"] == [2] and tp["placements"] == {"Shard(0)": 12, "Shard(1)": 6, "Replicate()": 6}, tp
+        assert tp["param_bytes"] == 6 * 4 * (2 * 256 * 1024 + 1024 + 256), tp
+        steps = [json.loads(x) for x in (run / "ranks" / rank / "steps.jsonl").read_text().splitlines()]
+        named = {iv[3] for st in steps for iv in st["intervals"] if iv[0] == "comm" and len(iv) == 5}
+        assert "functional.all_reduce" in named, named
+    report = json.loads((run / "report.json").read_text())
+    found = next(f for f in report["findings"] if f["id"] == "comm.tensor_parallel")
+    assert found["fix_kind"] == "data_parallel" and "DistributedDataParallel" in found["snippet"], _summary(
+        report
+    )
+    assert not [f for f in report["findings"] if f["id"] == "comm.exposed"], _summary(report)
+
+
+@pytest.mark.e2e
 def test_sixteen_threads_on_this_machine_are_priced_by_the_trial(profiled: Any) -> None:
     """cpu_oversubscription.py runs 16 intra-op threads; pinchpoint ran a few of its steps at one thread
     per core and priced the finding with them (`capture/thread_trial.py`)."""
@@ -260,19 +282,24 @@ def test_sixteen_threads_on_this_machine_are_priced_by_the_trial(profiled: Any) 
         pytest.skip("16 threads fit this machine")
     run = profiled(EXAMPLES / "cpu_oversubscription.py")
     record = json.loads((run / "ranks" / "rank0" / TRIAL_FILE).read_text())
-    assert record["threads"] == 16 and len(record["steps"]) == TRIAL_STEPS
+    # Its steps lost only where another process holds the cores; then pinchpoint stopped it (budget.py).
+    stopped = record.get("stopped") == "budget"
+    assert record["threads"] == 16 and (len(record["steps"]) == TRIAL_STEPS or stopped), record
+    taken = len(record["steps"])  # (then the step back)
     steps = [json.loads(x) for x in (run / "ranks" / "rank0" / "steps.jsonl").read_text().splitlines()]
     # the thread trial's steps come first after the window (the allocator's may follow: it churns)
     first = min(record["steps"]) - TRIAL_WARM
-    trial = [s["step"] for s in steps if s["trial"] and s["step"] <= first + TRIAL_WARM + TRIAL_STEPS]
-    assert trial == list(range(first, first + TRIAL_WARM + TRIAL_STEPS + 1))
+    trial = [s["step"] for s in steps if s["trial"] and s["step"] <= first + TRIAL_WARM + taken]
+    assert trial == list(range(first, first + TRIAL_WARM + taken + 1))
     report = json.loads((run / "report.json").read_text())
     found = [f for f in report["findings"] if f["id"] == "cpu.oversubscription"]
     if not found and foreign_cores(report) >= CONTENDED_CORES:
         return  # beside a busy process 16 threads measured as fast as 2 (examples/cpu_oversubscription.py)
     assert len(found) <= 1
     said = [*(report.get("notes") or []), *(e for f in found for e in f["evidence"])]
-    disturbed = any("thread" in n and "trial" in n and "not read" in n for n in said)  # (or "thread and alloc trials")
+    disturbed = any(
+        "thread" in n and "trial" in n and "not read" in n for n in said
+    )  # (or "thread and alloc trials")
     if disturbed:  # another process took cores during the trial's steps: priced by its model, said so
         assert not found or not any(e.startswith("Measured:") for e in found[0]["evidence"])
         return
@@ -294,4 +321,3 @@ def test_an_rl_loops_op_window_covers_its_updates(profiled: Any) -> None:
     rows = [json.loads(line) for line in (run / "ranks" / "rank0" / "steps.jsonl").read_text().splitlines()]
     windowed = {r["kind"] for r in rows if r["profiled"]}
     assert {"inference", "train"} <= windowed, windowed
-

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pinchpoint.analysis.steps import exposed_by_phase, steady_steps
-from pinchpoint.trace.parallel import FsdpConfig, PipelineConfig
+from pinchpoint.trace.parallel import FsdpConfig, PipelineConfig, TensorParallelConfig
 from pinchpoint.trace.run import DdpConfig, Phase, RankData, Step
 
 COMM = Phase.COMM.value
@@ -35,6 +35,8 @@ class CommActivity:
     fsdp: FsdpConfig | None = None
     pipeline: PipelineConfig | None = None
     """A pipelining schedule's settings: its comm is stages waiting for each other (`pipeline.bubble`)."""
+    tensor_parallel: TensorParallelConfig | None = None
+    """Parameters split by tensor parallelism: its comm is the layers' activations (`comm.tensor_parallel`)."""
     by_kind: Mapping[tuple[str, str], float] = field(default_factory=dict)
     """(collective, phase it ran in) -> its comm time per step (mean): the collective named as called
     (`all_gather_single`; its async wait counted with it), the phase `forward`, `backward`, `optimizer`
@@ -57,7 +59,7 @@ def comm_activity(rank: RankData) -> CommActivity | None:
     """None when the program did no communication this can see (no DDP, no collective from Python)."""
     steps = steady_steps(rank.steps)
     has_comm = any(iv.phase is Phase.COMM for s in steps for iv in s.intervals)
-    if not steps or not (has_comm or rank.ddp or rank.fsdp or rank.pipeline):
+    if not steps or not (has_comm or rank.ddp or rank.fsdp or rank.pipeline or rank.tensor_parallel):
         return None
     per_step = {s.index: exposed_by_phase(s).get(COMM, 0) for s in steps}
     calls = synced = 0
@@ -77,6 +79,7 @@ def comm_activity(rank: RankData) -> CommActivity | None:
         ddp=rank.ddp[-1] if rank.ddp else None,
         fsdp=rank.fsdp,
         pipeline=rank.pipeline,
+        tensor_parallel=rank.tensor_parallel,
         by_kind=by_kind,
         bytes_per_step=nbytes,
     )

@@ -246,7 +246,9 @@ class Agent:
         """A phase interval of the step in progress; a collective's carries its name and bytes."""
         if self.step.start_ns is None:
             self.step.start_ns = start_ns
-        self.intervals.append([phase, start_ns, end_ns] if what is None else [phase, start_ns, end_ns, what, nbytes])
+        self.intervals.append(
+            [phase, start_ns, end_ns] if what is None else [phase, start_ns, end_ns, what, nbytes]
+        )
 
     def counters(self) -> Counters:
         return read_counters(self.tid)
@@ -303,10 +305,13 @@ class Agent:
     def _start_next_step(self, end: int, now: Counters, record: dict[str, Any]) -> None:
         """The next step starts where this one ended: its counters too (one reading, not two)."""
         step = self.step
+        if self.trials.budget.over():  # (pinchpoint's time inside the loop is spent: the window ends here)
+            self.window.shorten(step.index)
         window = self.window.on_step_end(self.torch, step.index, self.autocast_dtype == "bfloat16")
         if self.leaks.observe(self.torch, record, self.rank_dir) or window:
             # The op window opened or closed (probes), or live tensors were counted: no step's time.
             step.tainted = True
+            self.trials.budget.note(_now() - end)
             end = _now()
             now = self.counters()
         if self.role is Role.MAIN and self.window.spec is not None and self.trials_on:

@@ -359,16 +359,23 @@ def _record_ddp(agent: DistAgent, ddp: Any) -> None:
 
 
 def note_fsdp(agent: DistAgent) -> None:
-    """Once the loop has trained a step: FSDP2's settings, where the trained modules are sharded (and
-    the pipelining schedules wrapped, for a program that imported them after its process group)."""
+    """Once the loop has trained a step: FSDP2's settings, where the trained modules are sharded, else
+    tensor parallelism's, where their parameters are DTensors (and the pipelining schedules wrapped,
+    for a program that imported them after its process group)."""
     wrap_pipelining(agent)
-    if "torch.distributed.fsdp" not in sys.modules:
-        return
+    if "torch.distributed.tensor" not in sys.modules:
+        return  # (FSDP2 and tensor parallelism both import it)
     from pinchpoint.capture.fsdp import fsdp_modules, fsdp_settings
+    from pinchpoint.capture.tensor_parallel import tp_settings
 
-    modules = fsdp_modules(m for ref in agent.shape.trained_refs if (m := ref()) is not None)
-    line = fsdp_settings(modules)
+    trained = [m for ref in agent.shape.trained_refs if (m := ref()) is not None]
+    modules = fsdp_modules(trained)
+    line = fsdp_settings(modules) if modules else tp_settings(trained)
     if line is None:
+        return
+    if not modules:
+        agent.distributed.add(line)
+        agent.distributed.flush()
         return
     agent.distributed.add(line)  # (as the program set it up: before a `try` run changes it)
     agent.distributed.flush()

@@ -77,7 +77,9 @@ class Census:
             # Only what is cheap to take now (dtype objects and torch.Size tuples, not strings: the
             # window's steps pay for every line of this, once per op), and no reference to a tensor.
             if isinstance(a, tensor_type):
-                return (_TENSOR, a.dtype, a.shape)
+                # A DTensor's shape is the global one; this rank computes on its local shard.
+                local = getattr(a, "_local_tensor", None) if type(a) is not tensor_type else None
+                return (_TENSOR, a.dtype, (a if local is None else local).shape)
             if isinstance(a, (list, tuple)):
                 return _TENSORS if a and isinstance(a[0], tensor_type) else None
             return _SCALAR if isinstance(a, (int, float, bool)) else None

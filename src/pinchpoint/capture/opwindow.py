@@ -98,6 +98,12 @@ class OpWindow:
             self._mark_step(torch, next_step)
         return False
 
+    def shorten(self, next_step: int) -> None:
+        """End an open window at the boundary before `next_step` (pinchpoint's budget is spent, the
+        recorder made its steps that slow): the steps it recorded stand; probes.json says how many."""
+        if self.active and self.spec is not None and next_step > self.spec[0]:
+            self.spec = (self.spec[0], min(self.spec[1], next_step - self.spec[0]))
+
     def _mark_step(self, torch: Any, step: int) -> None:
         """Close the previous step's `ProfilerStep#N` range and open this one's (N = pinchpoint's step
         index), so the trace carries its steps like one from `torch.profiler` with a schedule."""

@@ -141,13 +141,24 @@ class ThreadTrialRunner:
         if next_step < self.first + WARM + STEPS:
             return True
         self.restore(torch)
-        measured = list(range(self.first + WARM, self.first + WARM + STEPS))
+        self._write(list(range(self.first + WARM, self.first + WARM + STEPS)))
+        return True  # the first step back at the program's setting rebuilds the pool: not steady either
+
+    def stop_early(self, torch: Any, next_step: int) -> None:
+        """Back to the program's threads before `next_step` (its steps lost, pinchpoint's budget is
+        spent): the steps measured so far stand as the trial."""
+        measured = list(range(self.first + WARM, next_step))
+        self.restore(torch)
+        if measured:
+            self._write(measured, stopped="budget")
+
+    def _write(self, measured: list[int], **extra: str) -> None:
         with contextlib.suppress(OSError):
             write_json_atomic(
                 self.rank_dir / FILE,
-                {"threads": self.threads, "fit": self.fit, "steps": measured, "foreign_cores": self.foreign},
-            )
-        return True  # the first step back at the program's setting rebuilds the pool: not steady either
+                {"threads": self.threads, "fit": self.fit, "steps": measured, "foreign_cores": self.foreign,
+                 **extra},
+            )  # fmt: skip
 
     def restore(self, torch: Any) -> None:
         """Back to the program's thread count (also when the program ends mid-trial)."""

@@ -18,6 +18,7 @@ class Category(str, Enum):
     COMPUTE_MATH = "compute.math"
     COMPUTE_MEMORY = "compute.memory"
     COMM_EXPOSED = "comm.exposed"
+    COMM_TENSOR_PARALLEL = "comm.tensor_parallel"
     PIPELINE_BUBBLE = "pipeline.bubble"
     IMBALANCE_STRAGGLER = "imbalance.straggler"
     MEMORY_LEAK = "memory.leak"
@@ -54,6 +55,9 @@ class FixKind(str, Enum):
     """FSDP's `reshard_after_forward=False`: parameters stay gathered from forward to backward."""
     MICROBATCHES = "microbatches"
     """A pipeline schedule's `n_microbatches`; `fix_params` microbatches."""
+    DATA_PARALLEL = "data_parallel"
+    """Data parallelism over the ranks tensor parallelism splits the model across; `fix_params`
+    tp_degree (1: none)."""
     THREADS = "threads"
     """Intra-op threads; `fix_params` threads."""
     ALLOCATOR = "allocator"

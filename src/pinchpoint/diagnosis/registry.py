@@ -22,6 +22,7 @@ from pinchpoint.diagnosis.rules.ranks import Straggler
 from pinchpoint.diagnosis.rules.restarts import WorkerRestart
 from pinchpoint.diagnosis.rules.run import Evaluation, Rollouts, StartUp
 from pinchpoint.diagnosis.rules.stalled import StalledRun
+from pinchpoint.diagnosis.rules.tensor_parallel import TensorParallelComm
 
 RULES: tuple[Rule, ...] = (
     # One rank's recordings (Scope.RANK)
@@ -46,6 +47,7 @@ RULES: tuple[Rule, ...] = (
     Straggler(),
     CommExposed(),
     PipelineBubble(),
+    TensorParallelComm(),
     # One rank's device timeline (Scope.DEVICE)
     GpuInputWait(),
     GpuHostBound(),

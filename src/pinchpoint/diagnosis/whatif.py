@@ -25,6 +25,7 @@ PHASES_OF: Mapping[Category, tuple[str, ...]] = {
     Category.HOST_GC: (HOST_OTHER,),
     Category.COMM_EXPOSED: (Phase.COMM.value, Phase.BACKWARD.value),
     Category.PIPELINE_BUBBLE: (Phase.COMM.value,),
+    Category.COMM_TENSOR_PARALLEL: (Phase.COMM.value,),
     Category.HOST_SYNC: (Phase.SYNC_WAIT.value,),
     Category.TRANSFER_H2D: (Phase.H2D_COPY.value,),
     Category.IMBALANCE_STRAGGLER: (Phase.COMM.value, Phase.BACKWARD.value),

@@ -18,7 +18,7 @@ from pinchpoint.errors import RunDirError
 from pinchpoint.ingest import opwindow as opwindow_reader
 from pinchpoint.ingest.fields import as_dict, as_float, as_int, as_list, as_str, jsonl, load_json
 from pinchpoint.ingest.gc_file import gc_record
-from pinchpoint.ingest.parallel import fsdp_config, pipeline_config
+from pinchpoint.ingest.parallel import fsdp_config, pipeline_config, tensor_parallel_config
 from pinchpoint.ingest.probes import LIVE_FILE, read_probes
 from pinchpoint.ingest.run_stacks import run_native, run_stacks
 from pinchpoint.ingest.trials import (
@@ -245,6 +245,7 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
         ddp=_ddp(distributed := list(jsonl(d / "distributed.jsonl", warnings))),
         fsdp=fsdp_config(distributed),
         pipeline=pipeline_config(distributed),
+        tensor_parallel=tensor_parallel_config(distributed),
         thread_trial=thread_trial(
             load_json(d / TRIAL_FILE, warnings) if (d / TRIAL_FILE).is_file() else None
         ),

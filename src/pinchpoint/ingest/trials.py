@@ -64,10 +64,18 @@ TRIALS = ("threads", "alloc", "workers")
 
 
 def trial_cut(o: Any) -> TrialCut | None:
-    """trial_cut.json: {"trial", "first_step", "steps_done", "steps_needed"}; None when absent or not that."""
+    """trial_cut.json: {"trial", "first_step", "steps_done", "steps_needed", "reason", "slowdown"}; None
+    when absent or not that."""
     if not isinstance(o, dict) or o.get("trial") not in TRIALS:
         return None
     done, needed = as_int(o.get("steps_done")), as_int(o.get("steps_needed"))
     if done is None or needed is None or done < 0 or needed <= 0:
         return None
-    return TrialCut(trial=str(o["trial"]), steps_done=min(done, needed), steps_needed=needed)
+    budget = o.get("reason") == "budget"
+    raw = o.get("slowdown")
+    slowdown = float(raw) if isinstance(raw, (int, float)) and not isinstance(raw, bool) else None
+    return TrialCut(
+        trial=str(o["trial"]), steps_done=min(done, needed), steps_needed=needed,
+        reason="budget" if budget else "end",
+        slowdown=slowdown if budget and slowdown is not None and 1 < slowdown < 1e6 else None,
+    )  # fmt: skip

@@ -197,6 +197,7 @@ FIXES: dict[FixKind, Fix] = {
     FixKind.EVALUATE_LESS: Fix(),
     FixKind.CACHE_STARTUP: Fix(),
     FixKind.MICROBATCHES: Fix(ways=_microbatches),
+    FixKind.DATA_PARALLEL: Fix(),
 }
 """Every kind of fix a finding names, and how `try` applies it (or why it cannot)."""
 

@@ -1,4 +1,5 @@
-"""How a rank's model is split across ranks beyond DDP (`distributed.jsonl`'s `fsdp` line)."""
+"""How a rank's model is split across ranks beyond DDP (`distributed.jsonl`'s `fsdp`, `pipeline` and
+`tensor_parallel` lines)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,18 @@ class PipelineConfig:
     """Stages in the whole pipeline."""
     stage_indices: tuple[int, ...] = ()
     """This rank's stages (several under an interleaved schedule)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TensorParallelConfig:
+    """Tensor parallelism as the program set it up, read from its parameters after a step trained."""
+
+    degree: int
+    """Ranks each sharded parameter is split over (the tensor-parallel mesh's size)."""
+    mesh_dims: tuple[str, ...] = ()
+    placements: tuple[tuple[str, int], ...] = ()
+    """Placement (`Shard(0)`, `Shard(1)`, `Replicate()`) -> parameters placed so."""
+    sharded_params: int = 0
+    param_bytes: int = 0
+    """The model's parameters at full size: what data parallelism's gradient all-reduce would move."""
+    sharded_bytes: int = 0

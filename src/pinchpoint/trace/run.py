@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from enum import Enum
 
-from pinchpoint.trace.parallel import FsdpConfig, PipelineConfig
+from pinchpoint.trace.parallel import FsdpConfig, PipelineConfig, TensorParallelConfig
 from pinchpoint.trace.stacks import Stacks
 from pinchpoint.trace.trials import AllocTrial, GcRecord, ThreadTrial, TrialCut, WorkerTrial
 
@@ -383,6 +383,7 @@ class RankData:
     ddp: tuple[DdpConfig, ...] = ()
     fsdp: FsdpConfig | None = None
     pipeline: PipelineConfig | None = None
+    tensor_parallel: TensorParallelConfig | None = None
     thread_trial: ThreadTrial | None = None
     alloc_trial: AllocTrial | None = None
     worker_trial: WorkerTrial | None = None

@@ -58,12 +58,16 @@ class WorkerTrial:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrialCut:
-    """A trial the program's end cut short: nothing it measured is used; its finding comes from a model."""
+    """A trial cut short, by the program's end or by pinchpoint's budget once its steps lost: nothing it
+    measured is used; its finding comes from a model."""
 
     trial: str
     """"threads", "alloc" or "workers"."""
     steps_done: int
     steps_needed: int
+    reason: str = "end"
+    """"end" (the program ended) or "budget" (its steps ran `slowdown` times the program's own)."""
+    slowdown: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

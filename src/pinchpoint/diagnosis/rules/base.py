@@ -137,11 +137,14 @@ def stack_evidence(scope: StackScope | None, where: Fact) -> Fact | None:
 
 
 def cut_trial(rank: RankAnalysis, trial: str) -> tuple[Fact, ...]:
-    """Where the program's end cut `trial` short ("threads", "alloc", "workers"): a fact saying the
-    finding's estimate comes from a model, not from that trial; else nothing."""
+    """Where the program's end, or pinchpoint's budget, cut `trial` short ("threads", "alloc",
+    "workers"): a fact saying the finding's estimate comes from a model, not from that trial."""
     cut = rank.trial_cut
     if cut is None or cut.trial != trial:
         return ()
+    if cut.reason == "budget":
+        return (Fact("trial.stopped", trial=trial, done=cut.steps_done, needed=cut.steps_needed,
+                     slowdown=cut.slowdown or 0.0),)  # fmt: skip
     return (Fact("trial.cut", trial=trial, done=cut.steps_done, needed=cut.steps_needed),)
 
 

@@ -24,6 +24,7 @@ from pinchpoint.analysis.comm import CommActivity, CrossRankComm, cross_rank_com
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject
+from pinchpoint.diagnosis.rules.tensor_parallel import outweighs_gradients
 from pinchpoint.trace.run import DdpConfig
 
 COMM_SHARE_MIN = 0.05
@@ -73,6 +74,8 @@ def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
     rs = [r for r in ranks if r.comm is not None and r.steps is not None and r.steps.mean_ns > 0]
     if not rs or any(r.comm is not None and r.comm.pipeline is not None for r in rs):
         return None  # (a pipeline's comm is its stages waiting for each other: `pipeline.bubble`)
+    if any(outweighs_gradients(r) for r in rs):
+        return None  # (tensor parallelism moving activations: `comm.tensor_parallel` prices them)
     acts = [(r.rank, r.comm) for r in rs if r.comm is not None]
     cross = cross_rank_comm(acts)
     lead = rs[0]
@@ -135,7 +138,9 @@ def comm_exposed(ranks: Sequence[RankAnalysis]) -> Finding | None:
     )
 
 
-def _setup_lines(lead: RankAnalysis, cross: CrossRankComm | None, transfer: float, share: float) -> list[Fact]:
+def _setup_lines(
+    lead: RankAnalysis, cross: CrossRankComm | None, transfer: float, share: float
+) -> list[Fact]:
     """The transfer, how the model is split (DDP, FSDP), and the collectives by kind."""
     assert lead.comm is not None
     comm, ddp = lead.comm, lead.comm.ddp

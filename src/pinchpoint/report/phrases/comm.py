@@ -98,6 +98,43 @@ PHRASES: dict[str, Callable[..., str]] = {
         f"schedule = ScheduleGPipe(stage, n_microbatches={microbatches}, loss_fn=loss_fn)\n"
         f"# or: Schedule1F1B(stage, n_microbatches={microbatches}, loss_fn=loss_fn)"
     ),
+    "comm.tensor_parallel.plan": lambda degree, sharded, placements, param_bytes: (
+        f"Tensor parallelism over {degree} ranks: {sharded} parameters placed "
+        + ", ".join(f"{name} ×{n}" for name, n in placements)
+        + f"; the whole model is {param_bytes / MIB:.1f} MiB of parameters (it fits one rank)"
+    ),
+    "comm.tensor_parallel.kind": lambda name, phase, ns, nbytes, share: (
+        f"{name} in {phase}: {ms(ns)} per step ({pct(share)}), {nbytes / MIB:.1f} MiB per step"
+        if nbytes
+        else f"Waiting in {phase} for the functional collectives' results ({name}): {ms(ns)} per step "
+        f"({pct(share)})"
+    ),
+    "comm.tensor_parallel.rank": lambda rank, ns, share, nbytes: (
+        f"Rank {rank} spends {ms(ns)} per step ({pct(share)}) in tensor parallelism's collectives, moving "
+        f"{nbytes / MIB:.1f} MiB of activations and their gradients (measured)"
+    ),
+    "comm.tensor_parallel.dp": lambda nbytes, ns, ratio: (
+        f"Data parallelism over the same ranks would all-reduce the gradients once a step: {nbytes / MIB:.1f} "
+        f"MiB, 1/{ratio:.1f} of that traffic, about {ms(ns)} at the rate these collectives ran (priced "
+        "exposed; DDP overlaps part of it with backward)"
+    ),
+    "comm.tensor_parallel.replicated": lambda ns, spared_ns, degree: (
+        f"The matmuls' work per rank is the same either way; the rest of forward and backward, {ms(ns)} per "
+        "step (elementwise work on each block's output, which every rank repeats, and DTensor's own "
+        f"dispatch), runs on 1/{degree} of the batch per rank under data parallelism: ~{ms(spared_ns)} less "
+        "(priced)"
+    ),
+    "comm.tensor_parallel.fix": lambda degree, param_bytes: (
+        f"Use data parallelism over these {degree} ranks instead of tensor parallelism: DDP (each rank holds "
+        f"the {param_bytes / MIB:.0f} MiB model, its gradients and optimizer state), or FSDP2 (fully_shard) "
+        "where that does not fit; keep tensor parallelism for models whose layers do not fit one device, "
+        "within a node, with data parallelism across (a 2-D mesh)."
+    ),
+    "comm.tensor_parallel.snippet": lambda: (
+        "# instead of parallelize_module(block, tp_mesh, {...}) for each block:\n"
+        "model = DistributedDataParallel(model)  # each rank: its share of the batch\n"
+        "# or: fully_shard(block, mesh=dp_mesh) per block, then fully_shard(model, mesh=dp_mesh)"
+    ),
     # comm.exposed
     "comm.exposed.rank_transfer": lambda rank, transfer_ns, share: (
         f"Rank {rank} spends {ms(transfer_ns)} per step ({pct(share)}) in communication"

@@ -17,6 +17,12 @@ PHRASES: dict[str, Callable[..., str]] = {
         f"short by the program's end ({done} of its {needed} steps): this estimate comes from a model, "
         "not a measurement; a longer run measures it"
     ),
+    "trial.stopped": lambda trial, done, needed, slowdown: (
+        f"pinchpoint's {TRIAL_NAMES.get(trial, trial)} trial stopped after {done} of its {needed} steps: "
+        f"with the fix they ran ×{slowdown:.2f} the program's own step time, past what pinchpoint allows "
+        "itself inside the loop (0.25 s + 1% of it); the fix did not pay while it ran, and this estimate "
+        "comes from a model"
+    ),
 }
 
 
