@@ -58,6 +58,7 @@ EXAMPLES = {
     "fsdp_reshard": ("comm.exposed", [("--fix", ["--fix"])]),
     "pipeline_bubble": ("pipeline.bubble", [("--fix", ["--fix"])]),
     "tp_oversplit": ("comm.tensor_parallel", [("--fix", ["--fix"])]),
+    "compile_recompiles": ("compile.recompiles", [("--fix", ["--fix"])]),
     "cpu_oversubscription": ("cpu.oversubscription", [("--fix", ["--fix"])]),
     "cpu_underuse": ("cpu.underuse", [("--fix", ["--fix"])]),
     "io_checkpoint": ("io.checkpoint", [("--fix", ["--fix"]), GLIBC_KEEPS]),

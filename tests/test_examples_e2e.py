@@ -275,6 +275,25 @@ def test_a_tensor_parallel_split_is_read_from_the_parameters_on_every_rank(profi
 
 
 @pytest.mark.e2e
+def test_recompiles_are_named_with_the_dimension_that_varies_and_nothing_recompiles_for_pinchpoint(
+    profiled: Any,
+) -> None:
+    """compile_recompiles.py: dynamo's records read back, the steps that compiled left out of the steady
+    ones, and no compilation of pinchpoint's making (its thread trial would change the thread count,
+    which dynamo guards: it skips a program that compiled)."""
+    run = profiled(EXAMPLES / "compile_recompiles.py")
+    doc = json.loads((run / "ranks" / "rank0" / "compile.json").read_text())
+    reasons = [c["recompile_reason"] for c in doc["compiles"] if c["frame"] and c["recompile_reason"]]
+    assert len(reasons) == 5 and all("size mismatch at index 1" in r for r in reasons), reasons
+    assert not (run / "ranks" / "rank0" / TRIAL_FILE).exists()
+    report = json.loads((run / "report.json").read_text())
+    found = next(f for f in report["findings"] if f["id"] == "compile.recompiles")
+    assert found["fix_kind"] == "dynamic_shapes" and any(
+        "args[0] at dimension 1" in e and "32, 48, 64, 80, 96, 112" in e for e in found["evidence"]
+    ), _summary(report)
+
+
+@pytest.mark.e2e
 def test_sixteen_threads_on_this_machine_are_priced_by_the_trial(profiled: Any) -> None:
     """cpu_oversubscription.py runs 16 intra-op threads; pinchpoint ran a few of its steps at one thread
     per core and priced the finding with them (`capture/thread_trial.py`)."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from pinchpoint.analysis.between_updates import BetweenUpdates, between_updates
 from pinchpoint.analysis.checkpoint import SaveCost, save_cost
 from pinchpoint.analysis.comm import CommActivity, comm_activity
+from pinchpoint.analysis.compiles import CompileStats, compile_stats
 from pinchpoint.analysis.cpu import CpuUsage, ThreadTrialResult, cpu_usage, thread_trial
 from pinchpoint.analysis.cpu_waits import CpuWaits, cpu_waits
 from pinchpoint.analysis.gc import GcStats, gc_stats
@@ -88,6 +89,8 @@ class RankAnalysis:
     """The trained model's calls between its updates (rollouts or evaluation passes), where it has any."""
     restarts: WorkerRestarts | None = None
     """The training loader's workers started again with each iterator (every epoch), and their cost."""
+    compiles: CompileStats | None = None
+    """What torch.compile's compilations and recompiles cost the run."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,6 +151,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         stopped=stopped(run.meta, rank, run.stacks, main.pid if main is not None else None),
         between=between_updates(rank, main_timeline),
         restarts=worker_restarts(rank),
+        compiles=compile_stats(rank.compiles),
         faults=page_faults(
             steady,
             min((s.index for s in rank.steps if s.profiled), default=None),

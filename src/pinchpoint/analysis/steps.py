@@ -98,7 +98,7 @@ def steady_steps(steps: Sequence[Step]) -> list[Step]:
     """Steps for statistics: after warm-up, outside the op window and the trials, not disturbed by
     another process's load (`analysis/load.py`), of the run's dominant kind."""
     whole = [s for s in steps if not s.partial and s.dur_ns > 0 and not s.trial and not s.disturbed]
-    usable = [s for s in whole[WARMUP_STEPS:] if not s.profiled and not s.settling]
+    usable = [s for s in whole[WARMUP_STEPS:] if not s.profiled and not s.settling and not s.compiled]
     if not usable:
         usable = [s for s in whole if not s.profiled] or whole or [s for s in steps if s.dur_ns > 0]
     if not usable:

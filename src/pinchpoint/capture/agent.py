@@ -36,6 +36,7 @@ from pinchpoint.capture import (
     opwindow,
 )
 from pinchpoint.capture.annotate import annotator_from_environment
+from pinchpoint.capture.compiles import write_compiles
 from pinchpoint.capture.envnames import OPWINDOW_ENV
 from pinchpoint.capture.gc_watch import WATCH as GC
 from pinchpoint.capture.live_tensors import LeakWatch
@@ -229,7 +230,8 @@ class Agent:
             with contextlib.suppress(Exception):
                 self.annot.end_step()
         if self.role is Role.MAIN:
-            for write in (self.write_process_info, lambda: GC.write(self.rank_dir)):
+            rank_dir = self.rank_dir
+            for write in (self.write_process_info, lambda: GC.write(rank_dir), lambda: write_compiles(rank_dir)):
                 with contextlib.suppress(Exception):
                     write()
         for w in self._writers():

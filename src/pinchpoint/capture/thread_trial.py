@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,19 @@ class ForeignLoad:
         return max(0.0, ((busy - busy0) - (own - own0)) / procfs.CLK_TCK / wall)
 
 
+def compiled() -> bool:
+    """torch.compile has built graphs in this process: dynamo guards them on the thread count
+    (GLOBAL_STATE), so steps at another count recompile every compiled frame (a token model's trial
+    step took 5 s on a CPU, and the recompiles pushed its frame past the recompile limit, to eager)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return False
+    try:
+        return bool(utils.counters["stats"]["unique_graphs"])
+    except Exception:
+        return True
+
+
 def free_fit(fit: int, foreign: float | None) -> int:
     """Threads that fit once other processes' cores are taken off: `fit` less what they used (rounded),
     at least one; `fit` itself below `FOREIGN_CORES_MIN`."""
@@ -118,6 +132,9 @@ class ThreadTrialRunner:
             if not self.load.started:
                 self.load.start()
             if not ready:
+                return False
+            if compiled():
+                self.state = "done"
                 return False
             try:
                 self.foreign = self.load.cores()

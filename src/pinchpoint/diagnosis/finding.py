@@ -31,6 +31,7 @@ class Category(str, Enum):
     RUN_EVALUATION = "run.evaluation"
     RUN_STARTUP = "run.startup"
     RUN_STALLED = "run.stalled"
+    COMPILE_RECOMPILES = "compile.recompiles"
 
 
 class FixKind(str, Enum):
@@ -77,6 +78,8 @@ class FixKind(str, Enum):
     """Evaluation passes run less often; `fix_params` every (passes)."""
     CACHE_STARTUP = "cache_startup"
     """What start-up builds (a tokenised corpus, an index) saved once and loaded on later runs."""
+    DYNAMIC_SHAPES = "dynamic_shapes"
+    """torch.compile's graphs dynamic in the dimension that varies (`dynamic=None`/`True`, mark_dynamic)."""
     GC_LESS = "gc_less"
     """Fewer or cheaper garbage collections: explicit `gc.collect()` calls dropped, `gc.freeze()` after
     start-up; `fix_params` line of the call when one dominates (the evidence names its file)."""

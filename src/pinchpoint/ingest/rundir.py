@@ -16,6 +16,8 @@ from typing import Any
 
 from pinchpoint.errors import RunDirError
 from pinchpoint.ingest import opwindow as opwindow_reader
+from pinchpoint.ingest.compiles import FILE as COMPILE_FILE
+from pinchpoint.ingest.compiles import compile_record, mark_compiling
 from pinchpoint.ingest.fields import as_dict, as_float, as_int, as_list, as_str, jsonl, load_json
 from pinchpoint.ingest.gc_file import gc_record
 from pinchpoint.ingest.parallel import fsdp_config, pipeline_config, tensor_parallel_config
@@ -234,9 +236,10 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
             )
         except (OSError, ValueError, TypeError, OverflowError, RecursionError) as exc:
             warnings.append(f"rank{rank}/{window_file.name} could not be read ({exc.__class__.__name__})")
+    compiles = compile_record(load_json(d / COMPILE_FILE, warnings) if (d / COMPILE_FILE).is_file() else None)
     return RankData(
         rank=rank,
-        steps=tuple(steps),
+        steps=mark_compiling(steps, compiles),
         processes=tuple(processes),
         loaders=loaders,
         fetches=tuple(sorted(fetches, key=lambda f: f.start_ns)),
@@ -257,6 +260,7 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
         ),
         trial_cut=trial_cut(load_json(d / CUT_FILE, warnings) if (d / CUT_FILE).is_file() else None),
         gc=gc_record(load_json(d / "gc.json", warnings) if (d / "gc.json").is_file() else None),
+        compiles=compiles,
     )
 
 

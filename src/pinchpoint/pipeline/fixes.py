@@ -198,6 +198,7 @@ FIXES: dict[FixKind, Fix] = {
     FixKind.CACHE_STARTUP: Fix(),
     FixKind.MICROBATCHES: Fix(ways=_microbatches),
     FixKind.DATA_PARALLEL: Fix(),
+    FixKind.DYNAMIC_SHAPES: Fix(),
 }
 """Every kind of fix a finding names, and how `try` applies it (or why it cannot)."""
 

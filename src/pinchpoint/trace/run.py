@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field
 from enum import Enum
 
+from pinchpoint.trace.compiles import CompileRecord
 from pinchpoint.trace.parallel import FsdpConfig, PipelineConfig, TensorParallelConfig
 from pinchpoint.trace.stacks import Stacks
 from pinchpoint.trace.trials import AllocTrial, GcRecord, ThreadTrial, TrialCut, WorkerTrial
@@ -108,6 +109,8 @@ class Step:
     """The step in progress when the program ended (crash, kill, or the tail after the last step)."""
     disturbed: bool = False
     """Ran beside another process's load, left out of the statistics (set by `analysis/load.py`)."""
+    compiled: bool = False
+    """torch.compile compiled inside it (`compile.json`): not steady."""
     cpu_ns: int | None = None
     """On-CPU time of the main thread during the step."""
     runq_ns: int | None = None  # the main thread runnable, waiting for a CPU (contention)
@@ -389,6 +392,7 @@ class RankData:
     worker_trial: WorkerTrial | None = None
     trial_cut: TrialCut | None = None
     gc: GcRecord | None = None
+    compiles: CompileRecord | None = None
 
     @property
     def main(self) -> ProcessInfo | None:

@@ -13,6 +13,7 @@ from pinchpoint.diagnosis.finding import Fact
 from pinchpoint.report.phrases import (
     comm,
     common,
+    compile,
     compute,
     cpu,
     frameworks,
@@ -34,6 +35,7 @@ Phrase = Callable[..., str]
 BOOKS: tuple[Mapping[str, Phrase], ...] = (
     comm.PHRASES,
     common.PHRASES,
+    compile.PHRASES,
     compute.PHRASES,
     cpu.PHRASES,
     frameworks.PHRASES,

@@ -1,0 +1,69 @@
+"""compile.json (`capture/compiles.py`) into a `CompileRecord`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from pinchpoint.ingest.fields import as_int, as_list, as_str
+from pinchpoint.trace.compiles import Compilation, CompileRecord
+from pinchpoint.trace.run import Step
+
+FILE = "compile.json"
+
+
+def compile_record(o: Any) -> CompileRecord | None:
+    """None when absent, or not that (a hostile or truncated file reads as no record)."""
+    if not isinstance(o, dict):
+        return None
+    raw_clock = o.get("clock")
+    clock = raw_clock if isinstance(raw_clock, dict) else {}
+    wall, mono = as_int(clock.get("wall_time_ns")), as_int(clock.get("monotonic_ns"))
+    if wall is None or mono is None:
+        return None
+    found = []
+    for c in as_list(o.get("compiles")):
+        if not isinstance(c, dict):
+            continue
+        start, dur, cid = as_int(c.get("start_us")), as_int(c.get("duration_us")), as_str(c.get("id"))
+        if start is None or dur is None or cid is None or dur < 0:
+            continue
+        file, line = as_str(c.get("file")), as_int(c.get("line"))
+        found.append(
+            Compilation(
+                compile_id=cid,
+                frame=as_str(c.get("frame")),
+                site=f"{file}:{line}" if file and line is not None else file,
+                start_ns=start * 1000 - wall + mono,
+                dur_ns=dur * 1000,
+                recompile_reason=as_str(c.get("recompile_reason")),
+                fail_reason=as_str(c.get("fail_reason")),
+                graph_breaks=as_int(c.get("graph_breaks")),
+            )
+        )
+    if not found:
+        return None
+    raw = o.get("graph_breaks")
+    breaks = raw if isinstance(raw, dict) else {}
+    return CompileRecord(
+        compilations=tuple(sorted(found, key=lambda c: c.start_ns)),
+        recompile_limit=as_int(o.get("recompile_limit")),
+        graph_breaks=tuple(
+            sorted(
+                ((str(k), n) for k, v in breaks.items() if (n := as_int(v)) is not None and n > 0),
+                key=lambda kv: -kv[1],
+            )
+        ),
+    )
+
+
+def mark_compiling(steps: Sequence[Step], record: CompileRecord | None) -> tuple[Step, ...]:
+    """The steps, those a compilation ran inside marked `compiled` (left out of the steady steps)."""
+    if record is None:
+        return tuple(steps)
+    spans = [(c.start_ns, c.start_ns + c.dur_ns) for c in record.compilations if c.dur_ns > 0]
+    return tuple(
+        replace(s, compiled=True) if any(a < s.end_ns and s.start_ns < b for a, b in spans) else s
+        for s in steps
+    )

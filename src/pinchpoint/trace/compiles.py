@@ -1,0 +1,32 @@
+"""torch.compile's compilations as the program's dynamo recorded them (`compile.json`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Compilation:
+    """One compilation of a frame (forward; a backward graph compiled lazily has no frame)."""
+
+    compile_id: str
+    """Dynamo's id, `FRAME/NTH`: `0/3` is frame 0's fourth compilation (its third recompile)."""
+    frame: str | None
+    site: str | None
+    """The frame's file:line."""
+    start_ns: int
+    """On the steps' monotonic clock."""
+    dur_ns: int
+    recompile_reason: str | None = None
+    """The guard that failed ("tensor 'args[0]' size mismatch at index 0. expected 32, actual 40")."""
+    fail_reason: str | None = None
+    """Its first line, where dynamo gave up (the recompile limit: the frame runs eagerly from then on)."""
+    graph_breaks: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompileRecord:
+    compilations: tuple[Compilation, ...]
+    recompile_limit: int | None = None
+    graph_breaks: tuple[tuple[str, int], ...] = ()
+    """Graph-break reason -> times dynamo broke a graph for it (its counters)."""

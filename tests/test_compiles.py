@@ -1,0 +1,128 @@
+"""torch.compile's recompiles: dynamo's compilation records read from compile.json (`capture/compiles.py`),
+grouped into compile ids with the varying dimension named, the steps that compiled left out of the
+steady ones, and `compile.recompiles` priced on the run's loop (the end-to-end run is
+examples/compile_recompiles.py's)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from conftest import make_env, make_rank_analysis, make_run_analysis
+from pinchpoint.analysis.compiles import compile_stats
+from pinchpoint.analysis.run_time import RunTime, Segment
+from pinchpoint.diagnosis.engine import diagnose
+from pinchpoint.diagnosis.finding import Category, FixKind, facts
+from pinchpoint.ingest.compiles import compile_record, mark_compiling
+from pinchpoint.report.phrases import say
+from pinchpoint.trace.run import Step, StepKind
+
+S = 1_000_000_000
+WALL = 1_700_000_000 * S  # the wall clock at the file's clock pair
+MONO = 50 * S
+
+
+def _doc(sizes: list[int], limit_hit: bool = False) -> dict[str, object]:
+    """compile.json as dynamo's records give it: frame 0 compiled once per size, forward (its frame)
+    and backward (no frame) 2 s each, one a second apart from 10 s before the clock pair."""
+    compiles = []
+    t_us = (WALL - 10 * S) // 1000
+    for i, n in enumerate(sizes):
+        reason = f"0/{i - 1}: tensor 'args[0]' size mismatch at index 1. expected {sizes[i - 1]}, actual {n}"
+        compiles.append(
+            {
+                "id": f"0/{i}",
+                "frame": "forward",
+                "file": "/x/train.py",
+                "line": 12,
+                "start_us": t_us,
+                "duration_us": 400_000,
+                "recompile_reason": reason if i else None,
+            }
+        )
+        compiles.append({"id": f"0/{i}", "frame": None, "start_us": t_us + 500_000, "duration_us": 300_000})
+        t_us += 1_000_000
+    if limit_hit:
+        compiles.append(
+            {
+                "id": f"0/{len(sizes)}",
+                "frame": None,
+                "start_us": t_us,
+                "duration_us": 3000,
+                "fail_reason": "Dynamo recompile limit exceeded",
+            }
+        )
+    return {"clock": {"wall_time_ns": WALL, "monotonic_ns": MONO}, "recompile_limit": 8, "compiles": compiles,
+            "graph_breaks": {"Tensor.item": 2, "bad": "x"}}  # fmt: skip
+
+
+def test_the_records_read_onto_the_steps_clock_and_group_by_compile_id() -> None:
+    record = compile_record(json.loads(json.dumps(_doc([32, 48, 64, 80], limit_hit=True))))
+    assert record is not None and len(record.compilations) == 9
+    first = record.compilations[0]
+    assert first.start_ns == MONO - 10 * S and first.dur_ns == 400_000_000 and first.site == "/x/train.py:12"
+    assert record.graph_breaks == (("Tensor.item", 2),)
+    stats = compile_stats(record)
+    assert stats is not None
+    assert (stats.compiles, stats.recompiles) == (4, 3)
+    assert stats.recompile_ns == 3 * 700_000_000 and stats.mean_recompile_ns == 700_000_000
+    assert stats.limit_hit and stats.frame == "forward (/x/train.py:12)"
+    (vary,) = stats.varying
+    assert (vary.tensor, vary.dim, vary.sizes) == ("args[0]", 1, (32, 48, 64, 80))
+    for bad in (
+        None,
+        [],
+        {"clock": {}},
+        {"clock": {"wall_time_ns": 1, "monotonic_ns": 1}, "compiles": [{"id": 3}]},
+    ):
+        assert compile_record(bad) is None
+
+
+def test_steps_that_compiled_are_not_steady() -> None:
+    record = compile_record(_doc([32, 48]))
+    assert record is not None
+    at = MONO - 10 * S
+    steps = [
+        Step(index=i, kind=StepKind.TRAIN, start_ns=at + i * S, end_ns=at + (i + 1) * S) for i in range(4)
+    ]
+    marked = mark_compiling(steps, record)
+    assert [s.compiled for s in marked] == [True, True, False, False]
+    assert mark_compiling(steps, None) == tuple(steps)
+
+
+def _whole(loop_s: float) -> RunTime:
+    return RunTime(
+        wall_ns=int((loop_s + 2) * S),
+        segments=(Segment(name="start-up", ns=2 * S), Segment(name="training steps", ns=int(loop_s * S))),
+    )
+
+
+def test_recompiles_are_priced_on_the_loop_with_one_dynamic_compile_in_their_place() -> None:
+    stats = compile_stats(compile_record(_doc([32, 48, 64, 80, 96, 112], limit_hit=True)))
+    rank = replace(make_rank_analysis({"forward": 4, "backward": 6}, 0), compiles=stats, run_time=_whole(10))
+    (f,) = [
+        f
+        for f in diagnose(make_run_analysis(make_env(cores=2), [rank])).findings
+        if f.id is Category.COMPILE_RECOMPILES
+    ]
+    # 5 recompiles of 0.7 s: 3.5 s of a 10 s loop; one more 0.7 s compile in their place saves 2.8 s
+    assert f.share == pytest.approx(0.35) and f.estimated_speedup == pytest.approx(10 / 7.2)
+    assert f.of_run and f.fix_kind is FixKind.DYNAMIC_SHAPES
+    said = say(next(e for e in f.evidence if e.key == "compile.recompiles.varying"))
+    assert "args[0] at dimension 1" in said and "32, 48, 64, 80, 96, 112" in said
+    assert "recompile_limit (8)" in say(next(e for e in f.evidence if e.key == "compile.recompiles.limit"))
+    assert facts(f)["compile.recompiles.priced"]["saved_ns"] == pytest.approx(2.8e9)
+    assert "mark_dynamic(x, 1)" in say(f.snippet) and "dynamic=None" in say(f.fix)
+
+
+def test_one_recompile_or_a_little_time_is_no_finding() -> None:
+    def found(sizes: list[int], loop_s: float) -> list[object]:
+        stats = compile_stats(compile_record(_doc(sizes)))
+        rank = replace(make_rank_analysis({"forward": 4}, 0), compiles=stats, run_time=_whole(loop_s))
+        out = diagnose(make_run_analysis(make_env(cores=2), [rank])).findings
+        return [f for f in out if f.id is Category.COMPILE_RECOMPILES]
+
+    assert found([32, 48], 10) == []  # dynamo's own way to a dynamic graph (dynamic=None)
+    assert found([32, 48, 64, 80], 100) == []  # 2.1 s of a 100 s loop
