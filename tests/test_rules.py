@@ -33,6 +33,7 @@ from conftest import (
 )
 from pinchpoint.analysis.attention import HandAttention
 from pinchpoint.analysis.between_updates import BetweenUpdates
+from pinchpoint.analysis.compiles import CompileStats, Varying
 from pinchpoint.analysis.gc import GcStats
 from pinchpoint.analysis.memory import PageFaults, memory_trend, page_faults
 from pinchpoint.analysis.ops import op_stats
@@ -1592,7 +1593,42 @@ INPUT_FETCH["restarts-are-the-wait"] = Case(
     rank_of({"data_wait": 0.30}, loader=SLEEPY, restarts=_restarts(0.30)), False
 )  # (more workers would restart too: the wait is input.worker_restart's)
 
+def _compiled(recompiles: int, each_s: float, loop_s: float = 10.0, varying: bool = True) -> dict[str, Any]:
+    """A `loop_s` loop in which a frame compiled once, then `recompiles` times more at `each_s` each."""
+    sizes = tuple(32 + 16 * i for i in range(recompiles + 1))
+    stats = CompileStats(
+        compile_ns=int((recompiles + 3) * each_s * 1e9), compiles=recompiles + 1, recompiles=recompiles,
+        recompile_ns=int(recompiles * each_s * 1e9), mean_recompile_ns=each_s * 1e9, frame="forward (train.py:12)",
+        reasons=("0/0: tensor 'x' size mismatch at index 1. expected 32, actual 48",),
+        varying=(Varying(tensor="x", dim=1, sizes=sizes),) if varying else (),
+    )  # fmt: skip
+    whole = RunTime(wall_ns=int((loop_s + 2) * 1e9), segments=(
+        Segment(name="start-up", ns=2_000_000_000), Segment(name="training steps", ns=int(loop_s * 1e9), count=40),
+    ))  # fmt: skip
+    return {"compiles": stats, "run_time": whole}
+
+
+COMPILE_RECOMPILES = {
+    "a-dimension-varies": Case(
+        rank_of({}, **_compiled(4, 1.0)),
+        True,
+        facts={"compile.recompiles.varying": {"tensor": "x", "dim": 1}, "compile.recompiles.count": {"recompiles": 4}},
+        # 4 s of the 10 s loop out, one more 1 s compile in
+        check=_all(_eq("share", 0.4), _eq("estimated_speedup", 10 / 7), _eq("fix_kind", FixKind.DYNAMIC_SHAPES)),
+    ),
+    "another-guard": Case(
+        rank_of({}, **_compiled(3, 1.0, varying=False)),
+        True,
+        facts={"compile.recompiles.reason": {"reason": "0/0: tensor 'x' size mismatch at index 1. expected 32, actual 48"}},
+    ),
+    "one-recompile": Case(rank_of({}, **_compiled(1, 3.0)), False),  # dynamo's route to a dynamic graph
+    "a-small-share": Case(rank_of({}, **_compiled(4, 0.2)), False),  # 0.8 s of 10 s
+    "no-compile": Case(rank_of({}, **_compiled(4, 1.0) | {"compiles": None}), False),
+    "no-run-clock": Case(rank_of({}, compiles=_compiled(4, 1.0)["compiles"]), False),
+}
+
 CASES: dict[str, dict[str, Case]] = {
+    "compile.recompiles": COMPILE_RECOMPILES,
     "input.fetch": INPUT_FETCH,
     "input.worker_restart": INPUT_WORKER_RESTART,
     "input.preprocess": INPUT_PREPROCESS,
