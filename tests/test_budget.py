@@ -181,3 +181,14 @@ def test_a_program_whose_trial_loses_gets_its_time_back(tmp_path: Path) -> None:
     assert sum(1 for s in steps if s["trial"]) < WARM + STEPS + 1
     report = json.loads((out / "report.json").read_text())
     assert "cpu.oversubscription" not in [f["id"] for f in report["findings"]]
+
+
+def test_a_window_asked_for_is_not_shortened(tmp_path: Path) -> None:
+    """`pinchpoint capture --steps N` gets its N steps, whatever pinchpoint spent before."""
+    from pinchpoint.capture.opwindow import OpWindow
+
+    window = OpWindow(tmp_path, (2, 3))
+    window.asked = True
+    window.active = True
+    window.shorten(3)
+    assert window.spec == (2, 3)

@@ -211,3 +211,34 @@ def test_an_op_window_wholly_in_a_burst_is_read_at_the_clean_steps_pace() -> Non
     assert split is not None and split.used and split.window_steps_dropped == -3
     assert kept.opwindow is not None and kept.opwindow.steps == 3
     assert all(o.dur_ns == pytest.approx(ns(40) / split.slowdown, rel=0.01) for o in kept.opwindow.ops)
+
+
+def test_children_that_ended_between_samples_are_the_programs_own_work() -> None:
+    """inductor compiles with short-lived compiler processes: no sample sees them, and their user time
+    lands in the parent's reaped-children time (`cuser_s`). A worker seen alive and then gone moves its
+    time there too, and is not counted twice."""
+
+    def sample(t_ms: float, machine: float, procs: tuple[ProcSample, ...]) -> SystemSample:
+        return SystemSample(
+            t_ns=ns(t_ms), cpu_percent_per_core=(100.0, 100.0), machine_user_s=machine, procs=procs
+        )
+
+    def proc(pid: int, ppid: int, user: float, cuser: float | None) -> ProcSample:
+        return ProcSample(pid=pid, ppid=ppid, name="python", user_s=user, sys_s=0.0, rss_bytes=0, threads=1,
+                          cuser_s=cuser)  # fmt: skip
+
+    # 0.5 s: the program ran 0.5 s, a compiler it spawned another 0.5 s and ended (cuser 0 -> 0.5)
+    compiled = [sample(0, 0.0, (proc(PID, 1, 0.0, 0.0),)), sample(500, 1.0, (proc(PID, 1, 0.5, 0.5),))]
+    assert foreign_intervals(compiled)[0].foreign_cores == pytest.approx(0.0)
+    # without the reaped time recorded (older run directories) it reads as another program's core
+    old = [replace(s, procs=tuple(replace(p, cuser_s=None) for p in s.procs)) for s in compiled]
+    assert foreign_intervals(old)[0].foreign_cores == pytest.approx(1.0)
+    # a worker seen with 0.4 s then gone: the parent's cuser grows by its 0.6 s lifetime, 0.2 s of it new
+    worker = [
+        sample(0, 0.0, (proc(PID, 1, 0.0, 0.0), proc(PID + 1, PID, 0.4, 0.0))),
+        sample(500, 0.7, (proc(PID, 1, 0.5, 0.6),)),
+    ]
+    assert foreign_intervals(worker)[0].foreign_cores == pytest.approx(0.0)
+    # and another program's core still reads as one
+    other = [worker[0], replace(worker[1], machine_user_s=1.2)]
+    assert foreign_intervals(other)[0].foreign_cores == pytest.approx(1.0)

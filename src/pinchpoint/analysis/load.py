@@ -84,6 +84,7 @@ def foreign_intervals(samples: Sequence[SystemSample]) -> list[Interval]:
         if cur.machine_user_s is not None and prev.machine_user_s is not None:
             busy = (cur.machine_user_s - prev.machine_user_s) / dt
             own = sum(max(0.0, p.user_s - (b.user_s if (b := before.get(p.pid)) else 0.0)) for p in cur.procs)
+            own += _ended_children(prev, cur)
         else:
             busy = sum(cur.cpu_percent_per_core) / 100.0
             own = sum(
@@ -93,6 +94,22 @@ def foreign_intervals(samples: Sequence[SystemSample]) -> list[Interval]:
         if math.isfinite(busy):
             out.append(Interval(start_ns=prev.t_ns, end_ns=cur.t_ns, foreign_cores=max(0.0, busy - own / dt)))
     return out
+
+
+def _ended_children(prev: SystemSample, cur: SystemSample) -> float:
+    """User time the tree's processes' children that ended in the interval ran and no sample saw: the
+    parents' waited-for children's time (`cuser_s`) less what the samples had already counted of those
+    that were seen (inductor's compiler processes live well under a sampling interval: their work read
+    as another program's, a core's worth beside a compiled model's recompiles)."""
+    before = {p.pid: p for p in prev.procs}
+    now = {p.pid for p in cur.procs}
+    grown = sum(
+        max(0.0, (p.cuser_s or 0.0) - ((b.cuser_s or 0.0) if (b := before.get(p.pid)) else 0.0))
+        for p in cur.procs
+        if p.cuser_s is not None
+    )
+    seen = sum(q.user_s + (q.cuser_s or 0.0) for q in prev.procs if q.pid not in now and q.ppid in now)
+    return max(0.0, grown - seen)
 
 
 def step_foreign(step: Step, intervals: Sequence[Interval]) -> float | None:

@@ -56,6 +56,7 @@ class OnDemand:
         kept = _keep_earlier(window.rank_dir)
         fresh = OpWindow(window.rank_dir, (next_step + 1, steps))
         fresh.batch_spec = window.batch_spec
+        fresh.asked = True
         write_json_atomic(
             ack,
             {"id": request_id, "start_step": next_step + 1, "steps": steps, "t_ns": time.monotonic_ns(),

@@ -69,6 +69,9 @@ class OpWindow:
         from a worker): the loader probe passes one like it through a worker."""
         self.autocast_bf16 = False
         """The program autocasts to bf16 (the agent says so at each step end): the bf16 probes run."""
+        self.asked = False
+        """Opened on request (`pinchpoint capture`): it records the steps asked for, whatever pinchpoint's
+        budget (`shorten` leaves it alone)."""
 
     def disable(self) -> None:
         self.done = True
@@ -101,7 +104,7 @@ class OpWindow:
     def shorten(self, next_step: int) -> None:
         """End an open window at the boundary before `next_step` (pinchpoint's budget is spent, the
         recorder made its steps that slow): the steps it recorded stand; probes.json says how many."""
-        if self.active and self.spec is not None and next_step > self.spec[0]:
+        if self.active and not self.asked and self.spec is not None and next_step > self.spec[0]:
             self.spec = (self.spec[0], min(self.spec[1], next_step - self.spec[0]))
 
     def _mark_step(self, torch: Any, step: int) -> None:

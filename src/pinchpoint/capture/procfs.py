@@ -214,7 +214,9 @@ def busy_ticks(cpus: set[int]) -> int | None:
 
 
 def family_ticks(pid: int) -> int:
-    """CPU ticks (user + system) of process `pid` and its live children (DataLoader workers)."""
+    """CPU ticks (user + system) of process `pid` and its live descendants (DataLoader workers), with
+    the children each has waited for (a compiler inductor ran and reaped): a child's time moves to its
+    parent's count when it ends, so the total only grows."""
     total = 0
     pids, seen = [pid], set[int]()
     while pids and len(seen) < 256:
@@ -224,7 +226,7 @@ def family_ticks(pid: int) -> int:
         seen.add(p)
         try:
             fields = parse_stat(read_proc(f"/proc/{p}/stat"))[1]
-            total += int(fields[11]) + int(fields[12])
+            total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
             for task in os.listdir(f"/proc/{p}/task"):
                 pids.extend(int(c) for c in read_proc(f"/proc/{p}/task/{task}/children").split())
         except (OSError, ValueError, IndexError):

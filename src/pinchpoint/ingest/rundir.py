@@ -474,6 +474,7 @@ def system_sample(o: dict[str, Any]) -> SystemSample:
                 read_bytes=as_int(p.get("read_bytes")),
                 write_bytes=as_int(p.get("write_bytes")),
                 runq_s=as_float(p.get("runq_s")),
+                cuser_s=as_float(p.get("cuser_s")),
             )
         )
     gpus = tuple(

@@ -414,6 +414,7 @@ class ProcSample:
     write_bytes: int | None = None
     runq_s: float | None = None
     """Seconds its threads have waited, runnable, for a CPU so far (all threads' schedstat)."""
+    cuser_s: float | None = None  # user time of its children that ended (a compiler inductor ran)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
