@@ -112,3 +112,25 @@ def test_the_stop_is_read_from_the_unfinished_step() -> None:
     # under the stall's length (20 median steps, 10 s at least): the run's end, not a stop
     short = RunMeta(command=("x",), started_at="", monotonic_ns=1, ended_ns=steps[-1].end_ns + 5 * 10**9)
     assert stopped(short, RankData(rank=0, steps=tuple(steps))) is None
+
+
+def test_a_stalled_run_leads_when_the_machine_was_loaded_too() -> None:
+    """A loaded run's findings are ordered by their gain without the load; the stalled run's finding
+    still comes first (CI caught comm.exposed leading a hung run read as loaded)."""
+    from pinchpoint.analysis.cpu_waits import CpuWaits
+    from pinchpoint.diagnosis.finding import Basis, Confidence, Fact
+    from pinchpoint.diagnosis.unloaded import without_the_load
+
+    def finding(cat: Category, share: float, speedup: float) -> Finding:
+        return Finding(id=cat, title=Fact("rule.title", name=cat.value), share=share, estimated_speedup=speedup,
+                       basis=Basis.MODEL, confidence=Confidence.MEDIUM, evidence=(), fix=Fact("rule.title", name="x"),
+                       ranks=(0,))  # fmt: skip
+
+    rank = replace(
+        make_rank_analysis({"forward": 40, "comm": 60}, 0),
+        waits=CpuWaits(step_ns=100_000_000, main_ns=5_000_000, all_ns=8_000_000, foreign_cores=1.0),
+    )
+    stalled = finding(Category.RUN_STALLED, 0.9, 1.0)
+    exposed = finding(Category.COMM_EXPOSED, 0.6, 2.0)
+    out = without_the_load((stalled, exposed), (rank,), make_env(cores=2))
+    assert [f.id for f in out] == [Category.RUN_STALLED, Category.COMM_EXPOSED]

@@ -110,6 +110,9 @@ def _fits_alone(rank: RankAnalysis, env: Environment | None) -> bool:
 
 
 def _unloaded_order(f: Finding) -> tuple[int, float, float, float]:
-    """Findings with a share first, by the gain without the load, then as the machine was."""
+    """Findings with a share first, by the gain without the load, then as the machine was; a stalled
+    run's finding before all (`merge.sort_key`: what the run did before it stopped is secondary)."""
+    if f.id is Category.RUN_STALLED:
+        return (-1, 0.0, 0.0, 0.0)
     gain = (f.unloaded[0] + f.unloaded[1]) / 2 if f.unloaded is not None else f.estimated_speedup
     return (0 if f.share > 0 else 1, -round(gain, 3), -round(f.estimated_speedup, 3), -f.share)
