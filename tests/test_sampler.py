@@ -34,6 +34,7 @@ PROC_KEYS = {
     "read_bytes",
     "write_bytes",
     "runq_s",
+    "cuser_s",
 }
 
 # Root forks a busy child and a sleeping child at once, and a third (sleeping) child later, prints

@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pinchpoint.analysis.load import CLEAN_FOREIGN_CORES, foreign_intervals
+from pinchpoint.analysis.load import CLEAN_FOREIGN_CORES, ended_children, foreign_intervals
 from pinchpoint.analysis.rank_test import mean_faster_p, measured, reference, typical_ns
 from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.trace.run import ProcSample, RankData, Run, Step, SystemSample
@@ -94,6 +94,7 @@ def cpu_usage(
             main_s = max(0.0, used)
         if p.ctx_invol is not None:
             invol += max(0, p.ctx_invol - ((b.ctx_invol or 0) if b else 0))
+    cpu_s += ended_children(first, last)
     busy = [
         b
         for b in (sum(s.cpu_percent_per_core) / 100.0 for s in samples[1:] if s.cpu_percent_per_core)
@@ -189,7 +190,7 @@ def _clean_usage(run: Run, samples: list[SystemSample], main_pid: int | None) ->
         if cur.t_ns not in clean:
             continue
         window_s += dt
-        cpu_s += sum(used.values())
+        cpu_s += sum(used.values()) + ended_children(prev, cur)
         main_s += used.get(main_pid, 0.0) if main_pid is not None else 0.0
         busy_s += busy * dt
         invol += sum(

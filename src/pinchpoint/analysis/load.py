@@ -84,7 +84,7 @@ def foreign_intervals(samples: Sequence[SystemSample]) -> list[Interval]:
         if cur.machine_user_s is not None and prev.machine_user_s is not None:
             busy = (cur.machine_user_s - prev.machine_user_s) / dt
             own = sum(max(0.0, p.user_s - (b.user_s if (b := before.get(p.pid)) else 0.0)) for p in cur.procs)
-            own += _ended_children(prev, cur)
+            own += ended_children(prev, cur)
         else:
             busy = sum(cur.cpu_percent_per_core) / 100.0
             own = sum(
@@ -96,7 +96,7 @@ def foreign_intervals(samples: Sequence[SystemSample]) -> list[Interval]:
     return out
 
 
-def _ended_children(prev: SystemSample, cur: SystemSample) -> float:
+def ended_children(prev: SystemSample, cur: SystemSample) -> float:
     """User time the tree's processes' children that ended in the interval ran and no sample saw: the
     parents' waited-for children's time (`cuser_s`) less what the samples had already counted of those
     that were seen (inductor's compiler processes live well under a sampling interval: their work read
