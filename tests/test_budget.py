@@ -52,6 +52,9 @@ def test_the_budget_counts_only_pinchpoints_steps_past_the_typical_one() -> None
     budget.note(300 * MS)  # the window's probes, between two steps
     assert budget.over()
     assert budget.losing([50 * MS, 70 * MS]) == pytest.approx(1.6)
+    assert budget.losing([20 * MS]) is None  # one step 20% slow: not yet a verdict
+    assert budget.losing([20 * MS, 10 * MS]) == pytest.approx(1.15)
+    assert budget.losing([60 * MS]) == pytest.approx(1.6)  # one step, clearly slower
     assert budget.losing([2 * MS, 3 * MS]) is None  # within noise of the typical step
     assert budget.losing([-20 * MS]) is None and budget.losing([]) is None
 

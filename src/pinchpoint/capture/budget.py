@@ -20,7 +20,11 @@ SHARE = 0.01
 OWN_PACE = 21
 """The program's own steps whose median is its typical step."""
 LOSS_MIN = 0.05
-"""A trial's measured steps slower than the typical step by more than this share are a loss."""
+"""A trial's measured steps slower than the typical step by more than this share are a loss ..."""
+LOSS_STEPS = 2
+"""... over at least two measured steps (one noisy step beside another job is not a verdict), or over
+one where it runs `LOSS_CLEAR` times as long."""
+LOSS_CLEAR = 1.5
 
 
 def own_step(record: dict[str, Any]) -> bool:
@@ -70,4 +74,5 @@ class LoopBudget:
         if not excess_ns or not typical:
             return None
         slowdown = 1.0 + statistics.fmean(excess_ns) / typical
-        return slowdown if slowdown > 1.0 + LOSS_MIN else None
+        enough = len(excess_ns) >= LOSS_STEPS or slowdown >= LOSS_CLEAR
+        return slowdown if enough and slowdown > 1.0 + LOSS_MIN else None
