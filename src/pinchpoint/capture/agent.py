@@ -313,8 +313,8 @@ class Agent:
         if self.leaks.observe(self.torch, record, self.rank_dir) or window:
             # The op window opened or closed (probes), or live tensors were counted: no step's time.
             step.tainted = True
-            self.trials.budget.note(_now() - end)
-            end = _now()
+            taken_end, end = end, _now()
+            self.trials.budget.note(end - taken_end)
             now = self.counters()
         if self.role is Role.MAIN and self.window.spec is not None and self.trials_on:
             # From the first step on (not only once the window is done): the thread trial measures what

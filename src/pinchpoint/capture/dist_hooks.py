@@ -373,13 +373,9 @@ def note_fsdp(agent: DistAgent) -> None:
     line = fsdp_settings(modules) if modules else tp_settings(trained)
     if line is None:
         return
-    if not modules:
-        agent.distributed.add(line)
-        agent.distributed.flush()
-        return
     agent.distributed.add(line)  # (as the program set it up: before a `try` run changes it)
     agent.distributed.flush()
-    if agent.applier is not None:
+    if modules and agent.applier is not None:
         agent.applier.sharded(modules)
 
 
