@@ -14,12 +14,12 @@ import pytest
 
 from conftest import make_env, make_rank_analysis, make_run_analysis, make_steps
 from pinchpoint.analysis.memory import AllocTrialResult, PageFaults, alloc_trial
-from pinchpoint.analysis.rank_test import TRIAL_P_MAX, faster_p
 from pinchpoint.analysis.steps import steady_steps, step_stats
 from pinchpoint.capture.alloc_trial import MIN_FAULTS, MIN_SEEN, AllocTrialRunner, env_thresholds
 from pinchpoint.diagnosis.engine import diagnose
 from pinchpoint.diagnosis.finding import Basis, Finding, facts
 from pinchpoint.ingest.trials import alloc_trial as read_alloc_trial
+from pinchpoint.stats.ranks import TRIAL_P_MAX, faster_p
 from pinchpoint.trace.run import RankData
 from pinchpoint.trace.trials import AllocTrial
 

@@ -8,11 +8,11 @@ import pytest
 
 from conftest import make_env, make_rank_analysis, make_run_analysis
 from pinchpoint.analysis.checkpoint import AFTER_STEPS, save_cost
-from pinchpoint.analysis.rank_test import slower_p
 from pinchpoint.analysis.steps import step_stats
 from pinchpoint.diagnosis.engine import diagnose
 from pinchpoint.diagnosis.finding import facts
 from pinchpoint.report.phrases import say
+from pinchpoint.stats.ranks import slower_p
 from pinchpoint.trace.run import Interval, Phase, RankData, Step, StepKind
 
 MS = 1_000_000

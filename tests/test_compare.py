@@ -15,10 +15,10 @@ import pytest
 
 from conftest import report_doc
 from pinchpoint.compare.diff import RunSide, diff_runs, gate, verdict
-from pinchpoint.compare.stats import NOISE_FLOOR, ratio_test
 from pinchpoint.history import store
 from pinchpoint.report.diff_doc import SCHEMA, DiffDoc, build_diff, diff_schema
 from pinchpoint.report.report_doc import Segment
+from pinchpoint.stats.bootstrap import NOISE_FLOOR, ratio_test
 
 
 def _steps(median_ms: float, n: int = 150, noise: float = 0.05, seed: int = 0) -> list[int]:

@@ -159,7 +159,7 @@ def _outside(
 @pytest.mark.parametrize(
     ("layer", "allowed"),
     [
-        ("compare/", ("pinchpoint.compare", "pinchpoint.errors", *REPORT_TYPES)),
+        ("compare/", ("pinchpoint.compare", "pinchpoint.stats", "pinchpoint.errors", *REPORT_TYPES)),
         ("history/", ("pinchpoint.history", "pinchpoint.compare", "pinchpoint.errors")),
     ],
 )
@@ -204,6 +204,18 @@ def test_trace_imports_no_other_pinchpoint_package() -> None:
         if _under(name, "pinchpoint") and not _under(name, "pinchpoint.trace")
     ]
     assert found == []
+
+
+def test_stats_imports_no_other_pinchpoint_package() -> None:
+    """stats/ is numbers in, numbers out: every layer may read it because it reads none."""
+    found = [
+        f"{_rel(p)}:{line} imports {name}"
+        for p in MODULES
+        if _rel(p).startswith("stats/")
+        for name, line in imports(p)
+        if _under(name, "pinchpoint") and not _under(name, "pinchpoint.stats")
+    ]
+    assert [p for p in MODULES if _rel(p).startswith("stats/")] and found == []
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,6 @@ import pytest
 
 from conftest import make_env, make_process, make_rank_analysis, make_run_analysis, make_steps
 from pinchpoint.analysis.cpu import ThreadTrialResult, thread_trial
-from pinchpoint.analysis.rank_test import mean_faster_p, typical_ns
 from pinchpoint.analysis.steps import steady_steps, step_stats
 from pinchpoint.capture.thread_trial import (
     FILE,
@@ -30,6 +29,8 @@ from pinchpoint.diagnosis.engine import diagnose
 from pinchpoint.diagnosis.finding import Basis, Confidence, facts
 from pinchpoint.diagnosis.rules.cpu import THREAD_TRIAL_P_MAX
 from pinchpoint.report.phrases import say
+from pinchpoint.stats.quantiles import typical_ns
+from pinchpoint.stats.ranks import mean_faster_p
 from pinchpoint.trace.run import RankData
 from pinchpoint.trace.trials import ThreadTrial as TrialRecord
 

@@ -15,8 +15,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pinchpoint.analysis.rank_test import slower_p
 from pinchpoint.analysis.steps import exposed_by_phase
+from pinchpoint.stats.ranks import slower_p
 from pinchpoint.trace.run import Phase, Step
 
 AFTER_STEPS = 3

@@ -8,8 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pinchpoint.analysis.load import CLEAN_FOREIGN_CORES, ended_children, foreign_intervals
-from pinchpoint.analysis.rank_test import mean_faster_p, measured, reference, typical_ns
 from pinchpoint.analysis.steps import steady_steps
+from pinchpoint.analysis.trial_steps import measured, reference
+from pinchpoint.stats.quantiles import typical_ns
+from pinchpoint.stats.ranks import mean_faster_p
 from pinchpoint.trace.run import ProcSample, RankData, Run, Step, SystemSample
 
 CONTENDED_CORES = 0.5

@@ -12,8 +12,9 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pinchpoint.analysis.rank_test import TRIAL_P_MAX, faster_p, measured, reference
 from pinchpoint.analysis.steps import steady_steps
+from pinchpoint.analysis.trial_steps import measured, reference
+from pinchpoint.stats.ranks import TRIAL_P_MAX, faster_p
 from pinchpoint.trace.run import Fetch, LoaderConfig, RankData, Step
 
 

@@ -8,8 +8,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pinchpoint.analysis.rank_test import bracket_steps, faster_p, measured, reference
 from pinchpoint.analysis.steps import steady_steps
+from pinchpoint.analysis.trial_steps import bracket_steps, measured, reference
+from pinchpoint.stats.ranks import faster_p
 from pinchpoint.trace.run import Probes, RankData, Step
 
 

@@ -11,6 +11,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from pinchpoint.stats.quantiles import nearest_rank
 from pinchpoint.trace.run import HOST_OTHER, PHASE_PRIORITY, Phase, RankData, Role, Run, Step, StepKind
 
 WARMUP_STEPS = 2
@@ -111,11 +112,6 @@ def steady_steps(steps: Sequence[Step]) -> list[Step]:
     return [s for s in usable if s.kind is kind]
 
 
-def _percentile(sorted_values: Sequence[int], q: float) -> int:
-    idx = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
-    return sorted_values[idx]
-
-
 NEAR_WINDOW_STEPS = 8
 """Steady steps nearest the op window (by step index, either side) that window-vs-run comparisons read."""
 
@@ -131,7 +127,7 @@ def _phase_medians(exposed: Sequence[Mapping[str, int]]) -> dict[str, float]:
         for name, ns in e.items():
             per_step.setdefault(name, []).append(ns)
     return {
-        k: float(_percentile(sorted(v + [0] * (len(exposed) - len(v))), 0.5)) for k, v in per_step.items()
+        k: float(nearest_rank(sorted(v + [0] * (len(exposed) - len(v))), 0.5)) for k, v in per_step.items()
     }
 
 
@@ -144,7 +140,7 @@ def _compute_spread(exposed: Sequence[Mapping[str, int]]) -> float:
     if len(exposed) < 4:
         return 0.0
     compute = sorted(int(_compute_ns(e)) for e in exposed)
-    return float(_percentile(compute, 0.75) - _percentile(compute, 0.25))
+    return float(nearest_rank(compute, 0.75) - nearest_rank(compute, 0.25))
 
 
 def _near_window(steps: Sequence[Step], window: Sequence[Step]) -> list[int]:
@@ -186,8 +182,8 @@ def step_stats(rank: RankData) -> StepStats | None:
         kind=steps[0].kind,
         total_steps=sum(1 for s in rank.steps if not s.partial and s.kind is steps[0].kind),
         count=len(steps),
-        median_ns=_percentile(durs, 0.5),
-        p90_ns=_percentile(durs, 0.9),
+        median_ns=nearest_rank(durs, 0.5),
+        p90_ns=nearest_rank(durs, 0.9),
         mean_ns=timed_total / len(durs),
         breakdown={k: v / total for k, v in sums.items()} if total else {},
         phase_ns={k: v / len(steps) for k, v in sums.items()},
@@ -196,7 +192,7 @@ def step_stats(rank: RankData) -> StepStats | None:
         main_cpu_fraction=sum(cpu) / total if len(cpu) == len(steps) and total else None,
         main_runq_fraction=sum(runq) / total if len(runq) == len(steps) and total else None,
         device_timed=device_timed,
-        host_median_ns=_percentile(host, 0.5),
+        host_median_ns=nearest_rank(host, 0.5),
         host_mean_ns=total / len(steps),
         phase_median_ns=_phase_medians(exposed),
         near_window_phase_median_ns=_phase_medians([exposed[i] for i in _near_window(steps, window)]),

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, is_dataclass
 
-from pinchpoint.compare.stats import NOISE_FLOOR, RatioTest, ratio_test
 from pinchpoint.report.document import to_dict
 from pinchpoint.report.report_doc import ReportDoc
+from pinchpoint.stats.bootstrap import NOISE_FLOOR, RatioTest, ratio_test
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-import numpy as np
-
 from pinchpoint.analysis.gpu.kernels import GpuWork
 from pinchpoint.analysis.gpu.trace_analysis import STEP_BREAKDOWN_KEYS, GpuRankAnalysis, GpuRunAnalysis
 from pinchpoint.diagnosis.engine import Diagnosis
@@ -21,14 +19,13 @@ def _steps(rank: GpuRankAnalysis | None) -> d.StepsInfo:
     if rank is None or not rank.steps.steps:
         return NO_STEPS
     st = rank.steps
-    durs = np.array([s.dur_ns for s in st.steps], dtype=np.float64)
     return d.StepsInfo(
         kind=rank.kind,
         count=len(st.steps),
         total=len(st.steps),
         median_ms=rounded(st.median_step_ns / 1e6, 3),
         mean_ms=rounded(st.mean_step_ns / 1e6, 3),
-        p90_ms=rounded(float(np.percentile(durs, 90)) / 1e6, 3),
+        p90_ms=rounded(st.p90_step_ns / 1e6, 3),
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.analysis.views import RunViews
 from pinchpoint.report.document import JsonObject
 from pinchpoint.report.report_doc import FindingInfo, ReportDoc
@@ -70,7 +71,7 @@ def _rank_events(
         for iv in s.intervals:
             ev.append({"ph": "X", "pid": pid, "tid": PHASE_TIDS[iv.phase.value], "name": iv.phase.value,
                        "cat": "phase", "ts": _us(iv.start_ns), "dur": _us(iv.dur_ns)})  # fmt: skip
-    steady = [s for s in rank.steps if not s.partial and not s.profiled and not s.trial]
+    steady = steady_steps(rank.steps)
     mine = [f for f in findings if rank.rank in (f.ranks or (0,))]
     if steady and mine:
         ev += _meta(pid, FINDINGS_TID, "findings")

@@ -31,6 +31,7 @@ from pinchpoint.analysis.gpu._common import (
     kind_mask,
     name_mask,
 )
+from pinchpoint.stats.quantiles import nearest_rank
 from pinchpoint.trace.kineto import EventTable, KinetoTrace
 
 STEP_NAME = re.compile(r"^(?:ProfilerStep#|pinchpoint/step )(\d+)$")
@@ -69,6 +70,8 @@ class StepStats:
     """Why there are no steps (or what was odd about them), for the report; None when all is well."""
     median_step_ns: float = 0.0
     mean_step_ns: float = 0.0
+    p90_step_ns: float = 0.0
+    """The 90th percentile step, nearest rank (`stats.quantiles`), as for runs."""
     gpu_busy_fraction: float = 0.0
     """GPU busy time over all step time (summed over steps)."""
     dataloader_share: float = 0.0
@@ -197,6 +200,7 @@ def step_stats(trace: KinetoTrace) -> StepStats:
         note=note,
         median_step_ns=float(np.median(durs)),
         mean_step_ns=float(durs.mean()),
+        p90_step_ns=float(nearest_rank(sorted(int(d) for d in durs), 0.9)),
         gpu_busy_fraction=float(gpu_ns.sum()) / total,
         dataloader_share=float(loader_ns.sum()) / total,
         dataloader_exposed_share=float(exposed_ns.sum()) / total,

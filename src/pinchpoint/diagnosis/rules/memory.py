@@ -6,9 +6,9 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pinchpoint.analysis.memory import AllocTrialResult, PageFaults, graph_growth
-from pinchpoint.analysis.rank_test import TRIAL_P_MAX
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Subject, cut_trial, speedup_removing
+from pinchpoint.stats.ranks import TRIAL_P_MAX
 from pinchpoint.trace.trials import GLIBC_ENV
 
 MIB = 1 << 20

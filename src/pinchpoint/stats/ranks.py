@@ -1,9 +1,9 @@
-"""Are a trial's few steps faster than the steps before it? A one-sided Mann-Whitney rank test, exact.
+"""Are a trial's few steps faster than the steps around it? Rank and permutation tests, exact where
+the samples are small.
 
 A trial runs 3-5 steps; the steps around it vary by ±10% on a shared machine, so the ratio of medians
-alone calls noise a gain (×1.34 once, ×1.00 the next run, of a program whose fix measured ×1.07). The
-exact distribution of the rank statistic is counted for the small samples trials have; no assumption
-about the shape of step times.
+alone calls noise a gain. The exact distribution of the rank statistic is counted for the small samples
+trials have; no assumption about the shape of step times (decision 48).
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ import math
 import random
 from collections.abc import Iterable, Sequence
 from functools import cache
-
-from pinchpoint.trace.run import Step
 
 TRIAL_P_MAX = 0.01
 """A trial's steps count as faster below this: 0.05 let a five-step dip of this VM (steps drift by
@@ -46,65 +44,6 @@ def _ways(m: int, n: int, u: int) -> int:
         return 1
     # The largest of all m + n steps is a trial step (it beats all n others) or one of the others.
     return _ways(m - 1, n, u - n) + _ways(m, n - 1, u)
-
-
-BRACKET = 6
-"""Steady steps on each side of a trial that price it."""
-BRACKET_MIN = 4
-"""Fewer steady steps around the trial: the run's steady median prices it."""
-
-
-def bracket(steps: Sequence[Step], trial: Sequence[int], n: int = BRACKET) -> list[int]:
-    """Durations of the `n` steady steps nearest before and after a trial's steps (fewer at the run's
-    ends): a slow drift of the machine or the program moves them with the trial's, unlike the run's
-    median."""
-    first, last = min(trial), max(trial)
-    usable = [s for s in steps if s.dur_ns > 0]
-    before = [s.dur_ns for s in usable if s.index < first][-n:]
-    after = [s.dur_ns for s in usable if s.index > last][:n]
-    return before + after
-
-
-def bracket_steps(steady: Sequence[Step], trial: Sequence[int], between: Sequence[Step] = ()) -> list[Step]:
-    """The steps `bracket` reads around a trial whose blocks have `between` steps among them."""
-    indices = [*trial, *(s.index for s in between)]
-    first, last = min(indices), max(indices)
-    usable = [s for s in steady if s.dur_ns > 0]
-    return [s for s in usable if s.index < first][-BRACKET:] + [s for s in usable if s.index > last][:BRACKET]
-
-
-def measured(steps: Sequence[Step], indices: Sequence[int]) -> list[Step]:
-    """The whole steps (not partial, timed) among a trial's `indices`."""
-    wanted = set(indices)
-    return [s for s in steps if s.index in wanted and not s.partial and s.dur_ns > 0]
-
-
-def reference(
-    steady: Sequence[Step], trial: Sequence[int], steady_median_ns: int, between: Sequence[Step] = ()
-) -> tuple[int, list[int]]:
-    """(median, durations) a trial is priced against: the steps `between` its blocks and the steady
-    steps around it, when there are `BRACKET_MIN` of them; else the run's steady median and steps."""
-    near = sorted([s.dur_ns for s in between] + bracket(steady, [*trial, *(s.index for s in between)]))
-    if len(near) >= BRACKET_MIN:
-        return near[len(near) // 2], near
-    return steady_median_ns, [s.dur_ns for s in steady if s.dur_ns > 0]
-
-
-PAUSE_X = 3.0
-"""A step over 3x the median is a pause (a collection, a moment the process was not scheduled): left
-out of `typical_ns`."""
-
-
-def typical_ns(durs: Sequence[int]) -> int:
-    """The mean step, pauses left out. Not the median: beside a busy process a step that spins
-    OpenMP barriers alternates fast and slow (2.3 and 6.4 ms here), and the median of such steps is
-    either mode, while the time the run takes is their mean."""
-    if not durs:
-        return 0
-    ordered = sorted(durs)
-    median = ordered[len(ordered) // 2]
-    kept = [d for d in ordered if d <= PAUSE_X * median]
-    return round(sum(kept) / len(kept))
 
 
 PERMUTATIONS_MAX = 20_000
