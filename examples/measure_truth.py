@@ -59,6 +59,8 @@ EXAMPLES = {
     "pipeline_bubble": ("pipeline.bubble", [("--fix", ["--fix"])]),
     "tp_oversplit": ("comm.tensor_parallel", [("--fix", ["--fix"])]),
     "compile_recompiles": ("compile.recompiles", [("--fix", ["--fix"])]),
+    "compile_graph_break": ("compile.graph_breaks", [("--fix", ["--fix"]),
+                                                     ("capture_scalar_outputs", ["env:TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS=1"])]),
     "cpu_oversubscription": ("cpu.oversubscription", [("--fix", ["--fix"])]),
     "cpu_underuse": ("cpu.underuse", [("--fix", ["--fix"])]),
     "io_checkpoint": ("io.checkpoint", [("--fix", ["--fix"]), GLIBC_KEEPS]),

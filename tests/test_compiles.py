@@ -126,3 +126,39 @@ def test_one_recompile_or_a_little_time_is_no_finding() -> None:
 
     assert found([32, 48], 10) == []  # dynamo's own way to a dynamic graph (dynamic=None)
     assert found([32, 48, 64, 80], 100) == []  # 2.1 s of a 100 s loop
+
+
+def _broken_doc() -> dict[str, object]:
+    """compile.json of a model whose block reads `.item()`: the outer frame and the block's frame
+    restart at the break, and two resume frames compile (the block's twice: its float specialised once)."""
+    t_us = (WALL - 10 * S) // 1000
+    item = "Unsupported Tensor.item() call with capture_scalar_outputs=False"
+
+    def c(cid: str, frame: str, line: int, reasons: list[str] | None = None) -> dict[str, object]:
+        return {"id": cid, "frame": frame, "file": "/x/train.py", "line": line, "start_us": t_us,
+                "duration_us": 100_000, "restart_reasons": reasons or []}  # fmt: skip
+
+    compiles = [
+        c("0/0", "forward", 59, [item]),
+        c("1/0", "forward", 44, [item]),
+        c("2/0", "torch_dynamo_resume_in_forward_at_48", 48),
+        c("2/1", "torch_dynamo_resume_in_forward_at_48", 48),
+        c("3/0", "torch_dynamo_resume_in_forward_at_60", 60),
+        {"id": "4/0", "frame": "torch_dynamo_resume_in_wrapped_at_9", "file": "/site/pinchpoint/capture/hooks.py",
+         "line": 9, "start_us": t_us, "duration_us": 1000},
+    ]  # fmt: skip
+    return {"clock": {"wall_time_ns": WALL, "monotonic_ns": MONO}, "compiles": compiles}
+
+
+def test_graph_breaks_are_named_by_the_line_dynamo_resumed_at() -> None:
+    record = compile_record(json.loads(json.dumps(_broken_doc())))
+    assert record is not None and record.compilations[0].restart_reasons[0].startswith("Unsupported Tensor.item()")
+    stats = compile_stats(record)
+    assert stats is not None
+    assert [(b.function, b.site) for b in stats.breaks] == [("forward", "/x/train.py:48"), ("forward", "/x/train.py:60")]
+    assert all(b.reason and "Tensor.item()" in b.reason for b in stats.breaks)
+    assert stats.frames == 5  # frames 0-4 (pinchpoint's own resume frame is no break of the program's)
+    bad = _broken_doc()
+    bad["compiles"][0]["restart_reasons"] = "not a list"  # type: ignore[index]
+    again = compile_record(json.loads(json.dumps(bad)))
+    assert again is not None and again.compilations[0].restart_reasons == ()

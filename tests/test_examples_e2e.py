@@ -294,6 +294,23 @@ def test_recompiles_are_named_with_the_dimension_that_varies_and_nothing_recompi
 
 
 @pytest.mark.e2e
+def test_graph_breaks_are_named_by_their_line_and_counted_as_the_steps_ran_them(profiled: Any) -> None:
+    """compile_graph_break.py: the `.item()` line named with dynamo's reason, the graphs each step entered
+    counted (a break in each of 8 blocks: 34 graphs, forward and backward), the no-code fix offered, and no
+    recompile blamed on sizes (its recompiles are a first call without gradients and the value the break
+    specialised, and pinchpoint's wrapper compiled once per module class)."""
+    run = profiled(EXAMPLES / "compile_graph_break.py")
+    steps = [json.loads(x) for x in (run / "ranks" / "rank0" / "steps.jsonl").read_text().splitlines()]
+    assert {s.get("graph_calls") for s in steps[12:] if not s["partial"]} == {34}, [s.get("graph_calls") for s in steps]
+    report = json.loads((run / "report.json").read_text())
+    found = next(f for f in report["findings"] if f["id"] == "compile.graph_breaks")
+    line = next(e for e in found["evidence"] if e.startswith("dynamo broke the compiled code at"))
+    assert "compile_graph_break.py:51" in line and "Tensor.item()" in line, line
+    assert found["fix_kind"] == "graph_breaks" and "TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS=1" in found["fix"]
+    assert "compile.recompiles" not in {f["id"] for f in report["findings"]}, _summary(report)
+
+
+@pytest.mark.e2e
 def test_sixteen_threads_on_this_machine_are_priced_by_the_trial(profiled: Any) -> None:
     """cpu_oversubscription.py runs 16 intra-op threads; pinchpoint ran a few of its steps at one thread
     per core and priced the finding with them (`capture/thread_trial.py`)."""

@@ -33,7 +33,7 @@ from conftest import (
 )
 from pinchpoint.analysis.attention import HandAttention
 from pinchpoint.analysis.between_updates import BetweenUpdates
-from pinchpoint.analysis.compiles import CompileStats, Varying
+from pinchpoint.analysis.compiles import CompileStats, GraphBreak, GraphTime, Varying
 from pinchpoint.analysis.gc import GcStats
 from pinchpoint.analysis.memory import PageFaults, memory_trend, page_faults
 from pinchpoint.analysis.ops import op_stats
@@ -1593,13 +1593,16 @@ INPUT_FETCH["restarts-are-the-wait"] = Case(
     rank_of({"data_wait": 0.30}, loader=SLEEPY, restarts=_restarts(0.30)), False
 )  # (more workers would restart too: the wait is input.worker_restart's)
 
-def _compiled(recompiles: int, each_s: float, loop_s: float = 10.0, varying: bool = True) -> dict[str, Any]:
+def _compiled(
+    recompiles: int, each_s: float, loop_s: float = 10.0, varying: bool = True,
+    reason: str = "0/0: tensor 'x' size mismatch at index 1. expected 32, actual 48",
+) -> dict[str, Any]:
     """A `loop_s` loop in which a frame compiled once, then `recompiles` times more at `each_s` each."""
     sizes = tuple(32 + 16 * i for i in range(recompiles + 1))
     stats = CompileStats(
         compile_ns=int((recompiles + 3) * each_s * 1e9), compiles=recompiles + 1, recompiles=recompiles,
         recompile_ns=int(recompiles * each_s * 1e9), mean_recompile_ns=each_s * 1e9, frame="forward (train.py:12)",
-        reasons=("0/0: tensor 'x' size mismatch at index 1. expected 32, actual 48",),
+        reasons=(reason,),
         varying=(Varying(tensor="x", dim=1, sizes=sizes),) if varying else (),
     )  # fmt: skip
     whole = RunTime(wall_ns=int((loop_s + 2) * 1e9), segments=(
@@ -1622,13 +1625,47 @@ COMPILE_RECOMPILES = {
         facts={"compile.recompiles.reason": {"reason": "0/0: tensor 'x' size mismatch at index 1. expected 32, actual 48"}},
     ),
     "one-recompile": Case(rank_of({}, **_compiled(1, 3.0)), False),  # dynamo's route to a dynamic graph
+    "no-size-guard": Case(  # a first call without gradients, a value a graph break specialised
+        rank_of({}, **_compiled(3, 1.0, varying=False, reason="0/1: tensor 'x' requires_grad mismatch")), False
+    ),
     "a-small-share": Case(rank_of({}, **_compiled(4, 0.2)), False),  # 0.8 s of 10 s
     "no-compile": Case(rank_of({}, **_compiled(4, 1.0) | {"compiles": None}), False),
     "no-run-clock": Case(rank_of({}, compiles=_compiled(4, 1.0)["compiles"]), False),
 }
 
+ITEM_BREAK = "Unsupported Tensor.item() call with capture_scalar_outputs=False"
+
+
+def _broken(calls: int = 34, around_ms: float = 2.8, reason: str = ITEM_BREAK, whole: int = 0) -> dict[str, Any]:
+    """A compiled model whose steps (4.7 ms, 1.6 ms inside graphs) enter `calls` graphs around a break."""
+    stats = CompileStats(
+        compile_ns=10**10, compiles=4, recompiles=0, recompile_ns=0, mean_recompile_ns=0.0, frame=None, reasons=(),
+        breaks=(GraphBreak(function="forward", site="train.py:51", reason=reason),) if reason else (),
+        whole_frames=whole, graphs=GraphTime(calls=calls, inside_ns=1.6e6, around_ns=around_ms * 1e6, step_ns=4.7e6),
+    )  # fmt: skip
+    return {"compiles": stats}
+
+
+COMPILE_GRAPH_BREAKS = {
+    "an-item-in-every-block": Case(
+        rank_of({}, **_broken()),
+        True,
+        facts={"compile.graph_breaks.sites": {"sites": ("forward at train.py:51",)}, "compile.graph_breaks.priced": {"whole": 2}},
+        # 2.8 ms around 34 graphs, shrinking with them to 2: 2.8 * 32/34 ms less
+        check=_all(_eq("estimated_speedup", 4.7 / (4.7 - 2.8 * 32 / 34)), _eq("fix_kind", FixKind.GRAPH_BREAKS),
+                   _eq("fix_params", (("item", 1),))),
+    ),
+    "a-print": Case(rank_of({}, **_broken(reason="Unsupported builtin print")), True, check=_eq("fix_params", ())),
+    "another-whole-frame": Case(rank_of({}, **_broken(whole=1)), True, facts={"compile.graph_breaks.priced": {"whole": 4}}),
+    "no-break": Case(rank_of({}, **_broken(reason="")), False),
+    "one-graph-each-way": Case(rank_of({}, **_broken(calls=2)), False),
+    "little-around-the-graphs": Case(rank_of({}, **_broken(around_ms=0.2)), False),  # 4% of the step
+    "no-compile": Case(rank_of({}), False),
+}
+
 CASES: dict[str, dict[str, Case]] = {
     "compile.recompiles": COMPILE_RECOMPILES,
+    "compile.graph_breaks": COMPILE_GRAPH_BREAKS,
     "input.fetch": INPUT_FETCH,
     "input.worker_restart": INPUT_WORKER_RESTART,
     "input.preprocess": INPUT_PREPROCESS,

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pinchpoint.analysis.steps import exposed_by_phase
+from pinchpoint.stats.quantiles import nearest_rank
 from pinchpoint.trace.compiles import Compilation, CompileRecord
+from pinchpoint.trace.run import Phase, Step
 
 SIZE_GUARD = re.compile(r"tensor '([^']+)' size mismatch at index (\d+)\. expected (\d+), actual (\d+)")
 LIMIT = "recompile limit"
@@ -23,6 +27,32 @@ class Varying:
     dim: int
     sizes: tuple[int, ...]
     """The sizes the guards saw, in order of first sight."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GraphBreak:
+    """Where dynamo broke a compiled frame: the code after it runs as a separate graph (a `resume`
+    frame), with Python between the two."""
+
+    function: str
+    site: str
+    """file:line where the graph broke (the line dynamo resumes at)."""
+    reason: str | None
+    """Dynamo's first line for it ("Unsupported Tensor.item() call with capture_scalar_outputs=False")."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GraphTime:
+    """The steady steps' compiled graphs (medians): how many a step entered and the time around them."""
+
+    calls: int
+    """Graph calls a step, forward and backward (`capture/graph_watch.py`)."""
+    inside_ns: float
+    """Time inside the graphs a step."""
+    around_ns: float
+    """The rest of the step outside its optimizer and input phases: Python, dynamo's guards, autograd's
+    and AOTAutograd's wrappers, eager code between graphs."""
+    step_ns: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,9 +76,16 @@ class CompileStats:
     limit_hit: bool = False
     """A frame hit the recompile limit: from then on it runs eagerly on shapes it has not seen."""
     recompile_limit: int | None = None
+    breaks: tuple[GraphBreak, ...] = ()
+    """The program's graph breaks, one per line dynamo resumed at (pinchpoint's own frames left out)."""
+    frames: int = 0
+    """Frames compiled (each break adds a resume frame): the graphs a call runs through, at least."""
+    whole_frames: int = 0
+    """Frames that compiled without a break (not a resume frame, no restart)."""
+    graphs: GraphTime | None = None
 
 
-def compile_stats(record: CompileRecord | None) -> CompileStats | None:
+def compile_stats(record: CompileRecord | None, steady: Sequence[Step] = ()) -> CompileStats | None:
     """None without a compilation."""
     if record is None or not record.compilations:
         return None
@@ -56,7 +93,7 @@ def compile_stats(record: CompileRecord | None) -> CompileStats | None:
     for c in record.compilations:
         by_id[c.compile_id].append(c)
     ran = {k: v for k, v in by_id.items() if any(c.fail_reason is None for c in v)}
-    again = {k: v for k, v in ran.items() if _nth(k) > 0}
+    again = {k: v for k, v in ran.items() if _nth(k) > 0 and not any(_another_module(c) for c in v)}
     forwards = [c for v in again.values() for c in v if c.frame is not None]
     reasons = list(dict.fromkeys(c.recompile_reason for c in forwards if c.recompile_reason))
     counts: dict[str, int] = defaultdict(int)
@@ -73,11 +110,53 @@ def compile_stats(record: CompileRecord | None) -> CompileStats | None:
         varying=_varying(reasons),
         limit_hit=any(c.fail_reason and LIMIT in c.fail_reason.lower() for c in record.compilations),
         recompile_limit=record.recompile_limit,
+        breaks=_breaks(record.compilations),
+        frames=len({_frame_of(c.compile_id) for c in record.compilations if c.frame is not None}),
+        whole_frames=len(_whole_frames(record.compilations)),
+        graphs=graph_time(steady),
     )
+
+
+NOT_AROUND = (Phase.OPTIMIZER.value, Phase.DATA_WAIT.value, Phase.CHECKPOINT_IO.value, Phase.COMM.value)
+"""Phases whose time is not around the model's graphs (the update, waiting for a batch, saving, collectives)."""
+
+
+def graph_time(steady: Sequence[Step]) -> GraphTime | None:
+    """None where the steady steps ran no compiled graph."""
+    timed = [s for s in steady if s.graph_calls and s.graph_ns is not None]
+    if len(timed) < max(3, len(steady) // 2):
+        return None
+    around = sorted(
+        s.dur_ns - (s.graph_ns or 0) - sum(ns for ph, ns in exposed_by_phase(s).items() if ph in NOT_AROUND)
+        for s in timed
+    )
+    return GraphTime(
+        calls=nearest_rank(sorted(s.graph_calls or 0 for s in timed), 0.5),
+        inside_ns=float(nearest_rank(sorted(s.graph_ns or 0 for s in timed), 0.5)),
+        around_ns=float(max(0, nearest_rank(around, 0.5))),
+        step_ns=float(nearest_rank(sorted(s.dur_ns for s in timed), 0.5)),
+    )
+
+
+def _whole_frames(compilations: Sequence[Compilation]) -> set[str]:
+    broke = {_frame_of(c.compile_id) for c in compilations if c.restart_reasons or _resumed(c)}
+    return {_frame_of(c.compile_id) for c in compilations if c.frame is not None} - broke
 
 
 OWN = "/pinchpoint/capture/"
 """A frame of pinchpoint's own: its wrapper of `Module.__call__`, which a compiled module's call enters."""
+
+
+TYPE_GUARD = "___check_type_id(self,"
+"""A guard on the type of the module whose call a frame runs."""
+
+
+def _another_module(c: Compilation) -> bool:
+    """pinchpoint's wrapper of `Module.__call__` compiled again for another module class: one code
+    object serves every module, so dynamo guards it on `type(self)`. Eagerly between graph breaks each
+    class's call compiles once, as the program's own `forward` frames would without the wrapper: no
+    size that varies, no recompile of the program's."""
+    return bool(c.site and OWN in c.site and c.recompile_reason and TYPE_GUARD in c.recompile_reason)
 
 
 def _label(c: Compilation) -> str:
@@ -104,3 +183,33 @@ def _varying(reasons: list[str]) -> tuple[Varying, ...]:
         Varying(tensor=t, dim=d, sizes=tuple(v))
         for (t, d), v in sorted(sizes.items(), key=lambda kv: -len(kv[1]))
     )
+
+
+RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_(\d+)$")
+"""Dynamo's name for the code after a graph break: `torch_dynamo_resume_in_forward_at_51`."""
+
+
+def _resumed(c: Compilation) -> bool:
+    return c.frame is not None and RESUME.match(c.frame) is not None
+
+
+def _frame_of(compile_id: str) -> str:
+    return compile_id.partition("/")[0]
+
+
+def _breaks(compilations: Sequence[Compilation]) -> tuple[GraphBreak, ...]:
+    """Each resume frame's line, with the reason its file's broken frames gave (the first one)."""
+    reasons: dict[str, str] = {}
+    for c in compilations:
+        file = (c.site or "").rpartition(":")[0]
+        if c.restart_reasons and file:
+            reasons.setdefault(file, c.restart_reasons[0])
+    found: dict[str, GraphBreak] = {}
+    for c in compilations:
+        m = RESUME.match(c.frame or "")
+        if m is None or (c.site and OWN in c.site):
+            continue
+        file = (c.site or "").rpartition(":")[0]
+        site = f"{file}:{m.group(2)}" if file else f"line {m.group(2)}"
+        found.setdefault(site, GraphBreak(function=m.group(1), site=site, reason=reasons.get(file)))
+    return tuple(found.values())

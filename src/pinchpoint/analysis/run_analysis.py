@@ -151,7 +151,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         stopped=stopped(run.meta, rank, run.stacks, main.pid if main is not None else None),
         between=between_updates(rank, main_timeline),
         restarts=worker_restarts(rank),
-        compiles=compile_stats(rank.compiles),
+        compiles=compile_stats(rank.compiles, steady),
         faults=page_faults(
             steady,
             min((s.index for s in rank.steps if s.profiled), default=None),

@@ -39,6 +39,7 @@ from pinchpoint.capture.annotate import annotator_from_environment
 from pinchpoint.capture.compiles import write_compiles
 from pinchpoint.capture.envnames import OPWINDOW_ENV
 from pinchpoint.capture.gc_watch import WATCH as GC
+from pinchpoint.capture.graph_watch import WATCH as GRAPHS
 from pinchpoint.capture.live_tensors import LeakWatch
 from pinchpoint.capture.loop_shapes import LoopMode
 from pinchpoint.capture.loop_site import loop_site
@@ -114,6 +115,7 @@ class Agent:
         """Called once `torch` is importable: wrap its entry points and write process-{pid}.json."""
         self.torch = torch
         GC.install(PATCHES)
+        GRAPHS.install(PATCHES)
         hooks.install_hooks(self, torch)
         for name in ("backward", "grad"):
             wrapped = dist_hooks.blocked_backward(self, getattr(torch.autograd, name))

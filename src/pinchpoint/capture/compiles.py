@@ -64,7 +64,16 @@ def _compile(m: Any) -> dict[str, Any]:
         "fail_reason": _text(fail.splitlines()[0] if isinstance(fail, str) and fail else None),
         "graph_breaks": _int(getattr(m, "num_graph_breaks", None)),
         "graph_ops": _int(getattr(m, "graph_op_count", None)),
+        "restart_reasons": _reasons(getattr(m, "restart_reasons", None)),
     }
+
+
+def _reasons(v: Any) -> list[str]:
+    """Why dynamo restarted tracing the frame (a graph break's first line: "Unsupported Tensor.item()
+    call ..."), deduplicated."""
+    if not isinstance(v, (set, list, tuple)):
+        return []
+    return sorted({str(r).strip().splitlines()[0][:REASON_MAX] for r in v if str(r).strip()})[:8]
 
 
 def _int(v: Any) -> int | None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from pinchpoint.capture.gc_watch import WATCH as GC
+from pinchpoint.capture.graph_watch import WATCH as GRAPHS
 from pinchpoint.capture.procfs import thread_schedstat
 
 _thread_cpu = time.thread_time_ns
@@ -34,6 +35,8 @@ class Counters(NamedTuple):
     gc: tuple[int, int, int, int] = (0, 0, 0, 0)
     """Python's collector so far (`capture/gc_watch.py`): ns inside collections, collections, full
     ones, ns inside explicit `gc.collect()` calls."""
+    graphs: tuple[int, int] = (0, 0)
+    """torch.compile's graphs so far (`capture/graph_watch.py`): calls, ns inside them."""
 
 
 def read_counters(main_tid: int) -> Counters:
@@ -42,7 +45,8 @@ def read_counters(main_tid: int) -> Counters:
     if _RUSAGE_THREAD is not None and threading.get_ident() == main_tid:
         main_sys = int(resource.getrusage(_RUSAGE_THREAD).ru_stime * 1e9)
     gc = (GC.ns, GC.collections, GC.full, GC.explicit_ns)
-    return Counters(_thread_cpu(), thread_schedstat(), ru.ru_minflt, int(ru.ru_stime * 1e9), main_sys, gc)
+    graphs = (GRAPHS.calls, GRAPHS.ns)
+    return Counters(_thread_cpu(), thread_schedstat(), ru.ru_minflt, int(ru.ru_stime * 1e9), main_sys, gc, graphs)
 
 
 @dataclass(slots=True)
@@ -84,7 +88,7 @@ class StepState:
             if now.main_sys_ns is not None and c0.main_sys_ns is not None
             else None
         )
-        return {
+        record = {
             "step": self.index,
             "kind": kind,
             "start_ns": self.start_ns if self.start_ns is not None else end,
@@ -106,6 +110,10 @@ class StepState:
             "gc_full": now.gc[2] - c0.gc[2],
             "gc_explicit_ns": now.gc[3] - c0.gc[3],
         }
+        if now.graphs[0] != c0.graphs[0]:  # (only where torch.compile's graphs ran)
+            record["graph_calls"] = now.graphs[0] - c0.graphs[0]
+            record["graph_ns"] = now.graphs[1] - c0.graphs[1]
+        return record
 
 
 class DeviceMarks:

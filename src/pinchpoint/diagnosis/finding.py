@@ -32,6 +32,7 @@ class Category(str, Enum):
     RUN_STARTUP = "run.startup"
     RUN_STALLED = "run.stalled"
     COMPILE_RECOMPILES = "compile.recompiles"
+    COMPILE_GRAPH_BREAKS = "compile.graph_breaks"
 
 
 class FixKind(str, Enum):
@@ -80,6 +81,9 @@ class FixKind(str, Enum):
     """What start-up builds (a tokenised corpus, an index) saved once and loaded on later runs."""
     DYNAMIC_SHAPES = "dynamic_shapes"
     """torch.compile's graphs dynamic in the dimension that varies (`dynamic=None`/`True`, mark_dynamic)."""
+    GRAPH_BREAKS = "graph_breaks"
+    """The lines that break torch.compile's graphs changed (a `.item()` kept on the tensor), or dynamo
+    let trace them (`capture_scalar_outputs`); `fix_params` item (1: a `Tensor.item()` broke)."""
     GC_LESS = "gc_less"
     """Fewer or cheaper garbage collections: explicit `gc.collect()` calls dropped, `gc.freeze()` after
     start-up; `fix_params` line of the call when one dominates (the evidence names its file)."""

@@ -40,6 +40,7 @@ def compile_record(o: Any) -> CompileRecord | None:
                 recompile_reason=as_str(c.get("recompile_reason")),
                 fail_reason=as_str(c.get("fail_reason")),
                 graph_breaks=as_int(c.get("graph_breaks")),
+                restart_reasons=tuple(r for r in as_list(c.get("restart_reasons")) if isinstance(r, str))[:8],
             )
         )
     if not found:

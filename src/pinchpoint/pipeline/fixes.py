@@ -52,6 +52,19 @@ def _by_agent(fix: str, how: str, **agent: object) -> Fix:
     return Fix(ways=_always(Way(fix=fix, how=how, agent=agent)))
 
 
+def _capture_scalars(params: Params) -> tuple[Way, ...]:
+    """Where a `.item()` broke the graph: dynamo traces it into the graph instead."""
+    if not params.get("item"):
+        return ()
+    return (
+        Way(
+            fix="capture_scalar_outputs",
+            how="TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS=1: dynamo traces Tensor.item() into the graph",
+            env={"TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS": "1"},
+        ),
+    )
+
+
 def _threads(params: Params) -> tuple[Way, ...]:
     n = params.get("threads")
     if not isinstance(n, int):
@@ -199,6 +212,10 @@ FIXES: dict[FixKind, Fix] = {
     FixKind.MICROBATCHES: Fix(ways=_microbatches),
     FixKind.DATA_PARALLEL: Fix(),
     FixKind.DYNAMIC_SHAPES: Fix(),
+    FixKind.GRAPH_BREAKS: Fix(
+        ways=_capture_scalars,
+        cannot="the line that breaks the graph is the program's code: the snippet shows it",
+    ),
 }
 """Every kind of fix a finding names, and how `try` applies it (or why it cannot)."""
 

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pinchpoint.errors import PinchpointError
-from pinchpoint.ingest.rundir import step_record, system_sample
+from pinchpoint.ingest.rundir import system_sample
+from pinchpoint.ingest.steps_jsonl import step_record
 from pinchpoint.trace.live import WINDOW_STEPS, Leading, Snapshot
 from pinchpoint.trace.run import Step, SystemSample
 

@@ -22,6 +22,8 @@ class Compilation:
     fail_reason: str | None = None
     """Its first line, where dynamo gave up (the recompile limit: the frame runs eagerly from then on)."""
     graph_breaks: int | None = None
+    restart_reasons: tuple[str, ...] = ()
+    """Why dynamo restarted tracing this frame: the graph breaks it met, their first lines."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

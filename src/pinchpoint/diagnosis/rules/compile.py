@@ -1,4 +1,5 @@
-"""`compile.recompiles`: torch.compile compiling again for every new size of a dimension that varies.
+"""torch.compile's findings: `compile.recompiles` (compiling again for every new size of a dimension that
+varies) and `compile.graph_breaks` (a compiled model broken into many graphs with Python between them).
 
 A frame compiled with static shapes (`dynamic=False`, or a size dynamo specialised on) is guarded on
 each input's sizes; a new size fails the guard and compiles again, until
@@ -17,6 +18,8 @@ from pinchpoint.diagnosis.whole_run import program_ns
 
 SHARE_MIN = 0.10
 """Recompiles holding at least 10% of the run's loop."""
+SIZE = "size"
+"""In a guard failure about a tensor's sizes ("size mismatch at index 1"): what dynamic shapes fix."""
 RECOMPILES_MIN = 2
 """A frame's one recompile is dynamo's way to dynamic shapes (with `dynamic=None`): two or more are not."""
 
@@ -41,6 +44,8 @@ class Recompiles(Rule):
         c, whole = rank.compiles, rank.run_time
         if c is None or whole is None or c.recompiles < RECOMPILES_MIN:
             return
+        if not c.varying and not any(SIZE in r for r in c.reasons):
+            return  # (other guards: a first call without gradients, a value a graph break specialised)
         loop = program_ns(whole)
         share = min(1.0, c.recompile_ns / loop)
         if share < SHARE_MIN:
@@ -82,4 +87,76 @@ class Recompiles(Rule):
             fix_kind=FixKind.DYNAMIC_SHAPES,
             of_run=True,
             run_speedup=gain,
+        )
+
+
+BREAKS_SHARE_MIN = 0.05
+"""Graph breaks pricing at least 5% of the step."""
+ITEM = "Tensor.item()"
+"""In dynamo's reason where a `.item()` broke the graph: `capture_scalar_outputs` lets dynamo trace it."""
+
+
+class GraphBreaks(Rule):
+    """Pattern: a compiled model runs as many graphs a step, not one forward and one backward: dynamo broke
+    it where it could not trace (a `.item()`, a `print`, data-dependent control flow, an unsupported
+    call), resumed after the break in a new frame, and ran the code at the break eagerly.
+    Why it's slow: each graph is entered through dynamo's guards and AOTAutograd's and autograd's
+    wrappers, forward and backward, and nothing fuses across a break: on a small model this overhead
+    is most of the step.
+    Fix: change the breaking line (keep the value on the tensor: `torch.where` for a branch, no
+    `.item()`; log outside the compiled function), or let dynamo trace it
+    (`torch._dynamo.config.capture_scalar_outputs = True` for `.item()`); `fullgraph=True` lists what
+    still breaks.
+    Reference: PyTorch's torch.compile troubleshooting ("graph breaks"), `TORCH_LOGS=graph_breaks`.
+    Priced: the time around the graphs (the step outside its graphs, update and input waits) shrinks
+    with the graph calls to one forward and one backward per compiled frame; fusion across the breaks
+    is not priced (a lower bound).
+    """
+
+    id: ClassVar[Category] = Category.COMPILE_GRAPH_BREAKS
+    title: ClassVar[str] = "torch.compile's graphs break into many pieces"
+    requires: ClassVar[frozenset[str]] = frozenset({"steps"})
+
+    def check(self, s: Subject) -> Iterable[Finding]:
+        rank = s.recorded
+        c = rank.compiles
+        if c is None or not c.breaks or c.graphs is None:
+            return
+        g = c.graphs
+        whole = 2 * (c.whole_frames + 1)  # one forward and one backward graph per frame; the broken one whole
+        if g.calls <= whole or g.step_ns <= 0:
+            return
+        saved = g.around_ns * (1 - whole / g.calls)
+        share = min(1.0, saved / g.step_ns)
+        if share < BREAKS_SHARE_MIN:
+            return
+        item = any(b.reason and ITEM in b.reason for b in c.breaks)
+        first = c.breaks[0]
+        yield Finding(
+            id=self.id,
+            title=Fact("rule.title", name=self.title),
+            share=share,
+            estimated_speedup=g.step_ns / max(1.0, g.step_ns - saved),
+            basis=Basis.MODEL,
+            confidence=Confidence.MEDIUM,
+            evidence=(
+                Fact(
+                    "compile.graph_breaks.sites",
+                    sites=tuple(f"{b.function} at {b.site}" for b in c.breaks[:5]),
+                    reason=first.reason or "?",
+                ),
+                Fact(
+                    "compile.graph_breaks.graphs",
+                    calls=g.calls,
+                    inside_ns=g.inside_ns,
+                    around_ns=g.around_ns,
+                    step_ns=g.step_ns,
+                ),
+                Fact("compile.graph_breaks.priced", whole=whole, saved_ns=saved),
+            ),
+            fix=Fact("compile.graph_breaks.fix", site=first.site, item=item),
+            snippet=Fact("compile.graph_breaks.snippet", item=item),
+            ranks=(rank.rank,),
+            fix_kind=FixKind.GRAPH_BREAKS,
+            fix_params=(("item", 1),) if item else (),
         )

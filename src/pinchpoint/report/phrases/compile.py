@@ -1,10 +1,12 @@
-"""torch.compile's findings (compile.recompiles) in words."""
+"""torch.compile's findings (compile.recompiles, compile.graph_breaks) in words."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from pinchpoint.report.phrases.units import ms, pct
+
+SCALARS = "TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS=1"
 
 
 def _sizes(sizes: tuple[int, ...]) -> str:
@@ -39,5 +41,39 @@ PHRASES: dict[str, Callable[..., str]] = {
     "compile.recompiles.snippet": lambda dim: (
         "model = torch.compile(model)  # not dynamic=False: the second size compiles a dynamic graph\n"
         f"# or, where sizes must stay static elsewhere: torch._dynamo.mark_dynamic(x, {dim}) before model(x)"
+    ),
+    "compile.graph_breaks.sites": lambda sites, reason: (
+        f"dynamo broke the compiled code at {', '.join(sites)} (the lines it resumed at, its records): "
+        f"{reason}"
+    ),
+    "compile.graph_breaks.graphs": lambda calls, inside_ns, around_ns, step_ns: (
+        f"A step entered {calls} compiled graphs, forward and backward, {ms(inside_ns)} inside them; "
+        f"{ms(around_ns)} of the {ms(step_ns)} step went around them (Python, dynamo's guards, the "
+        "autograd wrappers, the eager code at the breaks)"
+    ),
+    "compile.graph_breaks.priced": lambda whole, saved_ns: (
+        f"Priced as that time shrinking with the graphs entered to {whole} a step (one forward and one "
+        f"backward per compiled frame): {ms(saved_ns)} less; fusion across the breaks is not priced"
+    ),
+    "compile.graph_breaks.fix": lambda site, item: (
+        f"Change the line that breaks the graph ({site}): "
+        + (
+            "keep the value on the tensor instead of reading it into Python with .item() (tensor "
+            f"arithmetic, torch.where for a branch), or let dynamo trace it ({SCALARS}, or "
+            "torch._dynamo.config.capture_scalar_outputs = True). "
+            if item
+            else "move prints and logging outside the compiled function, and branches on tensor values "
+            "into torch.where or torch.cond. "
+        )
+        + "torch.compile(model, fullgraph=True) raises at each break left."
+    ),
+    "compile.graph_breaks.snippet": lambda item: (
+        (
+            "scale = h.abs().amax()           # not .item(): the value stays in the graph\n"
+            "h = h / (1.0 + scale / LIMIT)\n"
+            f"# or, no code changed: {SCALARS} python train.py"
+        )
+        if item
+        else "model = torch.compile(model, fullgraph=True)  # raises at the first break: the line to change"
     ),
 }
