@@ -110,10 +110,15 @@ def _tensor_types(tensor: type) -> set[type]:
     while todo:
         subs: list[type] = todo.pop().__subclasses__()
         for sub in subs:
-            if sub not in found:
+            if sub not in found and not sub.__module__.startswith(COMPILE_TIME):
                 found.add(sub)
                 todo.append(sub)
     return found
+
+
+COMPILE_TIME = "torch._subclasses"
+"""FakeTensor and FunctionalTensor: what torch.compile traced with, no memory of the program's (and
+asking a FakeTensor for its storage warns)."""
 
 
 def live_tensors(torch: Any) -> dict[str, Any]:

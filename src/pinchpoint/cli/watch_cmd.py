@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 from pinchpoint.errors import UsageError
-from pinchpoint.pipeline.live import LIVE_FORCE_ENV
 
 LEAD_EVERY_S = 10.0
 """How often the leading finding is recomputed (the whole pipeline over the partial run directory)."""
@@ -35,6 +34,8 @@ class WatchCommand:
         parser.add_argument("--no-color", action="store_true", help="plain text report")
 
     def execute(self, args: argparse.Namespace) -> int:
+        from pinchpoint.pipeline.live import LIVE_FORCE_ENV  # (here: every command parses this module)
+
         run_dir = Path(args.run_dir)
         _wait_for(run_dir)
         tty = sys.stdout.isatty() or bool(os.environ.get(LIVE_FORCE_ENV))
