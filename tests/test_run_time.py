@@ -145,3 +145,26 @@ def test_findings_are_ranked_by_their_gain_on_the_whole_run() -> None:
     assert [f.id for f in got] == [Category.RUN_ROLLOUTS, Category.HOST_PYTHON, Category.HOST_DISPATCH]
     assert got[1].run_speedup == pytest.approx(1 / ((1 - share) + share / 3))
     assert got[0].run_speedup == 1.3
+
+
+def test_torch_compiles_compilations_are_their_own_segment() -> None:
+    """A compiled model's first step holds its compilation: cut out as `compiling` (dynamo's records),
+    the step still counted, the run still partitioned."""
+    from pinchpoint.trace.compiles import Compilation, CompileRecord
+
+    t = T0 + 6_000 * MS
+    steps = [Step(index=i, kind=StepKind.TRAIN, start_ns=t + (i - 1) * 10 * MS, end_ns=t + i * 10 * MS) for i in range(1, 10)]
+    steps.insert(0, Step(index=0, kind=StepKind.TRAIN, start_ns=t - 5_000 * MS, end_ns=t))  # 5 s, 4 s of it compiling
+    compiles = CompileRecord(compilations=(
+        Compilation(compile_id="0/0", frame="forward", site=None, start_ns=t - 4_900 * MS, dur_ns=3_000 * MS),
+        Compilation(compile_id="0/0", frame=None, site=None, start_ns=t - 1_600 * MS, dur_ns=1_000 * MS),
+        Compilation(compile_id="0/0", frame=None, site=None, start_ns=t - 1_100 * MS, dur_ns=500 * MS),  # overlaps
+    ))  # fmt: skip
+    end = steps[-1].end_ns + 100 * MS
+    rank = RankData(rank=0, steps=tuple(sorted(steps, key=lambda s: s.index)), compiles=compiles)
+    whole = run_time(_meta(ended_ns=end), rank)
+    assert whole is not None and sum(g.ns for g in whole.segments) == whole.wall_ns
+    assert [g.name for g in whole.segments] == ["start-up", "compiling", "training steps", "shutdown"]
+    assert whole.share("compiling") * whole.wall_ns == pytest.approx(4_000 * MS)
+    (train,) = [g for g in whole.segments if g.name == "training steps"]
+    assert train.count == 10 and train.ns == 1_000 * MS + 90 * MS

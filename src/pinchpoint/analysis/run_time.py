@@ -21,6 +21,7 @@ from pinchpoint.trace.stacks import OWN_FILE, Stacks, StackSample, TimedSample
 
 SEGMENTS = (
     "start-up",
+    "compiling",
     "training steps",
     "evaluation and rollouts",
     "inference",
@@ -114,6 +115,8 @@ def run_time(
     spans = _spans(start, end, steps, stall_ns(steps))
     if stacks is not None and pid is not None and stacks.timeline:
         spans = _probes_checked(spans, main_samples(stacks, pid))
+    if rank.compiles is not None:
+        spans = _compiling(spans, [(c.start_ns, c.start_ns + c.dur_ns) for c in rank.compiles.compilations])
     named: dict[str, list[int]] = {}
     for a, b, name, is_step in spans:
         got = named.setdefault(name, [0, 0])
@@ -135,6 +138,38 @@ def run_time(
     return RunTime(
         wall_ns=end - start, segments=segments, checkpoint_ns=max(0, save), pinchpoint_ns=ours, ended=ended
     )
+
+
+COMPILING = "compiling"
+
+
+def _compiling(spans: list[Span], compiles: list[tuple[int, int]]) -> list[Span]:
+    """torch.compile's compilations (dynamo's records) cut out of the spans they ran in, as their own
+    segment: a compiled model's first step holds seconds of compilation that no step fix changes. A
+    step cut in two keeps its count on its first piece."""
+    merged: list[list[int]] = []
+    for a, b in sorted(c for c in compiles if c[1] > c[0]):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    if not merged:
+        return spans
+    out: list[Span] = []
+    for a, b, name, is_step in spans:
+        at, counted = a, False
+        for ca, cb in merged:
+            lo, hi = max(ca, a), min(cb, b)
+            if lo >= hi:
+                continue
+            if lo > at:
+                out.append((at, lo, name, is_step and not counted))
+                counted = counted or is_step
+            out.append((lo, hi, COMPILING, False))
+            at = hi
+        if b > at or (is_step and not counted):  # (a step that was all compilation still counts)
+            out.append((at, b, name, is_step and not counted))
+    return out
 
 
 def stall_ns(steps: list[Step]) -> int:

@@ -270,7 +270,7 @@ def roofline_svg(view: RooflineView, width: int = 1000, height: int = 380) -> st
 
 
 RUN_COLORS = {
-    "start-up": "#c4a000", "training steps": "#4e9a06", "evaluation and rollouts": "#3465a4", "inference": "#75507b",
+    "start-up": "#c4a000", "compiling": "#f57900", "training steps": "#4e9a06", "evaluation and rollouts": "#3465a4", "inference": "#75507b",
     "marked steps": "#4e9a06", "pinchpoint's own work": "#bbbbbb", "between steps": "#cc0000", "shutdown": "#8f5902",
 }  # fmt: skip
 
