@@ -91,3 +91,16 @@ def test_a_named_cause_is_kept_beside_more_stalls_of_another() -> None:
     found = stalls(steps)
     assert found is not None and found.cause == "host_other"
     assert found.also == "loader" and found.also_stalls == 10
+
+
+def test_a_named_cause_that_leads_without_explaining_half_is_kept() -> None:
+    """Beside a load the stalls split three ways: the epochs' new iterators lead (10 of 23) but explain
+    less than half, so no single cause is named; they are still said as the one with a fix."""
+    steps = _with_stall(make_steps(70, {"forward": 2}), 7, 150, "loader")
+    held = {3, 4, 5, 12, 13, 18, 25}
+    gc_held = {26, 33, 38, 45, 46, 59, 66}
+    steps = [replace(s, end_ns=s.end_ns + 100 * MS) if s.index in held else s for s in steps]
+    steps = [replace(s, end_ns=s.end_ns + 100 * MS, gc_ns=60 * MS) if s.index in gc_held else s for s in steps]
+    found = stalls(steps)
+    assert found is not None and found.cause == "mixed" and found.explained == pytest.approx(10 / 23)
+    assert found.also == "loader" and found.also_stalls == 10
