@@ -83,3 +83,21 @@ def test_a_run_that_has_ended(tmp_path: Path) -> None:
 def test_not_a_run_directory(tmp_path: Path) -> None:
     res = _capture(str(tmp_path))
     assert res.returncode == 2 and "neither a pid nor a run directory" in res.stderr, res.stderr
+
+
+def test_the_page_fault_probe_runs_only_for_a_program_that_faults() -> None:
+    """A window whose steps mapped few fresh pages skips the page-fault probe (~60 ms of the program's
+    time): there is no churn to price; one whose steps fault, or where it is not known, is probed."""
+    torch = pytest.importorskip("torch")
+    from pinchpoint.capture.opwindow import FAULTS_PROBED, run_probes
+
+    quiet = run_probes(torch, None, faults=3.0)
+    assert quiet["page_fault_ns"] is None and quiet["window_faults_per_step"] == 3
+    assert quiet["dispatch_ns_per_op"] is not None
+    for faults in (float(FAULTS_PROBED), 5000.0, None):
+        probed = run_probes(torch, None, faults=faults)
+        # (None where the kernel backs the pages with huge pages: faults are not the cost there)
+        assert "page_fault_ns" in probed and (probed["page_fault_ns"] is None or probed["page_fault_ns"] > 0)
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if not (thp.is_file() and "[always]" in thp.read_text()):
+        assert run_probes(torch, None, faults=5000.0)["page_fault_ns"] is not None

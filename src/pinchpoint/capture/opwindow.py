@@ -31,6 +31,9 @@ FAULT_PROBE_BYTES = 16 << 20
 """4k faults a pass, ~15 ms at this VM's 3.4 µs a fault (64 MiB and four passes took 250 ms of the
 program's time: half of all pinchpoint did inside a 25-step program); the passes agree within 10%."""
 FAULT_PROBE_PASSES = 3
+FAULTS_PROBED = 64
+"""Minor faults per window step below which the page-fault probe is skipped (~60 ms): a program that
+maps so few fresh pages has no churn to price (memory.pressure starts at 256 a step)."""
 MATMUL_PROBE_BUDGET_NS = 200_000_000
 """Upper bound on the time the matmul probe may take (it shrinks the shape to fit)."""
 
@@ -69,6 +72,8 @@ class OpWindow:
         from a worker): the loader probe passes one like it through a worker."""
         self.autocast_bf16 = False
         """The program autocasts to bf16 (the agent says so at each step end): the bf16 probes run."""
+        self.faults0: int | None = None
+        """The process's minor faults when the window began."""
         self.asked = False
         """Opened on request (`pinchpoint capture`): it records the steps asked for, whatever pinchpoint's
         budget (`shorten` leaves it alone)."""
@@ -126,6 +131,7 @@ class OpWindow:
 
     def _start(self, torch: Any) -> None:
         self.on_cuda = _cuda_in_use(torch)
+        self.faults0 = _minor_faults()
         if (
             not self.on_cuda
             and os.environ.get(RECORDER_ENV, "census") != "kineto"
@@ -181,7 +187,7 @@ class OpWindow:
             # On a CUDA program the matmuls run on the device: a CPU matmul probe would answer the
             # wrong question (the device's ceilings come from `pinchpoint calibrate`).
             shape = None if self.on_cuda else _heaviest_matmul(prof)
-            probes = run_probes(torch, shape, self.batch_spec, bf16=self._bf16())
+            probes = run_probes(torch, shape, self.batch_spec, bf16=self._bf16(), faults=self._faults_per_step())
             probes["device"] = "cuda" if self.on_cuda else "cpu"
             probes["window_steps"] = self.spec[1] if self.spec else None
             # Kineto stamps events in wall-clock time (baseTimeNanoseconds + ts); this pair maps
@@ -205,12 +211,19 @@ class OpWindow:
                 self.batch_spec,
                 opcensus.heaviest_conv(events),
                 bf16=self._bf16(),
+                faults=self._faults_per_step(),
             )
             probes["device"] = "cpu"
             probes["recorder"] = "census"
             probes["window_steps"] = self.spec[1] if self.spec else None
             probes["clock"] = {"wall_time_ns": time.time_ns(), "monotonic_ns": time.monotonic_ns()}
             write_json_atomic(self.rank_dir / "probes.json", probes)
+
+    def _faults_per_step(self) -> float | None:
+        """Minor faults per window step (the recorder's own are few: Python lists)."""
+        if self.faults0 is None or not self.spec or self.spec[1] <= 0:
+            return None
+        return (_minor_faults() - self.faults0) / self.spec[1]
 
     def _bf16(self) -> bool:
         """Time bf16 too: only where the CPU multiplies bf16 natively or the program autocasts to it (on
@@ -270,7 +283,9 @@ def run_probes(
     conv: tuple[list[int], list[int]] | None = None,
     *,
     bf16: bool = True,
+    faults: float | None = None,
 ) -> dict[str, Any]:
+    """`faults`: minor faults per window step (None: not known, probe anyway)."""
     out: dict[str, Any] = {
         "dispatch_ns_per_op": None,
         "matmul": [],
@@ -285,8 +300,10 @@ def run_probes(
         out["dispatch_ns_per_op"] = _probe_dispatch(torch)
     with contextlib.suppress(Exception):
         out["memory_bytes_per_s"] = _probe_memory_bandwidth(torch)
-    with contextlib.suppress(Exception):
-        out["page_fault_ns"] = _probe_page_faults()
+    out["window_faults_per_step"] = round(faults) if faults is not None else None
+    if faults is None or faults >= FAULTS_PROBED:
+        with contextlib.suppress(Exception):
+            out["page_fault_ns"] = _probe_page_faults()
     if shape is not None:
         with contextlib.suppress(Exception):
             out["matmul"] = _probe_matmul(torch, shape, bf16)
@@ -352,6 +369,12 @@ def _probe_dispatch(torch: Any) -> int:
             samples.append((time.perf_counter_ns() - t0) // (DISPATCH_PROBE_OPS // 5))
     samples.sort()
     return int(samples[len(samples) // 2])
+
+
+def _minor_faults() -> int:
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
 
 
 def _probe_page_faults() -> int | None:
