@@ -56,10 +56,10 @@ class GraphWatch:
         clock = time.perf_counter_ns
 
         @functools.wraps(call)
-        def call_timed(graph: Any, inputs: Any) -> Any:
+        def call_timed(graph: Any, *args: Any, **kwargs: Any) -> Any:
             t0 = clock()
             try:
-                return call(graph, inputs)
+                return call(graph, *args, **kwargs)
             finally:
                 watch.ns += clock() - t0
                 watch.calls += 1
