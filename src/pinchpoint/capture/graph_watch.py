@@ -3,20 +3,20 @@ inside them (the rest of a compiled step is Python, guards and eager code betwee
 
 Inductor runs every graph it compiled, forward and backward, through `CompiledFxGraph.__call__`
 (torch 2.10-2.13). The wrapper costs two clock reads a call. It is put in only when inductor's module
-is imported (a meta-path finder waits for it), so a program that never compiles pays nothing, and is
-put back on detach (`capture/patches.py`).
+is imported (`import_hook.AfterImport` waits for it), so a program that never compiles pays nothing,
+and is put back on detach (`capture/patches.py`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.abc
-import importlib.machinery
 import sys
 import time
 from types import ModuleType
 from typing import Any
+
+from pinchpoint.capture.import_hook import AfterImport
 
 MODULE = "torch._inductor.output_code"
 CLASS = "CompiledFxGraph"
@@ -40,9 +40,13 @@ class GraphWatch:
         if module is not None:
             self.wrap_module(module)
             return
-        finder = _Finder(self)
+        finder = AfterImport(MODULE, self._wrap_quietly)
         sys.meta_path.insert(0, finder)
         patches.handle(finder)
+
+    def _wrap_quietly(self, module: ModuleType) -> None:
+        with contextlib.suppress(Exception):  # never break the program's compile
+            self.wrap_module(module)
 
     def wrap_module(self, module: ModuleType) -> None:
         cls = getattr(module, CLASS, None)
@@ -66,38 +70,6 @@ class GraphWatch:
 
         call_timed._pinchpoint = True  # type: ignore[attr-defined]
         return call_timed
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Waits for inductor's output-code module and wraps its graphs once it has executed."""
-
-    def __init__(self, watch: GraphWatch) -> None:
-        self.watch = watch
-
-    def find_spec(
-        self, fullname: str, path: Any = None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != MODULE:
-            return None
-        self.remove()
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        orig_exec = getattr(loader, "exec_module")  # noqa: B009
-        watch = self.watch
-
-        def exec_module(module: ModuleType) -> None:
-            orig_exec(module)
-            with contextlib.suppress(Exception):  # never break the program's compile
-                watch.wrap_module(module)
-
-        setattr(loader, "exec_module", exec_module)  # noqa: B010
-        return spec
-
-    def remove(self) -> None:
-        with contextlib.suppress(ValueError):
-            sys.meta_path.remove(self)
 
 
 WATCH = GraphWatch()

@@ -1,4 +1,5 @@
-"""The meta-path finder that attaches the agent once `torch` has been imported (`agent.start`)."""
+"""Meta-path finders that act once a module has been imported: the agent attaches after `torch`
+(`agent.start`), the graph watch wraps inductor's graphs after their module (`graph_watch.py`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import contextlib
 import importlib.abc
 import importlib.machinery
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
@@ -22,21 +24,22 @@ class AttachingAgent(Protocol):
     def attach(self, torch: Any) -> None: ...
 
 
-class TorchImportHook(importlib.abc.MetaPathFinder):
-    """Finds `torch` through the other finders and attaches the agent once its module has executed.
+class AfterImport(importlib.abc.MetaPathFinder):
+    """Finds `fullname` through the other finders and calls `then(module)` once it has executed.
 
     It stays on `sys.meta_path` until then: `importlib.util.find_spec("torch")` (transformers' and
     accelerate's availability checks) asks the finders for a spec it never executes, and a hook that
     left after the first question would never see the real import."""
 
-    def __init__(self, agent: AttachingAgent) -> None:
-        self.agent = agent
+    def __init__(self, fullname: str, then: Callable[[ModuleType], None]) -> None:
+        self.fullname = fullname
+        self.then = then
         self.done = False
 
     def find_spec(
         self, fullname: str, path: Any = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "torch" or self.done:
+        if fullname != self.fullname or self.done:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
@@ -47,13 +50,28 @@ class TorchImportHook(importlib.abc.MetaPathFinder):
 
         def exec_module(module: ModuleType) -> None:
             hook.done = True
-            with contextlib.suppress(ValueError):
-                sys.meta_path.remove(hook)
+            hook.remove()
             orig_exec(module)
-            try:
-                hook.agent.attach(module)
-            except Exception as exc:  # never break the user's program
-                agent_log(hook.agent.run_dir, f"pinchpoint agent could not attach: {exc!r}")
+            hook.then(module)
 
         setattr(loader, "exec_module", exec_module)  # noqa: B010
         return spec
+
+    def remove(self) -> None:
+        """Off `sys.meta_path` (also the handle `capture/patches.py` undoes on detach)."""
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+
+
+class TorchImportHook(AfterImport):
+    """Attaches the agent once `torch` has been imported."""
+
+    def __init__(self, agent: AttachingAgent) -> None:
+        super().__init__("torch", self._attach)
+        self.agent = agent
+
+    def _attach(self, module: ModuleType) -> None:
+        try:
+            self.agent.attach(module)
+        except Exception as exc:  # never break the user's program
+            agent_log(self.agent.run_dir, f"pinchpoint agent could not attach: {exc!r}")

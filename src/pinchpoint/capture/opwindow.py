@@ -385,11 +385,8 @@ def _probe_page_faults() -> int | None:
     by 3× because the program's faults mostly come one thread at a time."""
     import ctypes
     import mmap
-    import resource
 
-    def faults() -> int:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
+    faults = _minor_faults
     n_bytes = FAULT_PROBE_BYTES
     samples = []
     for _ in range(FAULT_PROBE_PASSES):
