@@ -8,12 +8,16 @@ Durations are given in milliseconds for readability and stored as integer nanose
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
 # Runs made by the tests stay out of the developer's history database (tests of the history turn it
 # back on, with their own PINCHPOINT_HOME).
 os.environ["PINCHPOINT_NO_HISTORY"] = "1"
+# Nor do they read or fill the developer's caches (calibrated ceilings, kept machine probes): the suite
+# starts from an empty pinchpoint home, as on a fresh machine (tests that need one set their own).
+os.environ["PINCHPOINT_HOME"] = tempfile.mkdtemp(prefix="pinchpoint-home-")
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any

@@ -82,6 +82,10 @@ def test_no_trial_without_churn_on_several_ranks_or_under_another_allocator(
         return r
 
     assert runner(MIN_FAULTS - 1).on_step_end(9, ready=True) is False  # a steady heap: nothing to try
+    settled = AllocTrialRunner(tmp_path)  # early steps faulted, then glibc raised its own threshold
+    for i, faults in enumerate([20_000] * 6 + [40] * MIN_SEEN, start=1):
+        settled.observe(i, faults, own_settings=True)
+    assert settled.on_step_end(12, ready=True) is False and settled.state == "done"
     few = AllocTrialRunner(tmp_path)
     few.observe(1, 10_000, own_settings=True)
     few.observe(2, 10_000, own_settings=False)  # a window step does not count

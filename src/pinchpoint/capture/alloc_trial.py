@@ -3,7 +3,7 @@
 Faults × a probed cost per fault priced churn ×2.5–3.6 too high on one machine and missed it on
 another (the probe's fresh pages fault dearer than memory the kernel just took back; steps before the
 op window faulted less than the ones after). So when the program's steps keep faulting pages in
-(`MIN_FAULTS` a step, median of the steps so far), pinchpoint runs the next steps the way the fix
+(`MIN_FAULTS` a step, median of the last `MIN_SEEN` steps), pinchpoint runs the next steps the way the fix
 would: `mallopt(M_MMAP_THRESHOLD, 32 MiB)` and `mallopt(M_TRIM_THRESHOLD, 1 GiB)` — what
 `MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824` does from the environment — one
 warm-up step (the heap grows to hold the step's blocks), then three measured, sets the thresholds
@@ -46,7 +46,10 @@ GLIBC_DEFAULT = 128 << 10
 MIN_FAULTS = 256
 """Minor faults per step (1 MiB of fresh pages) before churn is worth a trial (the rule's threshold)."""
 MIN_SEEN = 4
-"""Steps seen at the program's own settings before deciding."""
+"""Steps seen at the program's own settings before deciding; the last this many decide (glibc raises
+its mmap threshold itself after the first big block is freed: a program whose first steps faulted
+5-20k pages may have stopped by the time the window is over, and a trial then costs ~10% of 13 steps
+for nothing)."""
 SCHEDULE = ("warm", "on", "on", "on", "back", "ref", "ref", "ref", "warm", "on", "on", "on", "back")
 """The trial's steps: thresholds raised (a warm-up step while the heap grows, then measured), set back
 (a step while the heap is faulted in again, then reference steps at the program's settings), raised
@@ -208,7 +211,7 @@ class AllocTrialRunner:
             if not ready or len(self.seen) < MIN_SEEN:
                 return False
             self.state = "done"
-            if _median(self.seen) < MIN_FAULTS or ranks() > 1:
+            if _median(self.seen[-MIN_SEEN:]) < MIN_FAULTS or ranks() > 1:
                 return False
             glibc = Glibc.load()
             if glibc is None:

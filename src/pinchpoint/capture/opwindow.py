@@ -20,17 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pinchpoint.capture import opcensus
+from pinchpoint.capture import machine_probes, opcensus
 from pinchpoint.capture.environment import native_bf16
 from pinchpoint.capture.envnames import RECORDER_ENV
 from pinchpoint.capture.loader_probe import probe_worker_transfer
 from pinchpoint.capture.writer import write_json_atomic
 
-DISPATCH_PROBE_OPS = 2000
-FAULT_PROBE_BYTES = 16 << 20
-"""4k faults a pass, ~15 ms at this VM's 3.4 µs a fault (64 MiB and four passes took 250 ms of the
-program's time: half of all pinchpoint did inside a 25-step program); the passes agree within 10%."""
-FAULT_PROBE_PASSES = 3
 FAULTS_PROBED = 64
 """Minor faults per window step below which the page-fault probe is skipped (~60 ms): a program that
 maps so few fresh pages has no churn to price (memory.pressure starts at 256 a step)."""
@@ -131,7 +126,7 @@ class OpWindow:
 
     def _start(self, torch: Any) -> None:
         self.on_cuda = _cuda_in_use(torch)
-        self.faults0 = _minor_faults()
+        self.faults0 = machine_probes.minor_faults()
         if (
             not self.on_cuda
             and os.environ.get(RECORDER_ENV, "census") != "kineto"
@@ -223,7 +218,7 @@ class OpWindow:
         """Minor faults per window step (the recorder's own are few: Python lists)."""
         if self.faults0 is None or not self.spec or self.spec[1] <= 0:
             return None
-        return (_minor_faults() - self.faults0) / self.spec[1]
+        return (machine_probes.minor_faults() - self.faults0) / self.spec[1]
 
     def _bf16(self) -> bool:
         """Time bf16 too: only where the CPU multiplies bf16 natively or the program autocasts to it (on
@@ -296,14 +291,8 @@ def run_probes(
     if batch_spec:  # the program loads in its training process: what would a worker cost?
         with contextlib.suppress(Exception):
             out["loader_transfer"] = probe_worker_transfer(torch, batch_spec)
-    with contextlib.suppress(Exception):
-        out["dispatch_ns_per_op"] = _probe_dispatch(torch)
-    with contextlib.suppress(Exception):
-        out["memory_bytes_per_s"] = _probe_memory_bandwidth(torch)
+    out.update(machine_probes.measure(torch, faults is None or faults >= FAULTS_PROBED))
     out["window_faults_per_step"] = round(faults) if faults is not None else None
-    if faults is None or faults >= FAULTS_PROBED:
-        with contextlib.suppress(Exception):
-            out["page_fault_ns"] = _probe_page_faults()
     if shape is not None:
         with contextlib.suppress(Exception):
             out["matmul"] = _probe_matmul(torch, shape, bf16)
@@ -333,78 +322,6 @@ def _probe_conv(torch: Any, x_dims: list[int], w_dims: list[int], bf16: bool = T
         timed = _slow_dtype_ns(fp32, n, lambda rows: conv2d(xd[:rows], wd, padding=k // 2))
         results.append({"input": x_dims, "weight": w_dims, "dtype": "bfloat16", **timed})
     return results
-
-
-BANDWIDTH_PROBE_BYTES = 64 << 20
-"""Copied to measure memory bandwidth: beyond the last-level cache of the CPUs this runs on."""
-
-
-def _probe_memory_bandwidth(torch: Any) -> float:
-    """Bytes read + written per second by a large tensor copy (with the program's threads), the
-    memory speed elementwise ops can reach here; ~50 ms, most of it faulting the buffers in."""
-    with torch.no_grad():
-        src = torch.ones(BANDWIDTH_PROBE_BYTES // 4)
-        dst = torch.empty_like(src)
-        dst.copy_(src)
-        samples = []
-        for _ in range(3):
-            t0 = time.perf_counter_ns()
-            dst.copy_(src)
-            samples.append(time.perf_counter_ns() - t0)
-    samples.sort()
-    return 2 * BANDWIDTH_PROBE_BYTES / (samples[len(samples) // 2] / 1e9)
-
-
-def _probe_dispatch(torch: Any) -> int:
-    """Median cost of one tiny eager op (a 1-element add) through Python and the dispatcher."""
-    a = torch.ones(1)
-    with torch.no_grad():
-        for _ in range(200):
-            torch.add(a, a)
-        samples = []
-        for _ in range(5):
-            t0 = time.perf_counter_ns()
-            for _ in range(DISPATCH_PROBE_OPS // 5):
-                torch.add(a, a)
-            samples.append((time.perf_counter_ns() - t0) // (DISPATCH_PROBE_OPS // 5))
-    samples.sort()
-    return int(samples[len(samples) // 2])
-
-
-def _minor_faults() -> int:
-    import resource
-
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
-
-
-def _probe_page_faults() -> int | None:
-    """Wall-clock cost of one minor page fault: a fresh anonymous mapping is written once (every page
-    faults: the kernel maps and zeroes it), written again (no faults) and unmapped; the cost is
-    (first write - second write + unmap) / faults, on one thread. On the reference machine this
-    matched the time a program lost per fault (1.9 vs 2.0 µs), where a multi-threaded fill undercounts
-    by 3× because the program's faults mostly come one thread at a time."""
-    import ctypes
-    import mmap
-
-    faults = _minor_faults
-    n_bytes = FAULT_PROBE_BYTES
-    samples = []
-    for _ in range(FAULT_PROBE_PASSES):
-        m = mmap.mmap(-1, n_bytes)
-        buf = (ctypes.c_char * n_bytes).from_buffer(m)
-        f0, t0 = faults(), time.perf_counter_ns()
-        ctypes.memset(buf, 1, n_bytes)
-        t1, f1 = time.perf_counter_ns(), faults()
-        ctypes.memset(buf, 2, n_bytes)
-        t2 = time.perf_counter_ns()
-        del buf
-        m.close()
-        t3 = time.perf_counter_ns()
-        n = f1 - f0
-        if n < n_bytes // 4096 // 4:  # huge pages: faults are not the cost here
-            return None
-        samples.append(max(0, (t1 - t0) - (t2 - t1) + (t3 - t2)) // n)
-    return int(min(samples[1:]))  # the first pass warms the kernel's page allocator
 
 
 def _probe_matmul(torch: Any, shape: tuple[int, int, int], bf16: bool = True) -> list[dict[str, Any]]:
