@@ -56,3 +56,33 @@ def test_the_finder_waits_for_the_module_and_steps_aside_for_every_other_import(
     finally:
         if saved is not None:
             sys.modules[MODULE] = saved
+
+
+def test_the_module_call_wrapper_is_marked_for_dynamo_to_skip_now_or_once_dynamo_loads() -> None:
+    """Its code object goes to dynamo's `skip_code` (the frame is never compiled on its own) — at once
+    where dynamo is loaded, else by a finder that waits for it and leaves with pinchpoint."""
+    from pinchpoint.capture.graph_watch import DYNAMO, _skip_quietly, skip_in_dynamo
+
+    skipped: list[types.CodeType] = []
+    stand_in = types.ModuleType(DYNAMO)
+    stand_in.skip_code = skipped.append  # type: ignore[attr-defined]
+
+    def wrapper() -> None: ...
+
+    saved = sys.modules.pop(DYNAMO, None)
+    try:
+        patches = Patches()
+        skip_in_dynamo(patches, wrapper.__code__)
+        finder = sys.meta_path[0]
+        assert not skipped and finder.find_spec("json") is None  # type: ignore[call-arg]
+        _skip_quietly(wrapper.__code__, stand_in)  # what the finder does once dynamo has executed
+        patches.undo()
+        assert finder not in sys.meta_path
+        sys.modules[DYNAMO] = stand_in
+        skip_in_dynamo(Patches(), wrapper.__code__)
+        assert skipped == [wrapper.__code__, wrapper.__code__]
+        _skip_quietly(wrapper.__code__, types.ModuleType("an old torch"))  # no skip_code: nothing breaks
+    finally:
+        sys.modules.pop(DYNAMO, None)
+        if saved is not None:
+            sys.modules[DYNAMO] = saved

@@ -155,7 +155,8 @@ def _another_module(c: Compilation) -> bool:
     """pinchpoint's wrapper of `Module.__call__` compiled again for another module class: one code
     object serves every module, so dynamo guards it on `type(self)`. Eagerly between graph breaks each
     class's call compiles once, as the program's own `forward` frames would without the wrapper: no
-    size that varies, no recompile of the program's."""
+    size that varies, no recompile of the program's. (Since decision 111 the agent tells dynamo to skip
+    the wrapper's frame: runs recorded before it, or on a torch without `skip_code`.)"""
     return bool(c.site and OWN in c.site and c.recompile_reason and TYPE_GUARD in c.recompile_reason)
 
 

@@ -72,5 +72,29 @@ class GraphWatch:
         return call_timed
 
 
+DYNAMO = "torch._dynamo.eval_frame"
+
+
+def skip_in_dynamo(patches: Any, code: Any) -> None:
+    """Tell dynamo never to compile `code` as a frame of its own (its callees still are): pinchpoint's
+    wrapper of `Module.__call__` is not torch's, so where a compiled program's modules ran eagerly
+    (after a graph break) dynamo compiled the wrapper once per module class (~60 ms each, guarded on
+    the class) — compilations the program does not have without pinchpoint. Inside a traced frame the
+    wrapper is still inlined (skipping a code object does not change inlining). Done when dynamo's
+    module is imported, or now if it is."""
+    module = sys.modules.get(DYNAMO)
+    if module is not None:
+        _skip_quietly(code, module)
+        return
+    finder = AfterImport(DYNAMO, functools.partial(_skip_quietly, code))
+    sys.meta_path.insert(0, finder)
+    patches.handle(finder)
+
+
+def _skip_quietly(code: Any, module: ModuleType) -> None:
+    with contextlib.suppress(Exception):  # torch without it: the compilations stay, nothing breaks
+        module.skip_code(code)
+
+
 WATCH = GraphWatch()
 """This process's watch (forked children inherit its counts; their steps read differences)."""

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, Protocol
 
-from pinchpoint.capture import loader_probe
+from pinchpoint.capture import graph_watch, loader_probe
 from pinchpoint.capture.patches import PATCHES
 from pinchpoint.capture.procfs import thread_schedstat
 from pinchpoint.capture.roles import Role
@@ -193,6 +193,7 @@ def _wrap_module_call(agent: HookedAgent, torch: Any) -> None:
             agent.forward_ended(self, t0, _now())
 
     PATCHES.set(module_cls, "__call__", call_wrapper)
+    graph_watch.skip_in_dynamo(PATCHES, call_wrapper.__code__)
 
 
 def _register_optimizer_hooks(agent: HookedAgent) -> None:
