@@ -162,3 +162,53 @@ def test_graph_breaks_are_named_by_the_line_dynamo_resumed_at() -> None:
     bad["compiles"][0]["restart_reasons"] = "not a list"  # type: ignore[index]
     again = compile_record(json.loads(json.dumps(bad)))
     assert again is not None and again.compilations[0].restart_reasons == ()
+
+
+def _cold_doc(caches: object, fx_miss: int = 1) -> dict[str, object]:
+    """As examples/compile_cold_cache.py's run wrote it: one frame compiled (16.9 s, 16.5 of it in the
+    backend), its backward compiled lazily (4.4 s), the caches on and missed."""
+    t_us = (WALL - 30 * S) // 1000
+    forward = {"id": "0/0", "frame": "forward", "file": "/x/train.py", "line": 12, "start_us": t_us,
+               "duration_us": 16_864_000, "dynamo_us": 16_864_000, "backend_us": 16_541_000,
+               "cache": {"fx_hit": 0, "fx_miss": fx_miss, "aot_hit": 0, "aot_miss": fx_miss}}
+    backward = {"id": "0/0", "frame": None, "start_us": t_us + 17_000_000, "duration_us": 4_411_000,
+                "backend_us": None, "cache": {"fx_miss": fx_miss, "aot_miss": "x"}}
+    return {"clock": {"wall_time_ns": WALL, "monotonic_ns": MONO}, "compiles": [forward, backward],
+            "caches": caches}  # fmt: skip
+
+
+def test_a_compilation_that_missed_caches_that_were_on_is_cold() -> None:
+    """The backend's time of compilations that missed (a lazily compiled backward is all backend) is
+    what a warm cache would load; caches turned off, or that hit, are not cold."""
+    on = {"fx_graph": True, "autograd": True, "force_disabled": False, "dir": "/tmp/inductor-cache-x1"}
+    record = compile_record(_cold_doc(on))
+    assert record is not None and record.caches is not None
+    assert record.caches.on is True and record.caches.directory == "/tmp/inductor-cache-x1"
+    stats = compile_stats(record)
+    assert stats is not None and stats.cold is not None
+    assert stats.cold.backend_ns == (16_541_000 + 4_411_000) * 1000 and stats.cold.misses == 3
+    off = dict(on, force_disabled=True)
+    for caches, misses in ((off, 1), (on, 0), ({"fx_graph": "?"}, 1), ("hostile", 1), (None, 1)):
+        stats = compile_stats(compile_record(_cold_doc(caches, fx_miss=misses)))
+        assert stats is not None and stats.cold is None, (caches, misses)
+
+
+def test_a_cold_compile_that_holds_the_run_is_priced_on_its_wall_clock() -> None:
+    on = {"fx_graph": True, "autograd": True, "force_disabled": False, "dir": "/tmp/inductor-cache-x1"}
+    stats = compile_stats(compile_record(_cold_doc(on)))
+    whole = RunTime(
+        wall_ns=27 * S,
+        segments=(
+            Segment(name="start-up", ns=4 * S),
+            Segment(name="compiling", ns=21 * S),
+            Segment(name="training steps", ns=2 * S, count=60),
+        ),
+    )
+    rank = replace(make_rank_analysis({"forward": 4, "backward": 6}, 0), compiles=stats, run_time=whole)
+    findings = diagnose(make_run_analysis(make_env(cores=2), [rank])).findings
+    (found,) = [f for f in findings if f.id is Category.COMPILE_TIME]
+    assert findings[0] is found  # once a run, priced on the wall clock: ahead of anything in 2 s of steps
+    saved = 0.9 * (16_541_000 + 4_411_000) * 1000
+    assert found.estimated_speedup == pytest.approx(27 * S / (27 * S - saved))
+    assert found.fix_kind is FixKind.COMPILE_CACHE and found.of_run
+    assert "TORCHINDUCTOR_CACHE_DIR" in say(found.fix) and "/tmp/inductor-cache-x1" in say(found.fix)

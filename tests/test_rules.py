@@ -33,7 +33,7 @@ from conftest import (
 )
 from pinchpoint.analysis.attention import HandAttention
 from pinchpoint.analysis.between_updates import BetweenUpdates
-from pinchpoint.analysis.compiles import CompileStats, GraphBreak, GraphTime, Varying
+from pinchpoint.analysis.compiles import ColdCompiles, CompileStats, GraphBreak, GraphTime, Varying
 from pinchpoint.analysis.gc import GcStats
 from pinchpoint.analysis.memory import PageFaults, memory_trend, page_faults
 from pinchpoint.analysis.ops import op_stats
@@ -1663,8 +1663,39 @@ COMPILE_GRAPH_BREAKS = {
     "no-compile": Case(rank_of({}), False),
 }
 
+
+
+def _cold(backend_s: float, wall_s: float = 10.0, compiling_s: float = 7.0) -> dict[str, Any]:
+    """A `wall_s` run that compiled for `compiling_s`, `backend_s` of it in backends that missed the cache."""
+    stats = CompileStats(
+        compile_ns=int(compiling_s * 1e9), compiles=2, recompiles=0, recompile_ns=0, mean_recompile_ns=0.0,
+        frame=None, reasons=(),
+        cold=ColdCompiles(backend_ns=int(backend_s * 1e9), misses=4, hits=0, directory="/tmp/inductor-cache-x1"),
+    )  # fmt: skip
+    whole = RunTime(wall_ns=int(wall_s * 1e9), segments=(
+        Segment(name="start-up", ns=2_000_000_000), Segment(name="compiling", ns=int(compiling_s * 1e9)),
+        Segment(name="training steps", ns=int((wall_s - 2 - compiling_s) * 1e9), count=60),
+    ))  # fmt: skip
+    return {"compiles": stats, "run_time": whole}
+
+
+COMPILE_TIME = {
+    "compiles-from-scratch": Case(
+        rank_of({}, **_cold(5.0)),
+        True,
+        facts={"compile.time.cache": {"misses": 4, "directory": "/tmp/inductor-cache-x1"},
+               "compile.time.run": {"compiling_ns": 7e9}},
+        # 5 s of backend, 90% of it loaded instead: 4.5 s of the 10 s run out
+        check=_all(_eq("share", 0.45), _eq("estimated_speedup", 10 / 5.5), _eq("fix_kind", FixKind.COMPILE_CACHE)),
+    ),
+    "a-small-share": Case(rank_of({}, **_cold(1.0, wall_s=20.0)), False),  # 0.9 s of 20 s
+    "caches-off-or-hit": Case(rank_of({}, **_cold(5.0) | {"compiles": replace(_cold(5.0)["compiles"], cold=None)}), False),
+    "no-run-clock": Case(rank_of({}, compiles=_cold(5.0)["compiles"]), False),
+}
+
 CASES: dict[str, dict[str, Case]] = {
     "compile.recompiles": COMPILE_RECOMPILES,
+    "compile.time": COMPILE_TIME,
     "compile.graph_breaks": COMPILE_GRAPH_BREAKS,
     "input.fetch": INPUT_FETCH,
     "input.worker_restart": INPUT_WORKER_RESTART,

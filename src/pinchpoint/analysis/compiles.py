@@ -83,6 +83,39 @@ class CompileStats:
     whole_frames: int = 0
     """Frames that compiled without a break (not a resume frame, no restart)."""
     graphs: GraphTime | None = None
+    cold: ColdCompiles | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ColdCompiles:
+    """Compilations whose backend ran in full although the compiler's caches were on: nothing was found
+    in them (a first run, or a cache directory that does not outlive the run)."""
+
+    backend_ns: int
+    """The backend's time in them (AOTAutograd, inductor's code generation and C++ compiles), lazily
+    compiled backward graphs included: what a cache hit replaces with a load."""
+    misses: int
+    hits: int
+    directory: str | None
+
+
+def cold_compiles(record: CompileRecord) -> ColdCompiles | None:
+    """None where the caches were off or unknown (turned off on purpose: benchmarking a cold compile,
+    debugging the compiler), or nothing missed them."""
+    caches = record.caches
+    if caches is None or caches.on is not True:
+        return None
+    missed = [c for c in record.compilations if c.cache_misses > 0 and c.fail_reason is None]
+    if not missed:
+        return None
+    # a forward compilation's backend time; a backward graph (no frame) compiled lazily is all backend
+    backend = sum((c.backend_ns if c.frame is not None else c.dur_ns) or 0 for c in missed)
+    return ColdCompiles(
+        backend_ns=backend,
+        misses=sum(c.cache_misses for c in record.compilations),
+        hits=sum(c.cache_hits for c in record.compilations),
+        directory=caches.directory,
+    )
 
 
 def compile_stats(record: CompileRecord | None, steady: Sequence[Step] = ()) -> CompileStats | None:
@@ -114,6 +147,7 @@ def compile_stats(record: CompileRecord | None, steady: Sequence[Step] = ()) -> 
         frames=len({_frame_of(c.compile_id) for c in record.compilations if c.frame is not None}),
         whole_frames=len(_whole_frames(record.compilations)),
         graphs=graph_time(steady),
+        cold=cold_compiles(record),
     )
 
 

@@ -10,6 +10,7 @@ the program runs, and a program that never imported dynamo pays nothing at all.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -48,7 +49,26 @@ def compiles_doc() -> dict[str, Any] | None:
         "recompile_limit": _int(getattr(dynamo.config, "recompile_limit", None)),
         "compiles": [_compile(m) for m in metrics],
         "graph_breaks": {str(k)[:REASON_MAX]: int(v) for k, v in dict(breaks).items()},
+        "caches": _caches(),
     }
+
+
+def _caches() -> dict[str, Any]:
+    """Whether inductor's and AOTAutograd's local caches were on, and where they live (a directory in
+    /tmp by default: a container or a CI job that starts afresh compiles everything again)."""
+    out: dict[str, Any] = {"fx_graph": None, "autograd": None, "force_disabled": None, "dir": None}
+    inductor = sys.modules.get("torch._inductor.config")
+    functorch = sys.modules.get("torch._functorch.config")
+    with contextlib.suppress(Exception):
+        out["fx_graph"] = bool(inductor.fx_graph_cache) if inductor is not None else None
+        out["force_disabled"] = bool(inductor.force_disable_caches) if inductor is not None else None
+    with contextlib.suppress(Exception):
+        out["autograd"] = bool(functorch.enable_autograd_cache) if functorch is not None else None
+    dirs = sys.modules.get("torch._inductor.runtime.cache_dir_utils")
+    with contextlib.suppress(Exception):
+        if dirs is not None:  # (not `cache_dir()`: it sets the variable and makes the directory)
+            out["dir"] = os.path.abspath(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or dirs.default_cache_dir())
+    return out
 
 
 def _compile(m: Any) -> dict[str, Any]:
@@ -65,7 +85,25 @@ def _compile(m: Any) -> dict[str, Any]:
         "graph_breaks": _int(getattr(m, "num_graph_breaks", None)),
         "graph_ops": _int(getattr(m, "graph_op_count", None)),
         "restart_reasons": _reasons(getattr(m, "restart_reasons", None)),
+        # where the time went: dynamo's tracing, then the backend (AOTAutograd, inductor's codegen and
+        # C++/Triton compiles), which a cache hit skips
+        "dynamo_us": _int(getattr(m, "dynamo_cumulative_compile_time_us", None)),
+        "backend_us": _us(getattr(m, "backend_compile_time_s", None)),
+        "inductor_us": _int(getattr(m, "inductor_cumulative_compile_time_us", None)),
+        "cache": {
+            name: _int(getattr(m, attr, None))
+            for name, attr in (
+                ("fx_hit", "inductor_fx_local_cache_hit_count"),
+                ("fx_miss", "inductor_fx_local_cache_miss_count"),
+                ("aot_hit", "aotautograd_local_cache_hit_count"),
+                ("aot_miss", "aotautograd_local_cache_miss_count"),
+            )
+        },
     }
+
+
+def _us(seconds: Any) -> int | None:
+    return round(seconds * 1e6) if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else None
 
 
 def _reasons(v: Any) -> list[str]:

@@ -33,6 +33,7 @@ class Category(str, Enum):
     RUN_STALLED = "run.stalled"
     COMPILE_RECOMPILES = "compile.recompiles"
     COMPILE_GRAPH_BREAKS = "compile.graph_breaks"
+    COMPILE_TIME = "compile.time"
 
 
 class FixKind(str, Enum):
@@ -84,6 +85,9 @@ class FixKind(str, Enum):
     GRAPH_BREAKS = "graph_breaks"
     """The lines that break torch.compile's graphs changed (a `.item()` kept on the tensor), or dynamo
     let trace them (`capture_scalar_outputs`); `fix_params` item (1: a `Tensor.item()` broke)."""
+    COMPILE_CACHE = "compile_cache"
+    """torch.compile's caches kept where the next run finds them (`TORCHINDUCTOR_CACHE_DIR` on storage
+    that outlives the run, or the mega-cache's artifacts saved and loaded)."""
     GC_LESS = "gc_less"
     """Fewer or cheaper garbage collections: explicit `gc.collect()` calls dropped, `gc.freeze()` after
     start-up; `fix_params` line of the call when one dominates (the evidence names its file)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pinchpoint.diagnosis.finding import Category
 from pinchpoint.diagnosis.rules.base import Rule
 from pinchpoint.diagnosis.rules.comm import CommExposed
-from pinchpoint.diagnosis.rules.compile import GraphBreaks, Recompiles
+from pinchpoint.diagnosis.rules.compile import CompileTime, GraphBreaks, Recompiles
 from pinchpoint.diagnosis.rules.compute import ComputeMath, ComputeMemory
 from pinchpoint.diagnosis.rules.cpu import CpuOversubscription, CpuUnderuse
 from pinchpoint.diagnosis.rules.gc import HostGc
@@ -45,6 +45,7 @@ RULES: tuple[Rule, ...] = (
     StartUp(),
     Recompiles(),
     GraphBreaks(),
+    CompileTime(),
     # Every rank's recordings (Scope.RANKS)
     StalledRun(),
     Straggler(),

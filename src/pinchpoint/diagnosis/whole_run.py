@@ -37,6 +37,11 @@ def on_the_run(step_gain: float, share: float) -> float:
     return 1.0 / max(1e-9, (1.0 - share) + share / max(1e-9, step_gain))
 
 
+ONCE_A_RUN = frozenset({Category.RUN_STARTUP, Category.COMPILE_TIME})
+"""Findings of time paid once a run whatever its length (start-up's building, a cold compile): priced
+on the wall clock."""
+
+
 def with_run_gains(findings: tuple[Finding, ...], runs: tuple[RankAnalysis, ...]) -> tuple[Finding, ...]:
     """Each step finding's gain on the whole run (where the run's wall clock is known), and the run's
     own findings placed among them by that gain; the step findings keep their order."""
@@ -55,7 +60,7 @@ def with_run_gains(findings: tuple[Finding, ...], runs: tuple[RankAnalysis, ...]
     out = [f for f in steps if not f.of_run or f.id is Category.RUN_STALLED]
     loop = program_ns(whole) / max(1, whole.wall_ns)
     for f in ours:
-        once = f.id is Category.RUN_STARTUP
+        once = f.id in ONCE_A_RUN
         at = next(
             (
                 i
@@ -71,9 +76,9 @@ def with_run_gains(findings: tuple[Finding, ...], runs: tuple[RankAnalysis, ...]
 
 def _wall_gain(f: Finding, share: float, loop: float) -> float:
     """The gain `f` is ordered by, on a run whose loop is `loop` of its wall clock (1.0: on the loop
-    itself). Start-up's finding is priced on the wall clock, as once-per-run time must be: the loop's
+    itself). Once-a-run findings are priced on the wall clock, as once-per-run time must be: the loop's
     findings are read on that scale when it is placed among them."""
-    if f.id is Category.RUN_STARTUP:
+    if f.id in ONCE_A_RUN:
         return f.estimated_speedup
     return on_the_run(_ordering_gain(f, share), loop)
 

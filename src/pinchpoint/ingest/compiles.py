@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from pinchpoint.ingest.fields import as_int, as_list, as_str
-from pinchpoint.trace.compiles import Compilation, CompileRecord
+from pinchpoint.trace.compiles import Compilation, CompileCaches, CompileRecord
 from pinchpoint.trace.run import Step
 
 FILE = "compile.json"
@@ -41,6 +41,10 @@ def compile_record(o: Any) -> CompileRecord | None:
                 fail_reason=as_str(c.get("fail_reason")),
                 graph_breaks=as_int(c.get("graph_breaks")),
                 restart_reasons=tuple(r for r in as_list(c.get("restart_reasons")) if isinstance(r, str))[:8],
+                dynamo_ns=_ns(c.get("dynamo_us")),
+                backend_ns=_ns(c.get("backend_us")),
+                cache_hits=_count(c.get("cache"), "fx_hit") + _count(c.get("cache"), "aot_hit"),
+                cache_misses=_count(c.get("cache"), "fx_miss") + _count(c.get("cache"), "aot_miss"),
             )
         )
     if not found:
@@ -50,6 +54,7 @@ def compile_record(o: Any) -> CompileRecord | None:
     return CompileRecord(
         compilations=tuple(sorted(found, key=lambda c: c.start_ns)),
         recompile_limit=as_int(o.get("recompile_limit")),
+        caches=_caches(o.get("caches")),
         graph_breaks=tuple(
             sorted(
                 ((str(k), n) for k, v in breaks.items() if (n := as_int(v)) is not None and n > 0),
@@ -57,6 +62,25 @@ def compile_record(o: Any) -> CompileRecord | None:
             )
         ),
     )
+
+
+def _ns(us: Any) -> int | None:
+    v = as_int(us)
+    return v * 1000 if v is not None and v >= 0 else None
+
+
+def _count(cache: Any, key: str) -> int:
+    v = as_int(cache.get(key)) if isinstance(cache, dict) else None
+    return v if v is not None and v > 0 else 0
+
+
+def _caches(o: Any) -> CompileCaches | None:
+    if not isinstance(o, dict):
+        return None
+    flags = [o.get("fx_graph"), o.get("autograd")]
+    known = [f for f in flags if isinstance(f, bool)]
+    on = None if not known else any(known) and o.get("force_disabled") is not True
+    return CompileCaches(on=on, directory=as_str(o.get("dir")))
 
 
 def mark_compiling(steps: Sequence[Step], record: CompileRecord | None) -> tuple[Step, ...]:

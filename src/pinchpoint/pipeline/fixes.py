@@ -212,6 +212,10 @@ FIXES: dict[FixKind, Fix] = {
     FixKind.MICROBATCHES: Fix(ways=_microbatches),
     FixKind.DATA_PARALLEL: Fix(),
     FixKind.DYNAMIC_SHAPES: Fix(),
+    FixKind.COMPILE_CACHE: Fix(
+        cannot="a cache changes the next run's compilation, which try's steady steps leave out: run the "
+        "program twice with the same TORCHINDUCTOR_CACHE_DIR and compare the runs' wall clocks"
+    ),
     FixKind.GRAPH_BREAKS: Fix(
         ways=_capture_scalars,
         cannot="the line that breaks the graph is the program's code: the snippet shows it",

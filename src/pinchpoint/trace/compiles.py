@@ -24,6 +24,24 @@ class Compilation:
     graph_breaks: int | None = None
     restart_reasons: tuple[str, ...] = ()
     """Why dynamo restarted tracing this frame: the graph breaks it met, their first lines."""
+    dynamo_ns: int | None = None
+    """Of `dur_ns`, dynamo's own tracing (a cache hit does not skip it)."""
+    backend_ns: int | None = None
+    """Of `dur_ns`, the backend: AOTAutograd and inductor's code generation and C++ or Triton compiles
+    (what a cache hit replaces with a load)."""
+    cache_hits: int = 0
+    """Inductor's and AOTAutograd's local cache hits in this compilation."""
+    cache_misses: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompileCaches:
+    """The compiler's caches as the program left them."""
+
+    on: bool | None
+    """Inductor's FX-graph cache or AOTAutograd's was on (None: not known)."""
+    directory: str | None
+    """Where they live (`TORCHINDUCTOR_CACHE_DIR`, else inductor's default under /tmp)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,3 +50,4 @@ class CompileRecord:
     recompile_limit: int | None = None
     graph_breaks: tuple[tuple[str, int], ...] = ()
     """Graph-break reason -> times dynamo broke a graph for it (its counters)."""
+    caches: CompileCaches | None = None

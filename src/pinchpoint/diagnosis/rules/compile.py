@@ -1,5 +1,6 @@
 """torch.compile's findings: `compile.recompiles` (compiling again for every new size of a dimension that
-varies) and `compile.graph_breaks` (a compiled model broken into many graphs with Python between them).
+varies), `compile.graph_breaks` (a compiled model broken into many graphs with Python between them) and
+`compile.time` (a run that compiles from scratch what a cache would have loaded).
 
 A frame compiled with static shapes (`dynamic=False`, or a size dynamo specialised on) is guarded on
 each input's sizes; a new size fails the guard and compiles again, until
@@ -159,4 +160,68 @@ class GraphBreaks(Rule):
             ranks=(rank.rank,),
             fix_kind=FixKind.GRAPH_BREAKS,
             fix_params=(("item", 1),) if item else (),
+        )
+
+
+TIME_SHARE_MIN = 0.10
+"""What a warm cache would save: at least 10% of the run's wall clock."""
+HIT_KEEPS = 0.1
+"""Of a cold compilation's backend time, what a cache hit still costs (loading the compiled code).
+Measured: see decision 112."""
+
+
+class CompileTime(Rule):
+    """Pattern: a short compiled run spends most of its wall clock compiling, every run, because the
+    compiler's caches never hit: they live in a directory that does not outlive the run (inductor's
+    default is under /tmp: a container, a CI job or a cluster node starts without it).
+    Why it's slow: each run traces the model (dynamo), derives the backward (AOTAutograd) and generates
+    and compiles C++ or Triton (inductor) again; a run that finds its graphs in the cache loads them.
+    Fix: `TORCHINDUCTOR_CACHE_DIR` on storage that outlives the run (a persistent volume, a shared
+    filesystem), or the mega-cache (`torch.compiler.save_cache_artifacts()` after a run,
+    `load_cache_artifacts()` before the next). Dynamo's tracing is paid either way.
+    Reference: PyTorch's "Compile time caching in torch.compile" tutorial.
+    Priced: the cold compilations' backend time, less what loading it costs (`HIT_KEEPS`), out of the
+    run's wall clock. Caches turned off (`TORCHINDUCTOR_FORCE_DISABLE_CACHES`) are the program's choice:
+    not found.
+    """
+
+    id: ClassVar[Category] = Category.COMPILE_TIME
+    title: ClassVar[str] = "Every run compiles from scratch what a cache would load"
+    requires: ClassVar[frozenset[str]] = frozenset({"steps"})
+
+    def check(self, s: Subject) -> Iterable[Finding]:
+        rank = s.recorded
+        c, whole = rank.compiles, rank.run_time
+        if c is None or c.cold is None or whole is None or whole.wall_ns <= 0:
+            return
+        saved = c.cold.backend_ns * (1 - HIT_KEEPS)
+        share = saved / whole.wall_ns
+        if share < TIME_SHARE_MIN:
+            return
+        gain = whole.wall_ns / max(1.0, whole.wall_ns - saved)
+        compiling = round(whole.share("compiling") * whole.wall_ns)
+        yield Finding(
+            id=self.id,
+            title=Fact("rule.title", name=self.title),
+            share=share,
+            estimated_speedup=gain,
+            basis=Basis.MODEL,
+            confidence=Confidence.MEDIUM,
+            evidence=(
+                Fact(
+                    "compile.time.run",
+                    compiling_ns=compiling,
+                    wall_ns=whole.wall_ns,
+                    compiles=c.compiles,
+                    backend_ns=c.cold.backend_ns,
+                ),
+                Fact("compile.time.cache", misses=c.cold.misses, hits=c.cold.hits, directory=c.cold.directory or "?"),
+                Fact("compile.time.priced", keeps=HIT_KEEPS, saved_ns=saved),
+            ),
+            fix=Fact("compile.time.fix", directory=c.cold.directory or "?"),
+            snippet=Fact("compile.time.snippet"),
+            ranks=(rank.rank,),
+            fix_kind=FixKind.COMPILE_CACHE,
+            of_run=True,
+            run_speedup=gain,
         )

@@ -1,4 +1,4 @@
-"""torch.compile's findings (compile.recompiles, compile.graph_breaks) in words."""
+"""torch.compile's findings (compile.recompiles, compile.graph_breaks, compile.time) in words."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ from collections.abc import Callable
 from pinchpoint.report.phrases.units import ms, pct
 
 SCALARS = "TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS=1"
+
+
+def _s(ns: float) -> str:
+    return f"{ns / 1e9:.1f} s"
 
 
 def _sizes(sizes: tuple[int, ...]) -> str:
@@ -66,6 +70,32 @@ PHRASES: dict[str, Callable[..., str]] = {
             "into torch.where or torch.cond. "
         )
         + "torch.compile(model, fullgraph=True) raises at each break left."
+    ),
+    "compile.time.run": lambda compiling_ns, wall_ns, compiles, backend_ns: (
+        f"Compiling took {_s(compiling_ns)} of the {_s(wall_ns)} run ({pct(compiling_ns / max(1, wall_ns))}, "
+        f"{compiles} compiled frame{'s' if compiles != 1 else ''}); {_s(backend_ns)} of it in the backend "
+        "(AOTAutograd, inductor's code generation and C++ compiles, forward and backward), which a cache hit "
+        "replaces with a load (dynamo's own records)"
+    ),
+    "compile.time.cache": lambda misses, hits, directory: (
+        f"The caches were on and missed {misses} times, hit {hits}: nothing compiled before was found in "
+        f"{directory}"
+    ),
+    "compile.time.priced": lambda keeps, saved_ns: (
+        f"Priced as those backend compilations loaded from the cache instead ({pct(keeps)} of their time "
+        f"kept for the load): {_s(saved_ns)} less a run; dynamo still traces the model every run"
+    ),
+    "compile.time.fix": lambda directory: (
+        f"Keep the compiler's cache where the next run finds it: the cache lived in {directory}, which a "
+        "container, a CI job or a fresh node starts without. Point TORCHINDUCTOR_CACHE_DIR at storage that "
+        "outlives the run (a persistent volume, a shared filesystem), or save the mega-cache after a run "
+        "(torch.compiler.save_cache_artifacts()) and load it before the next (load_cache_artifacts()). "
+        "If this was the first run of this code on this machine with the default directory, the next one "
+        "hits by itself."
+    ),
+    "compile.time.snippet": lambda: (
+        "TORCHINDUCTOR_CACHE_DIR=/persistent/inductor-cache python train.py   # every run after the first "
+        "loads its graphs"
     ),
     "compile.graph_breaks.snippet": lambda item: (
         (
