@@ -291,7 +291,8 @@ def run_probes(
     if batch_spec:  # the program loads in its training process: what would a worker cost?
         with contextlib.suppress(Exception):
             out["loader_transfer"] = probe_worker_transfer(torch, batch_spec)
-    out.update(machine_probes.measure(torch, faults is None or faults >= FAULTS_PROBED))
+    with contextlib.suppress(Exception):  # (each probe and the cache guard themselves; this guards the rest)
+        out.update(machine_probes.measure(torch, faults is None or faults >= FAULTS_PROBED))
     out["window_faults_per_step"] = round(faults) if faults is not None else None
     if shape is not None:
         with contextlib.suppress(Exception):
