@@ -90,8 +90,11 @@ class RunTime:
     ended: bool = True
     """The program's end was recorded (else the run is read to its last step)."""
 
+    def segment_ns(self, name: str) -> int:
+        return next((s.ns for s in self.segments if s.name == name), 0)
+
     def share(self, name: str) -> float:
-        return next((s.ns for s in self.segments if s.name == name), 0) / max(1, self.wall_ns)
+        return self.segment_ns(name) / max(1, self.wall_ns)
 
     @property
     def largest(self) -> Segment:

@@ -166,6 +166,11 @@ def _cpu_model(cpuinfo: dict[str, str]) -> str | None:
     return model or None
 
 
+def cpu_model() -> str | None:
+    """This CPU's model name, as environment.json has it."""
+    return _cpu_model(_read_cpuinfo())
+
+
 def _ml_flags(cpuinfo: dict[str, str]) -> list[str]:
     """ML-relevant flags present on this CPU ("flags" on x86, "Features" on ARM), in ML_FLAGS order."""
     present = set((cpuinfo.get("flags", "") + " " + cpuinfo.get("Features", "")).split())

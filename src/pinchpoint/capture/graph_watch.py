@@ -3,7 +3,7 @@ inside them (the rest of a compiled step is Python, guards and eager code betwee
 
 Inductor runs every graph it compiled, forward and backward, through `CompiledFxGraph.__call__`
 (torch 2.10-2.13). The wrapper costs two clock reads a call. It is put in only when inductor's module
-is imported (`import_hook.AfterImport` waits for it), so a program that never compiles pays nothing,
+is imported (`import_hook.when_imported` waits for it), so a program that never compiles pays nothing,
 and is put back on detach (`capture/patches.py`).
 """
 
@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import sys
 import time
 from types import ModuleType
 from typing import Any
 
-from pinchpoint.capture.import_hook import AfterImport
+from pinchpoint.capture.import_hook import when_imported
 
 MODULE = "torch._inductor.output_code"
 CLASS = "CompiledFxGraph"
@@ -36,13 +35,7 @@ class GraphWatch:
         if self._patches is not None:
             return
         self._patches = patches
-        module = sys.modules.get(MODULE)
-        if module is not None:
-            self.wrap_module(module)
-            return
-        finder = AfterImport(MODULE, self._wrap_quietly)
-        sys.meta_path.insert(0, finder)
-        patches.handle(finder)
+        when_imported(MODULE, self._wrap_quietly, patches)
 
     def _wrap_quietly(self, module: ModuleType) -> None:
         with contextlib.suppress(Exception):  # never break the program's compile
@@ -82,13 +75,7 @@ def skip_in_dynamo(patches: Any, code: Any) -> None:
     the class) — compilations the program does not have without pinchpoint. Inside a traced frame the
     wrapper is still inlined (skipping a code object does not change inlining). Done when dynamo's
     module is imported, or now if it is."""
-    module = sys.modules.get(DYNAMO)
-    if module is not None:
-        _skip_quietly(code, module)
-        return
-    finder = AfterImport(DYNAMO, functools.partial(_skip_quietly, code))
-    sys.meta_path.insert(0, finder)
-    patches.handle(finder)
+    when_imported(DYNAMO, functools.partial(_skip_quietly, code), patches)
 
 
 def _skip_quietly(code: Any, module: ModuleType) -> None:

@@ -63,6 +63,18 @@ class AfterImport(importlib.abc.MetaPathFinder):
             sys.meta_path.remove(self)
 
 
+def when_imported(fullname: str, then: Callable[[ModuleType], None], patches: Any) -> None:
+    """`then(module)` now if `fullname` is imported, else once it is (a finder that `patches` takes
+    off `sys.meta_path` on detach)."""
+    module = sys.modules.get(fullname)
+    if module is not None:
+        then(module)
+        return
+    finder = AfterImport(fullname, then)
+    sys.meta_path.insert(0, finder)
+    patches.handle(finder)
+
+
 class TorchImportHook(AfterImport):
     """Attaches the agent once `torch` has been imported."""
 

@@ -86,9 +86,9 @@ def _cache_path(torch: Any) -> Path | None:
     if os.environ.get(CACHE_ENV, "").lower() in ("off", "0", "no"):
         return None
     try:
-        from pinchpoint.capture.environment import _cpu_model, _read_cpuinfo
+        from pinchpoint.capture.environment import cpu_model
 
-        key = machine_key(_cpu_model(_read_cpuinfo()), os.cpu_count(), str(torch.__version__), [])
+        key = machine_key(cpu_model(), os.cpu_count(), str(torch.__version__), [])
         py = f"py{sys.version_info[0]}.{sys.version_info[1]}"
         extra = f"{int(torch.get_num_threads())}t-{py}-{platform.release()}"
     except Exception:
@@ -124,7 +124,6 @@ def _keep(path: Path, runs: list[dict[str, Any]], measured: dict[str, Any]) -> N
             old.pop(name)
     runs = [r for r in runs if any(n in r for n in BEST)]
     with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, {"schema": SCHEMA, "runs": runs})
 
 

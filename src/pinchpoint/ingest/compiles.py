@@ -41,7 +41,6 @@ def compile_record(o: Any) -> CompileRecord | None:
                 fail_reason=as_str(c.get("fail_reason")),
                 graph_breaks=as_int(c.get("graph_breaks")),
                 restart_reasons=tuple(r for r in as_list(c.get("restart_reasons")) if isinstance(r, str))[:8],
-                dynamo_ns=_ns(c.get("dynamo_us")),
                 backend_ns=_ns(c.get("backend_us")),
                 cache_hits=_count(c.get("cache"), "fx_hit") + _count(c.get("cache"), "aot_hit"),
                 cache_misses=_count(c.get("cache"), "fx_miss") + _count(c.get("cache"), "aot_miss"),

@@ -24,8 +24,6 @@ class Compilation:
     graph_breaks: int | None = None
     restart_reasons: tuple[str, ...] = ()
     """Why dynamo restarted tracing this frame: the graph breaks it met, their first lines."""
-    dynamo_ns: int | None = None
-    """Of `dur_ns`, dynamo's own tracing (a cache hit does not skip it)."""
     backend_ns: int | None = None
     """Of `dur_ns`, the backend: AOTAutograd and inductor's code generation and C++ or Triton compiles
     (what a cache hit replaces with a load)."""

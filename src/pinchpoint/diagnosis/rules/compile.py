@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
+from pinchpoint.analysis.run_time import COMPILING
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Subject
 from pinchpoint.diagnosis.whole_run import program_ns
@@ -199,7 +200,6 @@ class CompileTime(Rule):
         if share < TIME_SHARE_MIN:
             return
         gain = whole.wall_ns / max(1.0, whole.wall_ns - saved)
-        compiling = round(whole.share("compiling") * whole.wall_ns)
         yield Finding(
             id=self.id,
             title=Fact("rule.title", name=self.title),
@@ -210,7 +210,7 @@ class CompileTime(Rule):
             evidence=(
                 Fact(
                     "compile.time.run",
-                    compiling_ns=compiling,
+                    compiling_ns=whole.segment_ns(COMPILING),
                     wall_ns=whole.wall_ns,
                     compiles=c.compiles,
                     backend_ns=c.cold.backend_ns,
