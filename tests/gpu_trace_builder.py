@@ -155,7 +155,30 @@ class Tiny:
         return self.n * self.period_us
 
 
-Phase = Load | Gpu | Gap | Queued | Sync | Copy | Comm | Tiny
+@dataclass(frozen=True)
+class Compile:
+    """dynamo compiling frame `frame` (its compilation `compile`) on the host for the whole phase."""
+
+    us: int
+    frame: int = 0
+    compile: int = 0
+
+
+@dataclass(frozen=True)
+class Graphs:
+    """A compiled step on the host: a forward region of frame 0 (compilation `compile`) in the first half,
+    holding a nested region of frame 1 when `broken` (a graph break resumed), then one compiled backward
+    per region in the second half. `inside_us` is split evenly among the graph runs; `gpu_us` is one
+    kernel from the phase's start."""
+
+    us: int
+    inside_us: int
+    broken: bool = False
+    compile: int = 0
+    gpu_us: int = 0
+
+
+Phase = Load | Gpu | Gap | Queued | Sync | Copy | Comm | Tiny | Compile | Graphs
 
 
 @dataclass
@@ -232,6 +255,11 @@ class TraceBuilder:
             self.kernel(ALLREDUCE, t, d, stream=COMM_STREAM)
             if p.hidden_us:
                 self.kernel(TC_GEMM, t, p.hidden_us * US)
+        elif isinstance(p, Compile):
+            self.host(Kind.USER_ANNOTATION, f"dynamo_data: compile_id={p.frame}/{p.compile}", t, 0)
+            self.host(Kind.CPU_OP, "_compile.compile_inner (dynamo_timed)", t, d)
+        elif isinstance(p, Graphs):
+            self.graphs(p, t)
         elif isinstance(p, Tiny):
             if p.host_op:
                 self.host(Kind.CPU_OP, "aten::add_", t, d)
@@ -253,6 +281,19 @@ class TraceBuilder:
                     }
                 )
         return t + d
+
+    def graphs(self, p: Graphs, t: int) -> None:
+        half, runs = p.us * US // 2, 4 if p.broken else 2
+        each = p.inside_us * US // runs
+        self.host(Kind.CPU_OP, f"Torch-Compiled Region: 0/{p.compile}", t, half)
+        self.host(Kind.CPU_OP, "CompiledFunction", t, each)
+        if p.broken:
+            self.host(Kind.CPU_OP, f"Torch-Compiled Region: 1/{p.compile}", t + half // 2, half // 2)
+            self.host(Kind.CPU_OP, "CompiledFunction", t + half // 2, each)
+        for i in range(runs // 2):
+            self.host(Kind.CPU_OP, "CompiledFunctionBackward", t + half + i * half // 2, each)
+        if p.gpu_us:
+            self.kernel(TC_GEMM, t, p.gpu_us * US)
 
     def memory(self, t_ns: int, allocated: int, reserved: int) -> None:
         self.memory_rows.append((t_ns, allocated, reserved))

@@ -28,9 +28,11 @@ from gpu_trace_builder import (
     US,
     V100,
     Comm,
+    Compile,
     Copy,
     Gap,
     Gpu,
+    Graphs,
     Load,
     Phase,
     Queued,
@@ -555,6 +557,69 @@ MEMORY_PRESSURE = {
     "no-memory-events": no(t(Gpu(1000))),
 }
 
+
+def _recompiling(compile_us: int, *, ran: tuple[bool, ...] = (True, True, True), fresh: bool = False) -> Any:
+    """Three steps, each compiling frame 0 again (0/1, 0/2, 0/3) then running it, or not; `fresh`: each
+    compiling a new frame for the first time (1/0, 2/0, 3/0) instead."""
+    steps: list[list[Any]] = []
+    for k, r in enumerate(ran, start=1):
+        c = Compile(compile_us, k, 0) if fresh else Compile(compile_us, 0, k)
+        steps.append(
+            [c, Graphs(1000 - compile_us, 300, compile=0 if fresh else k) if r else Gap(1000 - compile_us)]
+        )
+    return (build(step_list=steps),)
+
+
+COMPILE_RECOMPILES = {
+    # 3 x 400 us of 3000: 40%; one compilation like them (400 us) stays: 3000 / 2200
+    "three-recompiles": yes(
+        _recompiling(400),
+        0.4,
+        MEDIUM,
+        3000 / 2200,
+        facts={
+            "compile.trace.recompiles": {"recompiles": 3, "ns": 1_200_000, "frames": (0,)},
+            "compile.trace.recompiles.priced": {"mean_ns": 400_000.0, "saved_ns": 800_000.0},
+        },
+        check=_lacks("compile.trace.fell_back"),
+    ),
+    "at-share-min": yes(_recompiling(100), 0.1, MEDIUM, 3000 / 2800),
+    "below-share-min": no(_recompiling(99)),
+    "first-compilations-only": no(_recompiling(400, fresh=True)),
+    "one-recompile": no(
+        (
+            build(
+                step_list=[[Compile(400, 0, 1), Graphs(600, 300, compile=1)], [Graphs(1000, 300, compile=1)]]
+            ),
+        )
+    ),
+    # the last recompile never ran, and frame 0 ran nothing compiled after it: back to eager
+    "falls-back": yes(
+        _recompiling(300, ran=(True, True, False)),
+        0.3,
+        MEDIUM,
+        3000 / 2400,
+        facts={"compile.trace.fell_back": {"frame": 0, "compile": "0/3", "step": 3}},
+    ),
+}
+
+COMPILE_GRAPH_BREAKS = {
+    # 4 graph runs (2 forward, 2 backward) of 150 us: 400 us around them; one forward and one backward
+    # would leave half of it: 200 us of 1000
+    "broken-on-cpu": yes(
+        t(Graphs(1000, 600, broken=True)),
+        0.2,
+        MEDIUM,
+        1000 / 800,
+        facts={"compile.trace.breaks": {"breaks": 1.0, "calls": 4.0, "inside_ns": 600_000.0}},
+    ),
+    "whole-graph": no(t(Graphs(1000, 600))),
+    # the GPU busy 900 us of the 1000: host time counts only where it waited
+    "capped-by-gpu-idle": yes(t(Graphs(1000, 600, broken=True, gpu_us=900)), 0.1, MEDIUM, 1000 / 900),
+    "gpu-busy": no(t(Graphs(1000, 600, broken=True, gpu_us=960))),
+    "every-step-compiling": no(t(Compile(300, 1, 0), Graphs(700, 400, broken=True))),
+}
+
 CASES: dict[str, dict[str, Case]] = {
     "input.fetch": INPUT_FETCH,
     "input.preprocess": INPUT_PREPROCESS,
@@ -566,6 +631,8 @@ CASES: dict[str, dict[str, Case]] = {
     "comm.exposed": COMM_EXPOSED,
     "imbalance.straggler": IMBALANCE_STRAGGLER,
     "memory.pressure": MEMORY_PRESSURE,
+    "compile.recompiles": COMPILE_RECOMPILES,
+    "compile.graph_breaks": COMPILE_GRAPH_BREAKS,
 }
 
 

@@ -3,6 +3,7 @@ the run's circumstances. Notes are typed (`Note`) and state facts; `report/phras
 
 from __future__ import annotations
 
+from pinchpoint.analysis.gpu.compiled import CompiledTrace
 from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.diagnosis.finding import Fact, Note, NoteKind
@@ -54,8 +55,33 @@ def trace_notes(analysis: GpuRunAnalysis) -> list[Note]:
             notes.append(Note(kind=NoteKind.TRACE, fact=Fact("note.analysis", text=first.memory.note)))
         if first.split is not None and not first.split.over_steps:
             notes.append(Note(kind=NoteKind.TRACE_STEPS, fact=Fact("note.span_shares")))
+        notes.extend(_compiled_notes(first.compiled))
     if analysis.comparison is not None and analysis.comparison.note:
         notes.append(Note(kind=NoteKind.TRACE, fact=Fact("note.analysis", text=analysis.comparison.note)))
+    return notes
+
+
+TRACE_COMPILING_NOTE = 0.10
+"""First compilations over 10% of the profiled steps: the trace caught the warm-up."""
+
+
+def _compiled_notes(c: CompiledTrace) -> list[Note]:
+    """A trace that caught first compilations (its steps are not steady), or that ran recompiled frames
+    whose recompiles happened before it started."""
+    notes = []
+    first_ns = c.compiling_ns - c.recompile_ns
+    if c.window_ns > 0 and first_ns >= TRACE_COMPILING_NOTE * c.window_ns:
+        notes.append(
+            Note(
+                kind=NoteKind.TRACE,
+                fact=Fact("note.trace_compiling", ns=first_ns, share=first_ns / c.window_ns, steps=c.steps_compiling),
+            )
+        )
+    before = tuple(r.key for r in c.regions if r.compile > 0 and not any(
+        x.frame == r.frame and x.compile == r.compile for x in c.compilations
+    ))  # fmt: skip
+    if before:
+        notes.append(Note(kind=NoteKind.TRACE, fact=Fact("note.trace_recompiled_before", regions=before)))
     return notes
 
 

@@ -10,6 +10,7 @@ from pinchpoint.diagnosis.rules.compile import CompileTime, GraphBreaks, Recompi
 from pinchpoint.diagnosis.rules.compute import ComputeMath, ComputeMemory
 from pinchpoint.diagnosis.rules.cpu import CpuOversubscription, CpuUnderuse
 from pinchpoint.diagnosis.rules.gc import HostGc
+from pinchpoint.diagnosis.rules.gpu_compile import TraceGraphBreaks, TraceRecompiles
 from pinchpoint.diagnosis.rules.gpu_device import GpuMemoryPressure, GpuTensorCores
 from pinchpoint.diagnosis.rules.gpu_host import GpuHostBound, GpuHostToDevice, GpuInputWait, GpuSync
 from pinchpoint.diagnosis.rules.gpu_ranks import GpuCommExposed, GpuStraggler
@@ -61,6 +62,8 @@ RULES: tuple[Rule, ...] = (
     GpuCommExposed(),
     GpuStraggler(),
     GpuMemoryPressure(),
+    TraceRecompiles(),
+    TraceGraphBreaks(),
     # A process watched from outside (Scope.OUTSIDE)
     *OUTSIDE_RULES,
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from pinchpoint.analysis.gpu.compiled import CompiledTrace
 from pinchpoint.analysis.gpu.kernels import GpuWork
 from pinchpoint.analysis.gpu.trace_analysis import STEP_BREAKDOWN_KEYS, GpuRankAnalysis, GpuRunAnalysis
 from pinchpoint.diagnosis.engine import Diagnosis
@@ -35,12 +36,33 @@ def _breakdown(rank: GpuRankAnalysis) -> Mapping[str, float]:
     return {k: rounded(rank.split.fractions.get(k, 0.0)) for k in STEP_BREAKDOWN_KEYS}
 
 
+def _compiled(c: CompiledTrace) -> d.CompiledInfo | None:
+    if not c.present:
+        return None
+    return d.CompiledInfo(
+        regions=tuple(
+            d.CompiledRegion(region=r.key, calls=r.calls, host_ms=rounded(r.host_ns / 1e6, 3)) for r in c.regions
+        ),
+        compilations=len(c.compilations),
+        recompilations=len(c.recompiles),
+        compiling_ms=rounded(c.compiling_ns / 1e6, 3),
+        graph_breaks=c.breaks,
+        resumed_frames=c.resumed,
+        fell_back=tuple(f"{f.frame}/{f.compile}" for f in c.fell_back),
+        cache_lookups=c.cache_lookups,
+        cache_lookup_ms=rounded(c.cache_lookup_ns / 1e6, 3),
+        graph_launches=c.graph_launches,
+        graph_kernels=c.graph_kernels,
+        graph_kernel_ms=rounded(c.graph_kernel_ns / 1e6, 3),
+    )
+
+
 def _gpu(rank: GpuRankAnalysis) -> d.GpuSection:
     bd, idle = rank.breakdown, rank.idle
     if bd is None:
         return d.GpuSection(
             rank=rank.rank, span_ms=0.0, compute=0.0, communication=0.0, memory=0.0, idle=0.0,
-            comm_overlap=None, no_gpu_activity=True,
+            comm_overlap=None, no_gpu_activity=True, compiled=_compiled(rank.compiled),
         )  # fmt: skip
     tc = rank.tensor_cores
     return d.GpuSection(
@@ -73,6 +95,7 @@ def _gpu(rank: GpuRankAnalysis) -> d.GpuSection:
             gemm_conv_share=rounded(tc.gemm_conv_share),
             on_tensor_cores_share=rounded(tc.matrix_unit_share),
         ),
+        compiled=_compiled(rank.compiled),
     )
 
 

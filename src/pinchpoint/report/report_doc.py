@@ -314,6 +314,31 @@ class TensorCores:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CompiledRegion:
+    region: str = named("region", doc="`X/Y`: frame X's compilation Y (Y > 0: a recompile)")
+    calls: int
+    host_ms: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompiledInfo:
+    """torch.compile as the trace records it."""
+
+    regions: tuple[CompiledRegion, ...]
+    compilations: int
+    recompilations: int
+    compiling_ms: float
+    graph_breaks: int
+    resumed_frames: tuple[int, ...]
+    fell_back: tuple[str, ...] = named("fell_back", doc="compilations that never ran, after which their frame ran eagerly")
+    cache_lookups: int
+    cache_lookup_ms: float
+    graph_launches: int
+    graph_kernels: int = named("graph_kernels", doc="kernels replayed by the graph launches (each counted as a kernel)")
+    graph_kernel_ms: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GpuSection:
     """One rank's device timeline: where the GPU's time went, its top kernels."""
 
@@ -330,6 +355,7 @@ class GpuSection:
     tensor_cores: TensorCores | None = optional()
     window_steps: StepsInfo | None = optional()
     window_breakdown: Mapping[str, float] | None = optional()
+    compiled: CompiledInfo | None = optional()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

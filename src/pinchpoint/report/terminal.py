@@ -73,7 +73,7 @@ def _analyze_header(report: ReportDoc) -> Text:
     if gpus:
         g = gpus[0]
         cap = f" (sm {g.capability})" if g.capability else ""
-        parts.append(f"{g.name}{cap}" + (f" ({len(gpus)} visible)" if len(gpus) > 1 else ""))
+        parts.append(f"{g.name or 'GPU'}{cap}" + (f" ({len(gpus)} visible)" if len(gpus) > 1 else ""))
     if env.torch:
         parts.append(f"torch {env.torch.version}")
     parts.append(f"world size {run.world_size}")
@@ -101,6 +101,39 @@ def _gpu_table(report: ReportDoc) -> Table:
             f"{100 * causes.host_wait:.1f}%" if causes else "-",
         )
     return table
+
+
+def compiled_lines(report: ReportDoc) -> list[str]:
+    """What each rank's trace says of torch.compile: regions, compilations, breaks, graph launches."""
+    lines = []
+    for g in report.gpu or ():
+        c = g.compiled
+        if c is None:
+            continue
+        who = f"rank {g.rank}: " if len(report.gpu or ()) > 1 else ""
+        if c.regions or c.compilations:
+            calls = sum(r.calls for r in c.regions)
+            shown = ", ".join(f"{r.region} ×{r.calls}" for r in c.regions[:8])
+            more = ", …" if len(c.regions) > 8 else ""
+            n = len(c.regions)
+            text = f"{who}{n} compiled region{'s' * (n != 1)} ran {calls} time{'s' * (calls != 1)} ({shown}{more})"
+            if c.compilations:
+                text += f"; {c.compilations} compilation{'s' * (c.compilations != 1)} in the trace "
+                text += f"({c.recompilations} recompiles), {c.compiling_ms:.1f} ms"
+            if c.graph_breaks:
+                frames = ", ".join(map(str, c.resumed_frames))
+                text += f"; {c.graph_breaks} regions resumed after a graph break (frame {frames})"
+            if c.fell_back:
+                text += f"; back to eager after {', '.join(c.fell_back)}"
+            if c.cache_lookups:
+                text += f"; {c.cache_lookups} guard check{'s' * (c.cache_lookups != 1)}, {c.cache_lookup_ms:.2f} ms"
+            lines.append(text)
+        if c.graph_launches:
+            lines.append(
+                f"{who}{c.graph_launches} graph launches replayed {c.graph_kernels} kernels "
+                f"({c.graph_kernel_ms:.1f} ms of GPU time, counted as the kernels they are above)"
+            )
+    return lines
 
 
 def _print_run_gpu(console: Console, report: ReportDoc) -> None:
@@ -187,7 +220,7 @@ def _breakdown(bd: Mapping[str, float], steps: StepsInfo) -> Table | Text:
             PHASE_LABELS.get(key, key),
             _bar(frac, PHASE_COLORS.get(key, "white")),
             f"{100 * frac:4.0f}%",
-            Text(f"{frac * mean:.1f} ms", style="dim"),
+            Text(f"{frac * mean:.1f} ms" if mean > 0 else "", style="dim"),
         )
     return table
 
@@ -263,6 +296,12 @@ def _render(report: ReportDoc, out: TextIO, *, color: bool | None, width: int | 
         console.print(Text("GPU time over the trace (each instant counted once)", style="bold underline"))
         console.print(_gpu_table(report))
         console.print()
+        compiled = compiled_lines(report)
+        if compiled:
+            console.print(Text("torch.compile in the trace", style="bold underline"))
+            for line in compiled:
+                console.print(Text(line))
+            console.print()
         title = "Where the profiled steps' time goes, seen from the GPU"
     else:
         title = "Where a step's time goes (mean over steady steps)"

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pinchpoint.analysis.gpu import intervals as iv
 from pinchpoint.analysis.gpu._common import gpu_busy
 from pinchpoint.analysis.gpu.breakdown import GpuBreakdown, gpu_breakdown
+from pinchpoint.analysis.gpu.compiled import CompiledTrace, compiled_trace
 from pinchpoint.analysis.gpu.host_evidence import (
     LoaderEvidence,
     h2d_exposed_ns,
@@ -72,6 +73,8 @@ class GpuRankAnalysis:
     split: StepTimeSplit | None
     idle_host_ops: tuple[tuple[str, float], ...] = ()
     """The host ranges the GPU idled on (name, share of the idle time, self time): `idle_host_ops`."""
+    compiled: CompiledTrace = field(default_factory=CompiledTrace)
+    """torch.compile as the trace records it: regions, compilations, graph breaks, graph launches."""
 
     @property
     def rank(self) -> int:
@@ -139,6 +142,7 @@ def analyze_trace(trace: KinetoTrace) -> GpuRankAnalysis:
         tensor_cores=tensor_core_use(trace),
         split=step_time_split(trace, steps),
         idle_host_ops=idle_host_ops(ev, idle),
+        compiled=compiled_trace(trace),
     )
 
 
