@@ -17,7 +17,7 @@ from pinchpoint.analysis.gpu.compiled import compiled_trace
 from pinchpoint.analysis.gpu.launch import launch_stats
 from pinchpoint.ingest.kineto import read_trace
 from pinchpoint.pipeline.traces import report_traces
-from pinchpoint.report.terminal import compiled_lines
+from pinchpoint.report.phrases.compile_trace import compiled_lines
 
 DATA = Path(__file__).parent / "data" / "traces"
 RECOMPILES = DATA / "compiled_cpu" / "recompiles.json.gz"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pinchpoint.report.phrases.units import ms, pct
+from pinchpoint.report.report_doc import ReportDoc
 
 
 def _frames(frames: tuple[int, ...]) -> str:
@@ -71,3 +72,36 @@ PHRASES: dict[str, Callable[..., str]] = {
         "move prints and logging outside the compiled function."
     ),
 }
+
+
+def compiled_lines(report: ReportDoc) -> list[str]:
+    """What each rank's trace says of torch.compile: regions, compilations, breaks, graph launches."""
+    lines = []
+    for g in report.gpu or ():
+        c = g.compiled
+        if c is None:
+            continue
+        who = f"rank {g.rank}: " if len(report.gpu or ()) > 1 else ""
+        if c.regions or c.compilations:
+            calls = sum(r.calls for r in c.regions)
+            shown = ", ".join(f"{r.region} ×{r.calls}" for r in c.regions[:8])
+            more = ", …" if len(c.regions) > 8 else ""
+            n = len(c.regions)
+            text = f"{who}{n} compiled region{'s' * (n != 1)} ran {calls} time{'s' * (calls != 1)} ({shown}{more})"
+            if c.compilations:
+                text += f"; {c.compilations} compilation{'s' * (c.compilations != 1)} in the trace "
+                text += f"({c.recompilations} recompiles), {c.compiling_ms:.1f} ms"
+            if c.graph_breaks:
+                frames = ", ".join(map(str, c.resumed_frames))
+                text += f"; {c.graph_breaks} regions resumed after a graph break (frame {frames})"
+            if c.fell_back:
+                text += f"; back to eager after {', '.join(c.fell_back)}"
+            if c.cache_lookups:
+                text += f"; {c.cache_lookups} guard check{'s' * (c.cache_lookups != 1)}, {c.cache_lookup_ms:.2f} ms"
+            lines.append(text)
+        if c.graph_launches:
+            lines.append(
+                f"{who}{c.graph_launches} graph launches replayed {c.graph_kernels} kernels "
+                f"({c.graph_kernel_ms:.1f} ms of GPU time, counted as the kernels they are above)"
+            )
+    return lines
