@@ -70,6 +70,7 @@ EXAMPLES = {
     "epoch_workers": ("input.worker_restart", [("--fix", ["--fix"])]),
     "startup_build": ("run.startup", [("--fix", ["--fix"])]),
     "compile_cold_cache": ("compile.time", [("--fix", ["--fix"])]),
+    "compile_value_guard": ("compile.recompiles", [("--fix", ["--fix"])]),
     "gc_epoch_collect": ("host.gc", [("--fix", ["--fix"]), ("--freeze", ["--freeze"])]),
     "memory_leak": ("memory.leak", [("--fix", ["--fix"])]),
     "allocator_churn": ("memory.pressure", [("--fix", ["--fix"]), ("jemalloc preload", ["preload:jemalloc"]),

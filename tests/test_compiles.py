@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,7 @@ from conftest import make_env, make_rank_analysis, make_run_analysis
 from pinchpoint.analysis.compiles import compile_stats
 from pinchpoint.analysis.run_time import RunTime, Segment
 from pinchpoint.diagnosis.engine import diagnose
-from pinchpoint.diagnosis.finding import Category, FixKind, facts
+from pinchpoint.diagnosis.finding import Category, Finding, FixKind, facts
 from pinchpoint.ingest.compiles import compile_record, mark_compiling
 from pinchpoint.report.phrases import say
 from pinchpoint.trace.run import Step, StepKind
@@ -152,10 +153,15 @@ def _broken_doc() -> dict[str, object]:
 
 def test_graph_breaks_are_named_by_the_line_dynamo_resumed_at() -> None:
     record = compile_record(json.loads(json.dumps(_broken_doc())))
-    assert record is not None and record.compilations[0].restart_reasons[0].startswith("Unsupported Tensor.item()")
+    assert record is not None and record.compilations[0].restart_reasons[0].startswith(
+        "Unsupported Tensor.item()"
+    )
     stats = compile_stats(record)
     assert stats is not None
-    assert [(b.function, b.site) for b in stats.breaks] == [("forward", "/x/train.py:48"), ("forward", "/x/train.py:60")]
+    assert [(b.function, b.site) for b in stats.breaks] == [
+        ("forward", "/x/train.py:48"),
+        ("forward", "/x/train.py:60"),
+    ]
     assert all(b.reason and "Tensor.item()" in b.reason for b in stats.breaks)
     assert stats.frames == 5  # frames 0-4 (pinchpoint's own resume frame is no break of the program's)
     bad = _broken_doc()
@@ -168,11 +174,25 @@ def _cold_doc(caches: object, fx_miss: int = 1) -> dict[str, object]:
     """As examples/compile_cold_cache.py's run wrote it: one frame compiled (16.9 s, 16.5 of it in the
     backend), its backward compiled lazily (4.4 s), the caches on and missed."""
     t_us = (WALL - 30 * S) // 1000
-    forward = {"id": "0/0", "frame": "forward", "file": "/x/train.py", "line": 12, "start_us": t_us,
-               "duration_us": 16_864_000, "dynamo_us": 16_864_000, "backend_us": 16_541_000,
-               "cache": {"fx_hit": 0, "fx_miss": fx_miss, "aot_hit": 0, "aot_miss": fx_miss}}
-    backward = {"id": "0/0", "frame": None, "start_us": t_us + 17_000_000, "duration_us": 4_411_000,
-                "backend_us": None, "cache": {"fx_miss": fx_miss, "aot_miss": "x"}}
+    forward = {
+        "id": "0/0",
+        "frame": "forward",
+        "file": "/x/train.py",
+        "line": 12,
+        "start_us": t_us,
+        "duration_us": 16_864_000,
+        "dynamo_us": 16_864_000,
+        "backend_us": 16_541_000,
+        "cache": {"fx_hit": 0, "fx_miss": fx_miss, "aot_hit": 0, "aot_miss": fx_miss},
+    }
+    backward = {
+        "id": "0/0",
+        "frame": None,
+        "start_us": t_us + 17_000_000,
+        "duration_us": 4_411_000,
+        "backend_us": None,
+        "cache": {"fx_miss": fx_miss, "aot_miss": "x"},
+    }
     return {"clock": {"wall_time_ns": WALL, "monotonic_ns": MONO}, "compiles": [forward, backward],
             "caches": caches}  # fmt: skip
 
@@ -212,3 +232,40 @@ def test_a_cold_compile_that_holds_the_run_is_priced_on_its_wall_clock() -> None
     assert found.estimated_speedup == pytest.approx(27 * S / (27 * S - saved))
     assert found.fix_kind is FixKind.COMPILE_CACHE and found.of_run
     assert "TORCHINDUCTOR_CACHE_DIR" in say(found.fix) and "/tmp/inductor-cache-x1" in say(found.fix)
+
+
+VALUE_GUARD = Path(__file__).parent / "data" / "compile" / "value_guard.json"
+"""compile.json of a real run of examples/compile_value_guard.py (12 steps, torch 2.13, caches off): the
+code after an `.item()` break recompiled for each value read, 1/1 to 1/7, then 1/8 hit the limit."""
+
+
+def _value_guard_finding(loop_s: float) -> list[Finding]:
+    stats = compile_stats(compile_record(json.loads(VALUE_GUARD.read_text())))
+    rank = replace(make_rank_analysis({"forward": 4}, 0), compiles=stats, run_time=_whole(loop_s))
+    found = diagnose(make_run_analysis(make_env(cores=2), [rank])).findings
+    return [f for f in found if f.id is Category.COMPILE_RECOMPILES]
+
+
+def test_a_frame_recompiled_for_each_value_read_at_its_break_is_priced_whole_with_the_break_as_its_fix() -> (
+    None
+):
+    doc = json.loads(VALUE_GUARD.read_text())
+    resumed = [c for c in doc["compiles"] if c["id"].startswith("1/")]
+    stats = compile_stats(compile_record(doc))
+    assert stats is not None and stats.limit_hit
+    vg = stats.value_guard
+    assert vg is not None and vg.site == "examples/compile_value_guard.py:60"
+    assert vg.frame.startswith("torch_dynamo_resume_in_forward_at_60")
+    assert vg.recompiles == 7  # 1/1 .. 1/7 compiled; 1/8 gave up
+    assert vg.compile_ns == sum(c["duration_us"] for c in resumed) * 1000  # its first compilation included
+    (f,) = _value_guard_finding(100)
+    assert f.share == pytest.approx(vg.compile_ns / 100e9)
+    assert f.estimated_speedup == pytest.approx(100e9 / (100e9 - vg.compile_ns))
+    assert f.fix_kind is None  # a code change: no knob removes the break
+    fix = say(f.fix)
+    assert "torch.where" in fix and "compile_value_guard.py:60" in fix and "do not help" in fix
+    assert "value a graph break reads" in say(f.title)
+    assert "compile.recompiles.value_limit" in facts(f) and "compile.recompiles.varying" not in facts(f)
+    reason = say(next(e for e in f.evidence if e.key == "compile.recompiles.reason"))
+    assert "___stack0 ==" in reason and "\n" not in reason
+    assert _value_guard_finding(800) == []  # 70 s of an 800 s loop: under 10%

@@ -15,6 +15,12 @@ from pinchpoint.trace.compiles import Compilation, CompileRecord
 from pinchpoint.trace.run import Phase, Step
 
 SIZE_GUARD = re.compile(r"tensor '([^']+)' size mismatch at index (\d+)\. expected (\d+), actual (\d+)")
+VALUE_GUARD = re.compile(r"___stack\d+ == ")
+"""A guard on a value the code read at a graph break (a `.item()`, a Python number): the frame dynamo
+resumes in is specialised on it, and each new value compiles it again (with `dynamic=False`; otherwise
+dynamo makes the value dynamic after its first recompile)."""
+GUARD_SITE = re.compile(r"# (\S+:\d+) in ")
+"""The file:line a guard came from, at the end of its first line."""
 LIMIT = "recompile limit"
 """In dynamo's failure text where a frame hit `torch._dynamo.config.recompile_limit`."""
 
@@ -27,6 +33,20 @@ class Varying:
     dim: int
     sizes: tuple[int, ...]
     """The sizes the guards saw, in order of first sight."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ValueGuard:
+    """A frame resumed after a graph break that recompiled for each new value read at the break."""
+
+    frame: str
+    """The resumed frame, `name (file:line)`."""
+    site: str | None
+    """file:line of the code that read the value."""
+    recompiles: int
+    compile_ns: int
+    """All of the resumed frame's compilations, its first included, forward and backward: a graph that
+    does not break has none of them."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,6 +104,7 @@ class CompileStats:
     """Frames that compiled without a break (not a resume frame, no restart)."""
     graphs: GraphTime | None = None
     cold: ColdCompiles | None = None
+    value_guard: ValueGuard | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,6 +169,32 @@ def compile_stats(record: CompileRecord | None, steady: Sequence[Step] = ()) -> 
         whole_frames=len(_whole_frames(record.compilations)),
         graphs=graph_time(steady),
         cold=cold_compiles(record),
+        value_guard=value_guard(record.compilations),
+    )
+
+
+def value_guard(compilations: Sequence[Compilation]) -> ValueGuard | None:
+    """The resumed frame that recompiled most on values read at its break (two or more), or None."""
+    found: dict[str, list[Compilation]] = defaultdict(list)
+    for c in compilations:
+        first = (c.recompile_reason or "").partition("\n")[0]
+        if c.fail_reason is None and VALUE_GUARD.search(first):
+            found[_frame_of(c.compile_id)].append(c)
+    resumed = {
+        f: v for f, v in found.items() if any(_resumed(c) for c in compilations if _frame_of(c.compile_id) == f)
+    }
+    if not resumed:
+        return None
+    frame, guarded = max(resumed.items(), key=lambda kv: len({c.compile_id for c in kv[1]}))
+    if len({c.compile_id for c in guarded}) < 2:
+        return None
+    named = next(c for c in compilations if _frame_of(c.compile_id) == frame and _resumed(c))
+    site = GUARD_SITE.search(guarded[0].recompile_reason.partition("\n")[0] if guarded[0].recompile_reason else "")
+    return ValueGuard(
+        frame=_label(named),
+        site=site.group(1) if site else None,
+        recompiles=len({c.compile_id for c in guarded}),
+        compile_ns=sum(c.dur_ns for c in compilations if _frame_of(c.compile_id) == frame),
     )
 
 

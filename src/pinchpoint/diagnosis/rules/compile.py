@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
+from pinchpoint.analysis.compiles import CompileStats, ValueGuard
 from pinchpoint.analysis.run_time import COMPILING
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Subject
@@ -22,6 +23,7 @@ SHARE_MIN = 0.10
 """Recompiles holding at least 10% of the run's loop."""
 SIZE = "size"
 """In a guard failure about a tensor's sizes ("size mismatch at index 1"): what dynamic shapes fix."""
+VALUE_TITLE = "torch.compile recompiles for each value a graph break reads"
 RECOMPILES_MIN = 2
 """A frame's one recompile is dynamo's way to dynamic shapes (with `dynamic=None`): two or more are not."""
 
@@ -45,6 +47,9 @@ class Recompiles(Rule):
         rank = s.recorded
         c, whole = rank.compiles, rank.run_time
         if c is None or whole is None or c.recompiles < RECOMPILES_MIN:
+            return
+        if c.value_guard is not None:
+            yield from self._value_guard(rank.rank, c, c.value_guard, program_ns(whole))
             return
         if not c.varying and not any(SIZE in r for r in c.reasons):
             return  # (other guards: a first call without gradients, a value a graph break specialised)
@@ -87,6 +92,43 @@ class Recompiles(Rule):
             snippet=Fact("compile.recompiles.snippet", dim=vary.dim if vary is not None else 0),
             ranks=(rank.rank,),
             fix_kind=FixKind.DYNAMIC_SHAPES,
+            of_run=True,
+            run_speedup=gain,
+        )
+
+
+    def _value_guard(self, rank: int, c: CompileStats, vg: ValueGuard, loop: float) -> Iterable[Finding]:
+        """A frame resumed after a graph break, recompiled for each value read at the break: the break
+        is the fix (no dynamic shapes), and all of that frame's compilations go with it."""
+        share = min(1.0, vg.compile_ns / loop)
+        if share < SHARE_MIN:
+            return
+        gain = loop / max(1.0, loop - vg.compile_ns)
+        evidence = [
+            Fact(
+                "compile.recompiles.value",
+                frame=vg.frame,
+                site=vg.site or "?",
+                recompiles=vg.recompiles,
+                ns=vg.compile_ns,
+                share=share,
+            ),
+            Fact("compile.recompiles.reason", reason=c.reasons[0] if c.reasons else "?"),
+            Fact("compile.recompiles.value_priced", saved_ns=float(vg.compile_ns)),
+        ]
+        if c.limit_hit:
+            evidence.append(Fact("compile.recompiles.value_limit", limit=c.recompile_limit or 0))
+        yield Finding(
+            id=self.id,
+            title=Fact("rule.title", name=VALUE_TITLE),
+            share=share,
+            estimated_speedup=gain,
+            basis=Basis.MODEL,
+            confidence=Confidence.HIGH,
+            evidence=tuple(evidence),
+            fix=Fact("compile.recompiles.value_fix", site=vg.site or "?"),
+            snippet=Fact("compile.recompiles.value_snippet"),
+            ranks=(rank,),
             of_run=True,
             run_speedup=gain,
         )

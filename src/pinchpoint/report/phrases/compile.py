@@ -27,7 +27,9 @@ PHRASES: dict[str, Callable[..., str]] = {
         f"The guard that failed: the size of {tensor} at dimension {dim} changed from call to call "
         f"({_sizes(sizes)}); each new size compiled the graph again"
     ),
-    "compile.recompiles.reason": lambda reason: f"The guard that failed first: {reason}",
+    "compile.recompiles.reason": lambda reason: (
+        f"The guard that failed first: {' '.join(reason.partition(chr(10))[0].split())}"
+    ),
     "compile.recompiles.priced": lambda mean_ns, saved_ns: (
         f"Priced as one more compilation like them ({ms(mean_ns)}, their mean), of a graph dynamic in that "
         f"dimension, in their place: {ms(saved_ns)} less"
@@ -45,6 +47,29 @@ PHRASES: dict[str, Callable[..., str]] = {
     "compile.recompiles.snippet": lambda dim: (
         "model = torch.compile(model)  # not dynamic=False: the second size compiles a dynamic graph\n"
         f"# or, where sizes must stay static elsewhere: torch._dynamo.mark_dynamic(x, {dim}) before model(x)"
+    ),
+    "compile.recompiles.value": lambda frame, site, recompiles, ns, share: (
+        f"{frame}, the code after a graph break, was compiled {recompiles + 1} times ({recompiles} "
+        f"recompiles), once for each new value read into Python at {site}: its compilations took {_s(ns)}, "
+        f"{pct(share)} of the run's loop (dynamo's own compilation records)"
+    ),
+    "compile.recompiles.value_priced": lambda saved_ns: (
+        f"Priced as all of that frame's compilations gone ({_s(saved_ns)}): without the break the code is "
+        "part of the one graph compiled once; what it adds to that graph's compilation is not priced"
+    ),
+    "compile.recompiles.value_limit": lambda limit: (
+        f"It hit torch._dynamo.config.recompile_limit ({limit}): the code after the break runs eagerly from "
+        "then on, with one warning in the log (not priced: its compiled speed was never seen in steady steps)"
+    ),
+    "compile.recompiles.value_fix": lambda site: (
+        f"Keep the value on the tensor at {site}: a branch becomes torch.where(cond, a, b) (or torch.cond), "
+        "a threshold check a tensor op, so nothing is read into Python and nothing is guarded on it. "
+        "dynamic=True or mark_dynamic do not help: no size changes. Where the value must reach Python, "
+        "read it outside the compiled function."
+    ),
+    "compile.recompiles.value_snippet": lambda: (
+        "# before: if h.abs().mean().item() > LIMIT: h = h * 0.5\n"
+        "h = torch.where(h.abs().mean() > LIMIT, h * 0.5, h)"
     ),
     "compile.graph_breaks.sites": lambda sites, reason: (
         f"dynamo broke the compiled code at {', '.join(sites)} (the lines it resumed at, its records): "
