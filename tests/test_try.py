@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import torch
 from conftest import make_steps, report_doc
 from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.capture import appliers
+from pinchpoint.diagnosis.finding import FixKind
 from pinchpoint.pipeline import fixes, try_fix
 from pinchpoint.report.try_doc import TryDoc, try_schema
 from pinchpoint.report.try_terminal import render_try
@@ -693,3 +695,67 @@ def test_the_fsdp_fix_keeps_each_sharded_modules_parameters_gathered() -> None:
     untouched = Sharded()
     Applier({"threads": 2}).sharded([untouched])
     assert untouched.calls == []
+
+
+def test_the_dynamic_fix_unpins_static_compiles_and_leaves_others_as_they_were() -> None:
+    """compile.recompiles' fix without code: `torch.compile(..., dynamic=False)` compiles with
+    dynamic=None; an explicit dynamic=True and a call without it are untouched."""
+    from types import SimpleNamespace
+
+    from pinchpoint.capture.appliers import Applier
+
+    seen: list[dict[str, object]] = []
+    fake = SimpleNamespace(compile=lambda *args, **kwargs: seen.append(kwargs) or "compiled")
+    Applier({"dynamic": True}).apply(fake)
+    assert fake.compile("model", dynamic=False) == "compiled"
+    fake.compile("model", dynamic=True)
+    fake.compile("model", mode="max-autotune")
+    assert seen == [{"dynamic": None}, {"dynamic": True}, {"mode": "max-autotune"}]
+    (way,) = fixes.FIXES[FixKind.DYNAMIC_SHAPES].ways({})  # type: ignore[misc]
+    assert way.whole_run and way.agent == {"dynamic": True}
+
+
+def _timed(loop_s: float) -> Any:
+    """A report whose run spent `loop_s` compiling and stepping, beside start-up, shutdown and pinchpoint's
+    own work (left out of what is compared)."""
+    from types import SimpleNamespace
+
+    segments = [("start-up", 4.0), ("compiling", loop_s - 1), ("training steps", 1.0), ("shutdown", 2.0)]
+    return SimpleNamespace(
+        run_time=SimpleNamespace(segments=[SimpleNamespace(name=n, s=v) for n, v in segments]),
+        findings=[SimpleNamespace(id="compute.math", share=0.8)],
+    )
+
+
+def test_a_whole_run_fix_is_timed_on_full_runs_in_a_b_b_a_order(tmp_path: Path) -> None:
+    """Baseline and trial each to the program's end, twice (B T T B), their loops compared (the wall clock
+    less start-up, shutdown and pinchpoint's own work): the ratio of the sums, the interval from the
+    extremes."""
+    from pinchpoint.pipeline.try_whole import FullBaselines, run_plan
+
+    order: list[tuple[str, object]] = []
+    walls = {"baseline-whole-1": 40.0, "baseline-whole-2": 44.0, "fix": 20.0, "fix-again": 22.0}
+
+    def runner(run_dir: Path, env: Mapping[str, str], agent: Mapping[str, object]) -> Any:
+        order.append((run_dir.name, agent.get("stop_after")))
+        return 0, _timed(walls[run_dir.name]), None
+
+    plan = try_fix.Plan(id="compile.recompiles", fix="dynamic=None", applied_how="-", agent={"dynamic": True},
+                        predicted=2.0, whole_run=True)  # fmt: skip
+    whole = FullBaselines(tmp_path, runner)
+    t = run_plan(plan, tmp_path / "fix", tmp_path / "baseline", 30, runner, None, whole)
+    assert [name for name, _ in order] == ["baseline-whole-1", "fix", "fix-again", "baseline-whole-2"]
+    assert all(stop is None for _, stop in order)  # no step budget: each runs to its end
+    assert t.speedup == pytest.approx((40 + 44) / (20 + 22)) and t.whole_run and t.pairs == 2
+    assert t.interval == pytest.approx((40 / 22, 44 / 20)) and t.significant
+    assert t.next_limit == "compute.math (80%)"
+    row = try_fix.try_doc(["python", "x.py"], tmp_path / "baseline", 30, [t], 30).tried[0]
+    assert row.whole_run is True and row.steps == 0
+    # the baselines are shared: a second whole-run plan runs only its own trials
+    order.clear()
+    run_plan(plan, tmp_path / "fix", tmp_path / "baseline", 30, runner, None, whole)
+    assert [name for name, _ in order] == ["fix", "fix-again"]
+    # a trial whose program fails is said, not measured
+    failing = run_plan(plan, tmp_path / "fix", tmp_path / "baseline", 30,
+                               lambda d, e, a: (1, None, "boom"), None, whole)  # fmt: skip
+    assert failing.speedup is None and failing.error == "boom"

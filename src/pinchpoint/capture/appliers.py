@@ -12,6 +12,8 @@
   runs through `torch.compile(module)` (default mode), compiled at its first call: the model, not its
   loss. Compiling happens in the first steps, which statistics leave out; a program that cannot be
   compiled fails, and `try` reports that run's exit.
+- `dynamic`: `true` makes `torch.compile(..., dynamic=False)` compile with dynamic=None (the default:
+  a size seen to change compiles one graph dynamic in it), wherever the program calls it.
 - `autocast`: `"off"` makes every `torch.autocast` region (and `torch.cpu.amp` / `torch.cuda.amp`'s, which
   are built on it) run with `enabled=False`; `"bfloat16"` runs each top-level module with parameters
   (as `compile` picks them) under `torch.autocast(its device, torch.bfloat16)`, its floating outputs cast
@@ -52,8 +54,8 @@ from typing import Any
 
 TRY_ENV = "PINCHPOINT_TRY"
 SPEC_KEYS = (
-    "threads", "loader", "malloc", "checkpoint_every", "compile", "autocast", "fused_optimizer", "tf32",
-    "no_sync", "gc", "fsdp_reshard", "pipeline_microbatches", "stop_after",
+    "threads", "loader", "malloc", "checkpoint_every", "compile", "dynamic", "autocast", "fused_optimizer",
+    "tf32", "no_sync", "gc", "fsdp_reshard", "pipeline_microbatches", "stop_after",
 )  # fmt: skip
 WARMUP_STEPS = 2
 """As `analysis/steps.WARMUP_STEPS`: the leading steps statistics leave out."""
@@ -99,6 +101,8 @@ class Applier:
             _loader_defaults(torch, {k: v for k, v in loader.items() if k in LOADER_KEYS})
         if self.spec.get("compile") is True:
             _compile_top_level(torch)
+        if self.spec.get("dynamic") is True:
+            _not_static(torch)
         every = self.spec.get("checkpoint_every")
         if isinstance(every, int) and every > 1:
             _save_every(torch, every)
@@ -227,6 +231,19 @@ def _top_level(torch: Any, wrap: Any) -> None:
             inside[0] = False
 
     module_cls.__call__ = call
+
+
+def _not_static(torch: Any) -> None:
+    """`torch.compile(..., dynamic=False)` compiles with dynamic=None (its decorator form too)."""
+    original = torch.compile
+
+    @functools.wraps(original)
+    def compile_(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("dynamic") is False:
+            kwargs["dynamic"] = None
+        return original(*args, **kwargs)
+
+    torch.compile = compile_
 
 
 def _compile_top_level(torch: Any) -> None:

@@ -53,7 +53,7 @@ class TryCommand:
         parser.add_argument("--no-color", action="store_true", help="plain text")
 
     def execute(self, args: argparse.Namespace) -> int:
-        from pinchpoint.pipeline import try_fix
+        from pinchpoint.pipeline import try_fix, try_whole
 
         steps = args.steps if args.steps is not None else try_fix.DEFAULT_STEPS
         if steps < 3:
@@ -91,10 +91,15 @@ class TryCommand:
             runner,
             lambda line: print(f"pinchpoint try: {line}", file=sys.stderr),
         )
+        whole = try_whole.FullBaselines(
+            out, runner, lambda line: print(f"pinchpoint try: {line}", file=sys.stderr)
+        )
         for plan in chosen:
             if plan.cannot is None:
                 print(f"pinchpoint try: {plan.id}: {plan.fix} ...", file=sys.stderr)
-            tried.append(try_fix.run_plan(plan, out / try_fix.slug(plan), baseline_dir, steps, runner, again))
+            tried.append(
+                try_whole.run_plan(plan, out / try_fix.slug(plan), baseline_dir, steps, runner, again, whole)
+            )
         together = try_fix.combined(tried) if args.fix == "all" else None
         if together is not None:
             print(f"pinchpoint try: together: {together.fix} ...", file=sys.stderr)

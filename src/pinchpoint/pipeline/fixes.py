@@ -33,6 +33,8 @@ class Way:
     agent: AgentAsk = field(default_factory=dict)
     cannot: str | None = None
     """Why this way cannot be tried here (a preload not installed): listed, not run."""
+    whole_run: bool = False
+    """What it changes is the whole run (compilations), not the steady steps: timed on full runs."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -211,7 +213,17 @@ FIXES: dict[FixKind, Fix] = {
     FixKind.CACHE_STARTUP: Fix(),
     FixKind.MICROBATCHES: Fix(ways=_microbatches),
     FixKind.DATA_PARALLEL: Fix(),
-    FixKind.DYNAMIC_SHAPES: Fix(),
+    FixKind.DYNAMIC_SHAPES: Fix(
+        ways=_always(
+            Way(
+                fix="dynamic=None",
+                how="torch.compile(..., dynamic=False) compiles with dynamic=None (the default: the second "
+                "size compiles one graph dynamic in it); whole runs timed, their compilations included",
+                agent={"dynamic": True},
+                whole_run=True,
+            )
+        )
+    ),
     FixKind.COMPILE_CACHE: Fix(
         cannot="a cache changes the next run's compilation, which try's steady steps leave out: run the "
         "program twice with the same TORCHINDUCTOR_CACHE_DIR and compare the runs' wall clocks"

@@ -52,6 +52,9 @@ class Plan:
     cannot: str | None = None
     """Why pinchpoint cannot apply it (the snippet shows the change): then nothing is run."""
     snippet: str | None = None
+    whole_run: bool = False
+    """The fix changes the whole run (compilations), not its steady steps: both sides run to the program's
+    end and their program times are compared (`try_whole.py`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,6 +78,8 @@ class Tried:
     """Why a pair in doubt did not run again (it was tight, only far from the prediction, and long)."""
     doubt: str | None = None
     """Why the first pair was in doubt (`doubt()`), when it was."""
+    whole_run: bool = False
+    """Measured on the whole runs' program times, not on steady steps."""
 
 
 def _plans(finding: FindingInfo) -> list[Plan]:
@@ -87,7 +92,7 @@ def _plans(finding: FindingInfo) -> list[Plan]:
     if ways:
         return [
             replace(base, fix=w.fix, applied_how=w.how, env=w.env, agent=w.agent, cannot=w.cannot,
-                    snippet=None if w.cannot else snippet)
+                    snippet=None if w.cannot else snippet, whole_run=w.whole_run)
             for w in ways
         ]  # fmt: skip
     if finding.estimated_speedup <= 1.0 and not snippet:
@@ -118,7 +123,8 @@ def combined(tried: Sequence[Tried]) -> Plan | None:
     """The fixes that paid, significantly, applied together (None when fewer than two paid)."""
     best: dict[str, Tried] = {}  # one fix a finding: the one that measured most (one malloc at a time)
     for t in tried:
-        paid_off = t.significant and (t.speedup or 0) > 1.0 and t.plan.cannot is None
+        # (a whole-run fix was timed on other runs than the steady-step fixes: not stacked with them)
+        paid_off = t.significant and (t.speedup or 0) > 1.0 and t.plan.cannot is None and not t.plan.whole_run
         if paid_off and (t.plan.id not in best or (t.speedup or 0) > (best[t.plan.id].speedup or 0)):
             best[t.plan.id] = t
     paid = [t.plan for t in best.values()]
@@ -259,7 +265,8 @@ def run_plan(
     again: SecondBaseline | None = None,
 ) -> Tried:
     """Run the program with `plan` applied and compare it with the baseline; when that pair is in
-    doubt and `again` is given, run the trial and then the baseline once more and pool the pairs."""
+    doubt and `again` is given, run the trial and then the baseline once more and pool the pairs. (A
+    whole-run plan goes through `try_whole.run_plan`.)"""
     if plan.cannot is not None:
         return Tried(plan=plan)
     first = _trial(plan, run_dir, baseline_dir, steps, runner)
@@ -339,7 +346,7 @@ def _compared(plan: Plan, run_dir: Path, before: RunSide, after: RunSide, pairs:
         speedup=d.speedup,
         interval=(d.test.low, d.test.high),
         significant=d.test.significant,
-        next_limit=_lead(after.report),
+        next_limit=lead(after.report),
         steps=d.test.n_after,
         pairs=pairs,
     )
@@ -349,7 +356,7 @@ def _x(v: float | None) -> str:
     return f"×{v:.2f}" if v is not None else "none"
 
 
-def _lead(report: ReportDoc) -> str | None:
+def lead(report: ReportDoc) -> str | None:
     if not report.findings:
         return None
     f = report.findings[0]
@@ -390,6 +397,7 @@ def try_doc(
             history_id=t.history_id,
             not_again=t.not_again,
             doubt=t.doubt,
+            whole_run=True if t.whole_run else None,
             run_dir=str(t.run_dir) if t.run_dir is not None else None,
             error=t.error,
         )

@@ -36,6 +36,7 @@ class TriedFix:
     doubt: str | None
     run_dir: str | None
     error: str | None
+    whole_run: bool | None = optional(doc="measured on whole runs' program times, not on steady steps")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

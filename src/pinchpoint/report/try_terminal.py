@@ -26,6 +26,8 @@ def _measured(row: TriedFix) -> str:
     verdict = "" if row.significant else " (noise)"
     slower = " slower" if row.significant and row.speedup < 1 else ""
     pairs = " (2 pairs)" if row.pairs > 1 else ""
+    if row.whole_run:
+        pairs = f" (whole runs, {row.pairs} pairs)"
     return f"{_x(row.speedup)} [{low:.2f}-{high:.2f}]{verdict}{slower}{pairs}"
 
 
@@ -57,7 +59,10 @@ def render_try(doc: TryDoc, baseline: ReportDoc, out: TextIO) -> None:
         again = (
             f"; the first baseline/trial pair was in doubt ({DOUBTS.get(r.doubt or '', 'noise')}), "
             "so both ran once more and the measurement pools the two pairs"
-            if r.pairs > 1
+            if r.pairs > 1 and not r.whole_run
+            else "; the baseline and the trial each ran to the program's end twice (baseline, trial, trial, "
+            "baseline), their program times compared: the interval is the two pairs' extremes"
+            if r.whole_run
             else ""
         )
         notes.append(f"{r.id} ({r.fix}): applied as {r.applied_how}{again}{_ran(doc, r)}")
