@@ -71,6 +71,7 @@ EXAMPLES = {
     "startup_build": ("run.startup", [("--fix", ["--fix"])]),
     "compile_cold_cache": ("compile.time", [("--fix", ["--fix"])]),
     "compile_value_guard": ("compile.recompiles", [("--fix", ["--fix"])]),
+    "generate_no_cache": ("compute.recompute", [("--fix", ["--fix"])]),
     "gc_epoch_collect": ("host.gc", [("--fix", ["--fix"]), ("--freeze", ["--freeze"])]),
     "memory_leak": ("memory.leak", [("--fix", ["--fix"])]),
     "allocator_churn": ("memory.pressure", [("--fix", ["--fix"]), ("jemalloc preload", ["preload:jemalloc"]),

@@ -35,6 +35,7 @@ from pinchpoint.analysis.attention import HandAttention
 from pinchpoint.analysis.between_updates import BetweenUpdates
 from pinchpoint.analysis.compiles import ColdCompiles, CompileStats, GraphBreak, GraphTime, Varying
 from pinchpoint.analysis.gc import GcStats
+from pinchpoint.analysis.generation import Recompute
 from pinchpoint.analysis.memory import PageFaults, memory_trend, page_faults
 from pinchpoint.analysis.ops import op_stats
 from pinchpoint.analysis.restarts import WorkerRestarts
@@ -1593,8 +1594,12 @@ INPUT_FETCH["restarts-are-the-wait"] = Case(
     rank_of({"data_wait": 0.30}, loader=SLEEPY, restarts=_restarts(0.30)), False
 )  # (more workers would restart too: the wait is input.worker_restart's)
 
+
 def _compiled(
-    recompiles: int, each_s: float, loop_s: float = 10.0, varying: bool = True,
+    recompiles: int,
+    each_s: float,
+    loop_s: float = 10.0,
+    varying: bool = True,
     reason: str = "0/0: tensor 'x' size mismatch at index 1. expected 32, actual 48",
 ) -> dict[str, Any]:
     """A `loop_s` loop in which a frame compiled once, then `recompiles` times more at `each_s` each."""
@@ -1615,18 +1620,28 @@ COMPILE_RECOMPILES = {
     "a-dimension-varies": Case(
         rank_of({}, **_compiled(4, 1.0)),
         True,
-        facts={"compile.recompiles.varying": {"tensor": "x", "dim": 1}, "compile.recompiles.count": {"recompiles": 4}},
+        facts={
+            "compile.recompiles.varying": {"tensor": "x", "dim": 1},
+            "compile.recompiles.count": {"recompiles": 4},
+        },
         # 4 s of the 10 s loop out, one more 1 s compile in
-        check=_all(_eq("share", 0.4), _eq("estimated_speedup", 10 / 7), _eq("fix_kind", FixKind.DYNAMIC_SHAPES)),
+        check=_all(
+            _eq("share", 0.4), _eq("estimated_speedup", 10 / 7), _eq("fix_kind", FixKind.DYNAMIC_SHAPES)
+        ),
     ),
     "another-guard": Case(
         rank_of({}, **_compiled(3, 1.0, varying=False)),
         True,
-        facts={"compile.recompiles.reason": {"reason": "0/0: tensor 'x' size mismatch at index 1. expected 32, actual 48"}},
+        facts={
+            "compile.recompiles.reason": {
+                "reason": "0/0: tensor 'x' size mismatch at index 1. expected 32, actual 48"
+            }
+        },
     ),
     "one-recompile": Case(rank_of({}, **_compiled(1, 3.0)), False),  # dynamo's route to a dynamic graph
     "no-size-guard": Case(  # a first call without gradients, a value a graph break specialised
-        rank_of({}, **_compiled(3, 1.0, varying=False, reason="0/1: tensor 'x' requires_grad mismatch")), False
+        rank_of({}, **_compiled(3, 1.0, varying=False, reason="0/1: tensor 'x' requires_grad mismatch")),
+        False,
     ),
     "a-small-share": Case(rank_of({}, **_compiled(4, 0.2)), False),  # 0.8 s of 10 s
     "no-compile": Case(rank_of({}, **_compiled(4, 1.0) | {"compiles": None}), False),
@@ -1636,7 +1651,9 @@ COMPILE_RECOMPILES = {
 ITEM_BREAK = "Unsupported Tensor.item() call with capture_scalar_outputs=False"
 
 
-def _broken(calls: int = 34, around_ms: float = 2.8, reason: str = ITEM_BREAK, whole: int = 0) -> dict[str, Any]:
+def _broken(
+    calls: int = 34, around_ms: float = 2.8, reason: str = ITEM_BREAK, whole: int = 0
+) -> dict[str, Any]:
     """A compiled model whose steps (4.7 ms, 1.6 ms inside graphs) enter `calls` graphs around a break."""
     stats = CompileStats(
         compile_ns=10**10, compiles=4, recompiles=0, recompile_ns=0, mean_recompile_ns=0.0, frame=None, reasons=(),
@@ -1650,19 +1667,28 @@ COMPILE_GRAPH_BREAKS = {
     "an-item-in-every-block": Case(
         rank_of({}, **_broken()),
         True,
-        facts={"compile.graph_breaks.sites": {"sites": ("forward at train.py:51",)}, "compile.graph_breaks.priced": {"whole": 2}},
+        facts={
+            "compile.graph_breaks.sites": {"sites": ("forward at train.py:51",)},
+            "compile.graph_breaks.priced": {"whole": 2},
+        },
         # 2.8 ms around 34 graphs, shrinking with them to 2: 2.8 * 32/34 ms less
-        check=_all(_eq("estimated_speedup", 4.7 / (4.7 - 2.8 * 32 / 34)), _eq("fix_kind", FixKind.GRAPH_BREAKS),
-                   _eq("fix_params", (("item", 1),))),
+        check=_all(
+            _eq("estimated_speedup", 4.7 / (4.7 - 2.8 * 32 / 34)),
+            _eq("fix_kind", FixKind.GRAPH_BREAKS),
+            _eq("fix_params", (("item", 1),)),
+        ),
     ),
-    "a-print": Case(rank_of({}, **_broken(reason="Unsupported builtin print")), True, check=_eq("fix_params", ())),
-    "another-whole-frame": Case(rank_of({}, **_broken(whole=1)), True, facts={"compile.graph_breaks.priced": {"whole": 4}}),
+    "a-print": Case(
+        rank_of({}, **_broken(reason="Unsupported builtin print")), True, check=_eq("fix_params", ())
+    ),
+    "another-whole-frame": Case(
+        rank_of({}, **_broken(whole=1)), True, facts={"compile.graph_breaks.priced": {"whole": 4}}
+    ),
     "no-break": Case(rank_of({}, **_broken(reason="")), False),
     "one-graph-each-way": Case(rank_of({}, **_broken(calls=2)), False),
     "little-around-the-graphs": Case(rank_of({}, **_broken(around_ms=0.2)), False),  # 4% of the step
     "no-compile": Case(rank_of({}), False),
 }
-
 
 
 def _cold(backend_s: float, wall_s: float = 10.0, compiling_s: float = 7.0) -> dict[str, Any]:
@@ -1683,17 +1709,59 @@ COMPILE_TIME = {
     "compiles-from-scratch": Case(
         rank_of({}, **_cold(5.0)),
         True,
-        facts={"compile.time.cache": {"misses": 4, "directory": "/tmp/inductor-cache-x1"},
-               "compile.time.run": {"compiling_ns": 7e9}},
+        facts={
+            "compile.time.cache": {"misses": 4, "directory": "/tmp/inductor-cache-x1"},
+            "compile.time.run": {"compiling_ns": 7e9},
+        },
         # 5 s of backend, 90% of it loaded instead: 4.5 s of the 10 s run out
-        check=_all(_eq("share", 0.45), _eq("estimated_speedup", 10 / 5.5), _eq("fix_kind", FixKind.COMPILE_CACHE)),
+        check=_all(
+            _eq("share", 0.45), _eq("estimated_speedup", 10 / 5.5), _eq("fix_kind", FixKind.COMPILE_CACHE)
+        ),
     ),
     "a-small-share": Case(rank_of({}, **_cold(1.0, wall_s=20.0)), False),  # 0.9 s of 20 s
-    "caches-off-or-hit": Case(rank_of({}, **_cold(5.0) | {"compiles": replace(_cold(5.0)["compiles"], cold=None)}), False),
+    "caches-off-or-hit": Case(
+        rank_of({}, **_cold(5.0) | {"compiles": replace(_cold(5.0)["compiles"], cold=None)}), False
+    ),
     "no-run-clock": Case(rank_of({}, compiles=_cold(5.0)["compiles"]), False),
 }
 
+
+def _generating(saved_ms: float, *, calls: int = 40, steps_ms: float = 100.0) -> dict[str, Any]:
+    """A generation loop whose calls (`steps_ms` of inference steps) would lose `saved_ms` with a cache."""
+    return {
+        "generation": Recompute(
+            generations=1, calls=calls, tokens=(16, 16 + calls - 1), base_ns=800e3, per_token_ns=17e3,
+            calls_ns=steps_ms * 1e6, saved_ns=saved_ms * 1e6, steps_ns=steps_ms * 1e6,
+        )
+    }  # fmt: skip
+
+
+COMPUTE_RECOMPUTE = {
+    # 73 of 100 ms recomputed context: a cache leaves 27 ms
+    "no-kv-cache": Case(
+        rank_of({}, **_generating(73.0)),
+        True,
+        facts={
+            "compute.recompute.growth": {"per_token_ns": 17e3, "shortest": 16, "longest": 55},
+            "compute.recompute.priced": {"saved_ns": 73e6},
+        },
+        check=_all(
+            _eq("share", 0.73),
+            _eq("estimated_speedup", 100 / 27),
+            _eq("fix_kind", FixKind.KV_CACHE),
+            _eq("confidence", Confidence.HIGH),
+        ),
+    ),
+    "few-calls": Case(
+        rank_of({}, **_generating(50.0, calls=10)), True, check=_eq("confidence", Confidence.MEDIUM)
+    ),
+    "at-share-min": Case(rank_of({}, **_generating(10.0)), True),
+    "below-share-min": Case(rank_of({}, **_generating(9.9)), False),
+    "no-generation": Case(rank_of({}), False),
+}
+
 CASES: dict[str, dict[str, Case]] = {
+    "compute.recompute": COMPUTE_RECOMPUTE,
     "compile.recompiles": COMPILE_RECOMPILES,
     "compile.time": COMPILE_TIME,
     "compile.graph_breaks": COMPILE_GRAPH_BREAKS,

@@ -11,6 +11,7 @@ from pinchpoint.analysis.compiles import CompileStats, compile_stats
 from pinchpoint.analysis.cpu import CpuUsage, ThreadTrialResult, cpu_usage, thread_trial
 from pinchpoint.analysis.cpu_waits import CpuWaits, cpu_waits
 from pinchpoint.analysis.gc import GcStats, gc_stats
+from pinchpoint.analysis.generation import Recompute, recompute
 from pinchpoint.analysis.load import LoadSplit, split_by_load
 from pinchpoint.analysis.loader import LoaderActivity, WorkerTrialResult, loader_activity, worker_trial
 from pinchpoint.analysis.memory import (
@@ -91,6 +92,8 @@ class RankAnalysis:
     """The training loader's workers started again with each iterator (every epoch), and their cost."""
     compiles: CompileStats | None = None
     """What torch.compile's compilations and recompiles cost the run."""
+    generation: Recompute | None = None
+    """A generation loop whose model calls recompute the context so far (no KV cache)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,6 +155,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         between=between_updates(rank, main_timeline),
         restarts=worker_restarts(rank),
         compiles=compile_stats(rank.compiles, steady),
+        generation=recompute(rank.steps),
         faults=page_faults(
             steady,
             min((s.index for s in rank.steps if s.profiled), default=None),

@@ -186,6 +186,8 @@ def _wrap_module_call(agent: HookedAgent, torch: Any) -> None:
         if agent.in_module or agent.role is not Role.MAIN or threading.get_ident() != agent.tid:
             return orig_call(self, *args, **kwargs)
         agent.forward_begins()
+        if args:
+            agent.step.tokens = _tokens(args[0])
         t0 = _now()
         try:
             return orig_call(self, *args, **kwargs)
@@ -194,6 +196,17 @@ def _wrap_module_call(agent: HookedAgent, torch: Any) -> None:
 
     PATCHES.set(module_cls, "__call__", call_wrapper)
     graph_watch.skip_in_dynamo(PATCHES, call_wrapper.__code__)
+
+
+def _tokens(x: Any) -> int | None:
+    """The sequence length of a batch of token ids (an integer tensor, batch × tokens), else None: what a
+    generation loop's model call sees grow by one each call when it recomputes its context."""
+    try:
+        if x.dim() == 2 and not x.is_floating_point() and not x.is_complex():
+            return int(x.shape[1])
+    except Exception:  # (not a tensor, or a tensor subclass that refuses)
+        return None
+    return None
 
 
 def _register_optimizer_hooks(agent: HookedAgent) -> None:

@@ -68,6 +68,8 @@ class StepState:
     agent_ns: int = 0
     """pinchpoint's own bookkeeping at its start (writing the previous step, reading counters): not the
     program's time; analysis starts the step after it."""
+    tokens: int | None = None
+    """The sequence length of the token ids its last top-level model call took (`hooks._tokens`)."""
 
     def record(
         self,
@@ -110,6 +112,8 @@ class StepState:
             "gc_full": now.gc[2] - c0.gc[2],
             "gc_explicit_ns": now.gc[3] - c0.gc[3],
         }
+        if self.tokens is not None:
+            record["tokens"], self.tokens = self.tokens, None
         if now.graphs[0] != c0.graphs[0]:  # (only where torch.compile's graphs ran)
             record["graph_calls"] = now.graphs[0] - c0.graphs[0]
             record["graph_ns"] = now.graphs[1] - c0.graphs[1]

@@ -34,11 +34,14 @@ class Category(str, Enum):
     COMPILE_RECOMPILES = "compile.recompiles"
     COMPILE_GRAPH_BREAKS = "compile.graph_breaks"
     COMPILE_TIME = "compile.time"
+    COMPUTE_RECOMPUTE = "compute.recompute"
 
 
 class FixKind(str, Enum):
     """What a finding's fix changes, as data: a framework's knob is found from it (`diagnosis/frameworks.py`)."""
 
+    KV_CACHE = "kv_cache"
+    """A generation loop keeps each layer's keys and values (`use_cache=True`, a cache in the model)."""
     WORKERS = "workers"
     """DataLoader workers; `fix_params` num_workers."""
     PERSISTENT_WORKERS = "persistent_workers"

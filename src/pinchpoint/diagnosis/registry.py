@@ -10,6 +10,7 @@ from pinchpoint.diagnosis.rules.compile import CompileTime, GraphBreaks, Recompi
 from pinchpoint.diagnosis.rules.compute import ComputeMath, ComputeMemory
 from pinchpoint.diagnosis.rules.cpu import CpuOversubscription, CpuUnderuse
 from pinchpoint.diagnosis.rules.gc import HostGc
+from pinchpoint.diagnosis.rules.generation import Recompute as GenerationRecompute
 from pinchpoint.diagnosis.rules.gpu_compile import TraceGraphBreaks, TraceRecompiles
 from pinchpoint.diagnosis.rules.gpu_device import GpuMemoryPressure, GpuTensorCores
 from pinchpoint.diagnosis.rules.gpu_host import GpuHostBound, GpuHostToDevice, GpuInputWait, GpuSync
@@ -47,6 +48,7 @@ RULES: tuple[Rule, ...] = (
     Recompiles(),
     GraphBreaks(),
     CompileTime(),
+    GenerationRecompute(),
     # Every rank's recordings (Scope.RANKS)
     StalledRun(),
     Straggler(),

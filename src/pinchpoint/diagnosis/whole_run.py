@@ -26,9 +26,14 @@ def program_ns(whole: RunTime) -> int:
     return max(1, sum(g.ns for g in whole.segments if g.name not in ONCE))
 
 
+JUDGED = ("training steps", "marked steps", "inference")
+"""The segment of the steps the step findings judge: the training steps where the run trains, else the
+steps `prof.step()` marked, else the model's calls of an inference run."""
+
+
 def steps_share(whole: RunTime) -> float:
-    """The training steps' share of the run's loop."""
-    steps = next((g.ns for g in whole.segments if g.name == "training steps"), 0)
+    """The judged steps' share of the run's loop."""
+    steps = next((g.ns for name in JUDGED for g in whole.segments if g.name == name), 0)
     return min(1.0, steps / program_ns(whole))
 
 

@@ -58,5 +58,6 @@ def step_record(o: dict[str, Any]) -> Step | None:
         graph_calls=as_int(o.get("graph_calls")),
         graph_ns=as_int(o.get("graph_ns")),
         loader=as_int(o.get("loader")),
+        tokens=as_int(o.get("tokens")),
         agent_ns=agent,
     )

@@ -213,6 +213,10 @@ FIXES: dict[FixKind, Fix] = {
     FixKind.CACHE_STARTUP: Fix(),
     FixKind.MICROBATCHES: Fix(ways=_microbatches),
     FixKind.DATA_PARALLEL: Fix(),
+    FixKind.KV_CACHE: Fix(
+        cannot="a KV cache is the model's code (or `use_cache=True` where the model has one): the snippet "
+        "shows it"
+    ),
     FixKind.DYNAMIC_SHAPES: Fix(
         ways=_always(
             Way(

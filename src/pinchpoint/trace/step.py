@@ -124,6 +124,8 @@ class Step:
     """Time inside those graphs: the rest of a compiled step is Python, guards and eager code."""
     loader: int | None = None
     """The serial of the DataLoader iterator that gave the step its batch (`LoaderConfig.serial`)."""
+    tokens: int | None = None
+    """The sequence length of the token ids its model call took (a batch × tokens integer tensor)."""
     agent_ns: int = 0
     """pinchpoint's bookkeeping just before the step (writing the last one, reading counters): cut
     from the step's start, so the step is the program's time only."""

@@ -1,0 +1,102 @@
+"""A generation loop that recomputes its context: each model call takes the whole sequence so far (the
+token ids grow by one a call) and its time grows with it. A KV cache keeps each layer's keys and
+values, so a call after the first processes only the new token.
+
+Read from the inference steps' `tokens` (the sequence length of each call's token ids) and durations:
+a generation is a run of calls whose length grows by exactly one; the time of a call is fitted as
+`base + per_token × tokens` over every such call (least squares), which measures the growth. With a
+cache, a generation's first call (the prompt) costs what it costs now and each later call what a
+one-token call costs on the fitted line: the difference is what recomputing the context costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pinchpoint.trace.step import Step, StepKind
+
+MIN_RUN = 8
+"""Calls in a row whose length grows by one before a run is a generation (not a coincidence)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recompute:
+    generations: int
+    calls: int
+    """Model calls inside the generations (their first calls, the prompts, included)."""
+    tokens: tuple[int, int]
+    """The shortest and the longest context a call took."""
+    base_ns: float
+    per_token_ns: float
+    """The fitted growth: what each token of context adds to a call."""
+    calls_ns: float
+    """The generations' calls, summed as measured."""
+    saved_ns: float
+    """What a cache would take off them: each later call's context beyond its one new token."""
+    steps_ns: float
+    """All the steady inference steps, summed (what the share is of)."""
+
+    @property
+    def share(self) -> float:
+        return min(1.0, self.saved_ns / self.steps_ns) if self.steps_ns > 0 else 0.0
+
+
+def _runs(steps: Sequence[Step]) -> list[list[Step]]:
+    """Runs of consecutive steps whose `tokens` grow by exactly one."""
+    runs: list[list[Step]] = []
+    current: list[Step] = []
+    for s in steps:
+        if (
+            current
+            and s.tokens is not None
+            and current[-1].tokens is not None
+            and s.tokens == current[-1].tokens + 1
+        ):
+            current.append(s)
+            continue
+        if len(current) >= MIN_RUN:
+            runs.append(current)
+        current = [s] if s.tokens is not None else []
+    if len(current) >= MIN_RUN:
+        runs.append(current)
+    return runs
+
+
+def _clean(s: Step) -> bool:
+    """Not slowed by pinchpoint (the op window, a trial) or by another process's load."""
+    return not (s.profiled or s.trial or s.disturbed)
+
+
+def recompute(steps: Sequence[Step]) -> Recompute | None:
+    """None without generations, or where a call's time does not grow with its context."""
+    inference = [s for s in steps if s.kind is StepKind.INFERENCE and not s.partial and s.dur_ns > 0]
+    runs = [
+        [s for s in r if _clean(s)] for r in _runs(inference)
+    ]  # (found on every call, fitted on clean ones)
+    calls = [s for r in runs for s in r]
+    if len(calls) < MIN_RUN:
+        return None
+    xs = [float(s.tokens or 0) for s in calls]
+    ys = [float(s.dur_ns) for s in calls]
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    var = sum((x - mx) ** 2 for x in xs)
+    if var <= 0:
+        return None
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var
+    base = my - slope * mx
+    if slope <= 0:
+        return None
+    saved = sum(slope * max(0, (s.tokens or 1) - 1) for r in runs for s in r[1:])
+    steady = [s for s in inference if _clean(s)]
+    return Recompute(
+        generations=len(runs),
+        calls=n,
+        tokens=(int(min(xs)), int(max(xs))),
+        base_ns=base,
+        per_token_ns=slope,
+        calls_ns=sum(ys),
+        saved_ns=min(saved, sum(ys)),
+        steps_ns=float(sum(s.dur_ns for s in steady)) or sum(ys),
+    )
