@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pinchpoint.diagnosis.costs import LoaderLoad, WorkerPlan, batched_requests, more_workers
+from pinchpoint.diagnosis.costs import LoaderLoad, WorkerPlan, batched_requests, graph_break_saving, more_workers
 
 MS = 1_000_000
 
@@ -69,3 +69,18 @@ def test_more_workers(name: str, given: LoaderLoad, expected: WorkerPlan) -> Non
 )
 def test_batched_requests(overhead: float, vector: float, batch: int, expected: float) -> None:
     assert batched_requests(overhead, vector, batch) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("around_ns", "calls", "whole", "saved"),
+    [
+        (400.0, 4.0, 2, 200.0),  # a break: 4 graph calls a step where one forward and one backward do
+        (2.8e6, 34.0, 2, 2.8e6 * 32 / 34),  # a break in every block
+        (400.0, 2.0, 2, 0.0),  # already whole
+        (400.0, 1.0, 2, 0.0),  # fewer calls than whole frames (a graph that ran only forward)
+    ],
+)
+def test_a_graph_break_saves_the_time_around_the_calls_it_adds(
+    around_ns: float, calls: float, whole: int, saved: float
+) -> None:
+    assert graph_break_saving(around_ns, calls, whole) == pytest.approx(saved)

@@ -74,3 +74,10 @@ def batched_requests(overhead: float, vector: float, batch: int) -> float:
     call is counted as if it grew with the batch (an under-estimate)."""
     shared = overhead + vector
     return 1.0 / ((1.0 - shared) + shared / batch)
+
+
+def graph_break_saving(around_ns: float, calls: float, whole: int) -> float:
+    """What a compiled step saves when its graph calls go from `calls` to `whole` (one forward, and one
+    backward when it trains, per compiled frame): the time around the graphs (guards, wrappers, the eager
+    code at the breaks) shrinks with the calls. Fusion across the breaks is not priced (a lower bound)."""
+    return around_ns * (1 - whole / calls) if calls > whole else 0.0

@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from pinchpoint.analysis.compiles import CompileStats, ValueGuard
 from pinchpoint.analysis.run_time import COMPILING
+from pinchpoint.diagnosis.costs import graph_break_saving
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Subject
 from pinchpoint.diagnosis.whole_run import program_ns
@@ -170,7 +171,7 @@ class GraphBreaks(Rule):
         whole = 2 * (c.whole_frames + 1)  # one forward and one backward graph per frame; the broken one whole
         if g.calls <= whole or g.step_ns <= 0:
             return
-        saved = g.around_ns * (1 - whole / g.calls)
+        saved = graph_break_saving(g.around_ns, g.calls, whole)
         share = min(1.0, saved / g.step_ns)
         if share < BREAKS_SHARE_MIN:
             return

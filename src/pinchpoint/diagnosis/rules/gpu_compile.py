@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pinchpoint.analysis.gpu.compiled import RECOMPILE_LIMIT
+from pinchpoint.diagnosis.costs import graph_break_saving
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding, FixKind
 from pinchpoint.diagnosis.rules.base import Rule, Scope, Subject
 from pinchpoint.diagnosis.rules.compile import BREAKS_SHARE_MIN, RECOMPILES_MIN, SHARE_MIN
@@ -108,7 +109,7 @@ class TraceGraphBreaks(Rule):
         whole = 2 if rank.compiled.backward else 1
         if g.calls <= whole:
             return
-        saved = g.around_ns * (1 - whole / g.calls)
+        saved = graph_break_saving(g.around_ns, g.calls, whole)
         share = min(1.0, saved / g.step_ns)
         if rank.breakdown is not None and rank.split is not None:
             share = min(share, rank.split.fractions["gpu_idle"] + rank.split.fractions["data_wait"])
