@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from pinchpoint.diagnosis.costs import LoaderLoad, WorkerPlan, batched_requests, graph_break_saving, more_workers
+from pinchpoint.diagnosis.costs import (
+    LoaderLoad,
+    WorkerPlan,
+    batched_requests,
+    graph_break_saving,
+    more_workers,
+)
 
 MS = 1_000_000
 
