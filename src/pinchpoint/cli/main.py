@@ -16,6 +16,7 @@ from pinchpoint.cli import (
     capture_cmd,
     diff_cmd,
     export_cmd,
+    load_cmd,
     report_cmd,
     run_cmd,
     schema_cmd,
@@ -48,6 +49,7 @@ COMMANDS: tuple[Command, ...] = (
     watch_cmd.WatchCommand(),
     attach_cmd.AttachCommand(),
     capture_cmd.CaptureCommand(),
+    load_cmd.LoadCommand(),
     schema_cmd.SchemaCommand(),
 )
 

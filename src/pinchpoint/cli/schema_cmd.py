@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-DOCUMENTS = ("report", "outside", "try", "diff", "stacks")
+DOCUMENTS = ("report", "outside", "try", "diff", "stacks", "load")
 """report: report.json; outside: outside.json (`pinchpoint attach --outside`); try: try.json; diff:
 `pinchpoint diff --json`; stacks: `pinchpoint analyze --json` of a stack file."""
 
@@ -29,6 +29,8 @@ class SchemaCommand:
             from pinchpoint.report.diff_doc import diff_schema as schema
         elif args.document == "stacks":
             from pinchpoint.report.stacks_doc import stacks_schema as schema
+        elif args.document == "load":
+            from pinchpoint.report.load_doc import load_schema as schema
         elif args.document == "try":
             from pinchpoint.report.try_doc import try_schema as schema
         else:

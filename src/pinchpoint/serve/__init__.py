@@ -1,0 +1,1 @@
+"""Serving: the load pinchpoint puts on a model server over loopback, and what the requests measured."""
