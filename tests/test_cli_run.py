@@ -358,6 +358,38 @@ def test_ctrl_c_still_writes_a_report(script: Path, tmp_path: Path) -> None:
     assert "Traceback" not in err.split("KeyboardInterrupt")[-1]  # nothing of ours after the program's
 
 
+def test_sigint_to_pinchpoint_alone_stops_the_program_and_writes_a_report(
+    script: Path, tmp_path: Path
+) -> None:
+    """Outside a terminal (a supervisor, `timeout`, a notebook's interrupt) a SIGINT sent to the pinchpoint
+    process alone reaches the program, once: it ends as Ctrl-C ends it and the report is written."""
+    import signal
+    import time
+
+    slow = tmp_path / "slow.py"
+    slow.write_text(TRAIN.replace("opt.step()", "opt.step(); time.sleep(0.05)"))
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [*PINCHPOINT, "run", "-o", str(out), str(slow), "400"],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    steps = out / "ranks" / "rank0" / "steps.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not steps.exists() or steps.read_text().count("\n") < 8):
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGINT)  # pinchpoint's own pid: not its process group
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and err.count("KeyboardInterrupt") == 1, err[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["steps"]["total"] >= 8 and report["steps"]["total"] < 400
+
+
 def test_results_are_unchanged_by_profiling(tmp_path: Path) -> None:
     """The op window and its probes run inside the program: they must not touch its random streams."""
     code = TRAIN.replace('print("trained", steps, "steps")', "print(torch.rand(4).tolist(), loss.item())")

@@ -48,6 +48,14 @@ class LaunchResult:
     error: str | None = None
 
 
+
+def _terminal_foreground() -> bool:
+    """pinchpoint is the foreground job of a terminal (Ctrl-C there reaches its whole process group)."""
+    try:
+        return os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:
+        return False
+
 def _iso_now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -154,8 +162,11 @@ def launch(
     if native:
         env.update({k: v for k, v in native_sampling.JIT_PROFILE_ENV.items() if k not in env})
     sink = open(output, "ab") if output is not None else None  # noqa: SIM115 (closed after the program)
+    own_group = not _terminal_foreground()
     try:
-        proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=sink, stderr=sink)
+        proc = subprocess.Popen(
+            command, env=env, cwd=cwd, stdout=sink, stderr=sink, process_group=0 if own_group else None
+        )
     except OSError as exc:
         if sink is not None:
             sink.close()
@@ -180,8 +191,10 @@ def launch(
         if proc.poll() is None:
             proc.send_signal(signum)
 
-    # Ctrl-C already reaches the child through the process group; the launcher just keeps waiting.
-    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # At a terminal, Ctrl-C reaches the child through the foreground process group and the launcher just
+    # keeps waiting. Elsewhere (a supervisor, `timeout`, a notebook's interrupt, CI) the child runs in a
+    # process group of its own, and a SIGINT sent to pinchpoint (its pid or its group) is passed on once.
+    old_int = signal.signal(signal.SIGINT, forward if own_group else signal.SIG_IGN)
     old_term = signal.signal(signal.SIGTERM, forward)
     try:
         if meanwhile is not None:

@@ -1,0 +1,109 @@
+"""A model server that answers requests one at a time while others wait (issue 37's first plant; its
+finding, batching priced from the model's own calls, is not built yet, so it declares no PLANTED).
+
+Run with ``python examples/serve_one_at_a_time.py --port 8000`` and load it, e.g.
+``pinchpoint load http://127.0.0.1:8000/predict --rate 150 --duration 10 --body examples/request.json``.
+A FastAPI app served by uvicorn classifies sequences of 64 token ids with a small transformer encoder
+(2 layers, width 128, freshly initialised: nothing is downloaded), under ``torch.inference_mode()``.
+
+Planted: the endpoint runs the model on each request as it arrives, batch 1. Requests that arrive
+meanwhile wait in the event loop's queue; each model call pays its fixed cost (dispatch, the layers'
+weights read from memory) for one row.
+
+Fix (``--fix``): a batching queue. Requests wait up to ``MAX_WAIT_MS`` for others (at most ``MAX_BATCH``),
+then one forward answers them all: the same work, one call's fixed cost shared.
+
+The server stops on SIGINT or SIGTERM (uvicorn's own handling).
+"""
+
+import argparse
+import asyncio
+
+import torch
+import uvicorn
+from fastapi import FastAPI
+from pydantic import BaseModel
+from torch import nn
+
+VOCAB, WIDTH, TOKENS, CLASSES = 1000, 128, 64, 4
+MAX_BATCH, MAX_WAIT_MS = 32, 5
+
+
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, WIDTH)
+        layer = nn.TransformerEncoderLayer(WIDTH, 4, 4 * WIDTH, batch_first=True, dropout=0.0)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(WIDTH, CLASSES)
+
+    def forward(self, tokens):
+        return self.head(self.encoder(self.embed(tokens)).mean(dim=1))
+
+
+class Request(BaseModel):
+    tokens: list[int]
+
+
+class Batcher:
+    """Requests queued for up to MAX_WAIT_MS (at most MAX_BATCH), answered by one forward."""
+
+    def __init__(self, model):
+        self.model, self.queue = model, asyncio.Queue()
+
+    async def submit(self, tokens):
+        done = asyncio.get_running_loop().create_future()
+        await self.queue.put((tokens, done))
+        return await done
+
+    async def run(self):
+        while True:
+            batch = [await self.queue.get()]
+            deadline = asyncio.get_running_loop().time() + MAX_WAIT_MS / 1000
+            while len(batch) < MAX_BATCH:
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    break
+                try:
+                    batch.append(await asyncio.wait_for(self.queue.get(), left))
+                except TimeoutError:
+                    break
+            with torch.inference_mode():
+                logits = self.model(torch.stack([t for t, _ in batch]))
+            for (_, done), row in zip(batch, logits.argmax(dim=1).tolist(), strict=True):
+                done.set_result(row)
+
+
+def build_app(fix):
+    torch.manual_seed(0)
+    model = Classifier().eval()
+    app = FastAPI()
+    batcher = Batcher(model)
+
+    @app.on_event("startup")
+    async def start_batcher():
+        if fix:
+            app.state.batching = asyncio.create_task(batcher.run())
+
+    @app.post("/predict")
+    async def predict(req: Request):
+        tokens = torch.tensor(req.tokens[:TOKENS], dtype=torch.long)
+        if fix:
+            return {"label": await batcher.submit(tokens)}
+        with torch.inference_mode():  # planted: one request a call, the others wait
+            label = int(model(tokens.unsqueeze(0)).argmax(dim=1))
+        return {"label": label}
+
+    return app
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--fix", action="store_true", help="batch queued requests into one forward")
+    p.add_argument("--port", type=int, default=8000)
+    args = p.parse_args()
+    uvicorn.run(build_app(args.fix), host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
