@@ -48,6 +48,27 @@ class LaunchResult:
     error: str | None = None
 
 
+def _wait(proc: subprocess.Popen[bytes], own_group: bool, meanwhile: Callable[[], None] | None) -> int:
+    """The program's exit code, signals passed on meanwhile. At a terminal, Ctrl-C reaches the child through
+    the foreground process group and the launcher just keeps waiting. Elsewhere (a supervisor, `timeout`,
+    a notebook's interrupt, CI) the child runs in a process group of its own, and a SIGINT sent to
+    pinchpoint (its pid or its group) is passed on once; SIGTERM always is."""
+
+    def forward(signum: int, frame: Any) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    old_int = signal.signal(signal.SIGINT, forward if own_group else signal.SIG_IGN)
+    old_term = signal.signal(signal.SIGTERM, forward)
+    try:
+        if meanwhile is not None:
+            with contextlib.suppress(Exception):
+                meanwhile()
+        return proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+
 
 def _terminal_foreground() -> bool:
     """pinchpoint is the foreground job of a terminal (Ctrl-C there reaches its whole process group)."""
@@ -55,6 +76,7 @@ def _terminal_foreground() -> bool:
         return os.tcgetpgrp(0) == os.getpgrp()
     except OSError:
         return False
+
 
 def _iso_now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
@@ -187,23 +209,9 @@ def launch(
     )
     native_sampler = native_sampling.spawn_native_sampler(run_dir, proc.pid) if native else None
 
-    def forward(signum: int, frame: Any) -> None:
-        if proc.poll() is None:
-            proc.send_signal(signum)
-
-    # At a terminal, Ctrl-C reaches the child through the foreground process group and the launcher just
-    # keeps waiting. Elsewhere (a supervisor, `timeout`, a notebook's interrupt, CI) the child runs in a
-    # process group of its own, and a SIGINT sent to pinchpoint (its pid or its group) is passed on once.
-    old_int = signal.signal(signal.SIGINT, forward if own_group else signal.SIG_IGN)
-    old_term = signal.signal(signal.SIGTERM, forward)
     try:
-        if meanwhile is not None:
-            with contextlib.suppress(Exception):
-                meanwhile()
-        rc = proc.wait()
+        rc = _wait(proc, own_group, meanwhile)
     finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
         stop_sampler(sampler)
         stop_stack_sampler(stack_sampler)
         native_sampling.stop_native_sampler(native_sampler, run_dir)

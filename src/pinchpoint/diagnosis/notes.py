@@ -6,8 +6,10 @@ from __future__ import annotations
 from pinchpoint.analysis.gpu.compiled import CompiledTrace
 from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis
 from pinchpoint.analysis.run_analysis import RankAnalysis
+from pinchpoint.analysis.run_time import RunTime
 from pinchpoint.diagnosis.finding import Fact, Note, NoteKind
 from pinchpoint.diagnosis.rules.base import Rule
+from pinchpoint.diagnosis.whole_run import JUDGED
 
 QUIET_SHARE = 0.005
 """A rank that spends under 0.5% of its step in a rule's `quiet_without` phase gives it nothing to judge."""
@@ -156,13 +158,21 @@ def context_notes(ranks: tuple[RankAnalysis, ...]) -> list[Note]:
     return notes
 
 
+def _judged(whole: RunTime | None) -> str:
+    """The segment of the steps the step findings judge (`whole_run.JUDGED`: training, else marked,
+    else inference steps)."""
+    names = {g.name for g in whole.segments} if whole is not None else set()
+    return next((name for name in JUDGED if name in names), JUDGED[0])
+
+
 def run_notes(rank: RankAnalysis) -> list[Note]:
     """What the steps' statistics leave out: the run outside its training steps, and periodic stalls."""
     notes: list[Note] = []
     whole = rank.run_time
-    if whole is not None and whole.share("training steps") < STEPS_NOTE_BELOW and rank.steps is not None:
+    judged = _judged(whole)
+    if whole is not None and whole.share(judged) < STEPS_NOTE_BELOW and rank.steps is not None:
         others = sorted(
-            (g for g in whole.segments if g.name != "training steps" and g.ns >= 0.01 * whole.wall_ns),
+            (g for g in whole.segments if g.name != judged and g.ns >= 0.01 * whole.wall_ns),
             key=lambda g: -g.ns,
         )
         notes.append(
@@ -170,7 +180,8 @@ def run_notes(rank: RankAnalysis) -> list[Note]:
                 kind=NoteKind.CONTEXT,
                 fact=Fact(
                     "note.run_time",
-                    steps_share=whole.share("training steps"),
+                    judged=judged,
+                    steps_share=whole.share(judged),
                     wall_ns=whole.wall_ns,
                     others=tuple(
                         (g.name, g.ns / max(1, whole.wall_ns))

@@ -69,8 +69,9 @@ PHRASES: dict[str, Callable[..., str]] = {
             else ""
         )
     ),
-    "note.run_time": lambda steps_share, wall_ns, others: (
-        f"the training steps are {steps_share:.0%} of the run's {wall_ns / 1e9:.1f} s; the step findings judge "
+    "note.run_time": lambda judged, steps_share, wall_ns, others: (
+        f"the {'model calls' if judged == 'inference' else judged} are {steps_share:.0%} of the run's "
+        f"{wall_ns / 1e9:.1f} s; the step findings judge "
         "them only (rollouts, evaluation passes, start-up and a stall are judged on the whole run). The rest: "
         + ", ".join(f"{o[0]} {o[1]:.0%}" + (f" (mostly {o[2]})" if len(o) > 2 else "") for o in others)
         + (
