@@ -1,5 +1,6 @@
 """A model server that answers requests one at a time while others wait (issue 37's first plant; its
-finding, batching priced from the model's own calls, is not built yet, so it declares no PLANTED).
+finding, batching priced from the model's own calls, is not built yet, so it names no planted cause and
+the example tests leave it out).
 
 Run with ``python examples/serve_one_at_a_time.py --port 8000`` and load it, e.g.
 ``pinchpoint load http://127.0.0.1:8000/predict --rate 150 --duration 10 --body examples/request.json``.
