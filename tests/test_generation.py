@@ -1,5 +1,6 @@
-"""A generation loop without a KV cache: its calls' token counts read from the model's input, the runs
-that grow by one a call found, the growth fitted, what a cache saves priced (`analysis/generation.py`)."""
+"""A generation loop without a KV cache: its calls' token counts (and last ids) read from the model's
+input, the runs that take the previous call's ids plus one found, the growth fitted, what a cache saves
+priced (`analysis/generation.py`)."""
 
 from __future__ import annotations
 
@@ -14,30 +15,41 @@ MS = 1_000_000
 
 
 def _calls(
-    lengths: list[int], *, base_ns: float = 800e3, per_token_ns: float = 20e3, **flags: bool
+    lengths: list[int], *, base_ns: float = 800e3, per_token_ns: float = 20e3, tails: bool = True
 ) -> list[Step]:
+    """Calls whose ids grow by the token each call sampled: call i's last id is 1000 + i, so call i + 1's
+    next-to-last is call i's last."""
     out, t = [], 0
     for i, n in enumerate(lengths):
         dur = int(base_ns + per_token_ns * n)
-        out.append(Step(index=i, kind=StepKind.INFERENCE, start_ns=t, end_ns=t + dur, tokens=n, **flags))
+        tail = (1000 + i - 1, 1000 + i) if tails else None
+        out.append(Step(index=i, kind=StepKind.INFERENCE, start_ns=t, end_ns=t + dur, tokens=n, tail=tail))
         t += dur
     return out
 
 
+def _with(s: Step, **changed: object) -> Step:
+    fields = ("index", "kind", "start_ns", "end_ns", "tokens", "tail", "profiled")
+    return Step(**{**{f: getattr(s, f) for f in fields}, **changed})  # type: ignore[arg-type]
+
+
 def test_the_token_count_is_read_from_a_batch_of_token_ids_only() -> None:
-    assert _tokens(torch.zeros(1, 37, dtype=torch.long)) == 37
-    assert _tokens(torch.zeros(4, 9, dtype=torch.int32)) == 9
-    assert _tokens(torch.zeros(1, 37)) is None  # features, not token ids
-    assert _tokens(torch.zeros(37, dtype=torch.long)) is None
-    assert _tokens(torch.zeros(2, 3, 4, dtype=torch.long)) is None
-    assert _tokens("not a tensor") is None
+    ids = torch.tensor([[5, 6, 7, 8], [1, 2, 3, 4]])
+    with torch.no_grad():
+        assert _tokens(ids, torch) == (4, (7, 8))  # the first row's last two ids
+        assert _tokens(torch.zeros(4, 9, dtype=torch.int32), torch) == (9, (0, 0))
+        assert _tokens(torch.zeros(1, 37), torch) == (None, None)  # features, not token ids
+        assert _tokens(torch.zeros(37, dtype=torch.long), torch) == (None, None)
+        assert _tokens(torch.zeros(2, 3, 4, dtype=torch.long), torch) == (None, None)
+        assert _tokens("not a tensor", torch) == (None, None)
+    assert _tokens(ids, torch) == (4, None)  # gradients on (training): the ids are not read
 
 
 def test_generations_are_fitted_and_priced_from_their_own_calls() -> None:
     # two generations of 40 calls each (16 → 55 tokens), a call costing 0.8 ms + 20 µs a token
     steps = _calls(list(range(16, 56)) * 2)
     g = recompute(steps)
-    assert g is not None
+    assert g is not None and g.checked
     assert g.generations == 2 and g.calls == 80 and g.tokens == (16, 55)
     assert g.per_token_ns == pytest.approx(20e3) and g.base_ns == pytest.approx(800e3)
     # with a cache each call after the first costs 0.8 ms + one token: each saves 20 µs × (tokens - 1)
@@ -57,10 +69,17 @@ def test_no_generation_where_lengths_do_not_grow_by_one_or_time_does_not_grow() 
     assert recompute(training) is None
 
 
+def test_calls_of_other_sequences_that_grow_by_one_are_no_generation() -> None:
+    """An inference loop over length-sorted batches grows by one token a call too; its ids are not the
+    previous call's plus one, and where they were read that tells them apart."""
+    steps = _calls(list(range(16, 56)))
+    assert recompute([_with(s, tail=(7, 3 * s.index)) for s in steps]) is None
+    unread = recompute(_calls(list(range(16, 56)), tails=False))  # ids on a GPU: lengths only
+    assert unread is not None and not unread.checked
+
+
 def test_steps_slowed_by_pinchpoint_or_another_load_are_not_fitted() -> None:
     steps = _calls(list(range(16, 56)))
-    slow = [s if i % 5 else Step(**{**{f: getattr(s, f) for f in ("index", "kind", "start_ns", "tokens")},
-                                   "end_ns": s.end_ns + 50 * MS, "profiled": True})
-            for i, s in enumerate(steps)]  # fmt: skip
+    slow = [s if i % 5 else _with(s, end_ns=s.end_ns + 50 * MS, profiled=True) for i, s in enumerate(steps)]
     g = recompute(slow)
     assert g is not None and g.calls == 32 and g.per_token_ns == pytest.approx(20e3)

@@ -1726,11 +1726,13 @@ COMPILE_TIME = {
 }
 
 
-def _generating(saved_ms: float, *, calls: int = 40, steps_ms: float = 100.0) -> dict[str, Any]:
+def _generating(
+    saved_ms: float, *, calls: int = 40, steps_ms: float = 100.0, checked: bool = True
+) -> dict[str, Any]:
     """A generation loop whose calls (`steps_ms` of inference steps) would lose `saved_ms` with a cache."""
     return {
         "generation": Recompute(
-            generations=1, calls=calls, tokens=(16, 16 + calls - 1), base_ns=800e3, per_token_ns=17e3,
+            generations=1, calls=calls, tokens=(16, 16 + calls - 1), checked=checked, base_ns=800e3, per_token_ns=17e3,
             calls_ns=steps_ms * 1e6, saved_ns=saved_ms * 1e6, steps_ns=steps_ms * 1e6,
         )
     }  # fmt: skip
@@ -1756,6 +1758,9 @@ COMPUTE_RECOMPUTE = {
         rank_of({}, **_generating(50.0, calls=10)), True, check=_eq("confidence", Confidence.MEDIUM)
     ),
     "at-share-min": Case(rank_of({}, **_generating(10.0)), True),
+    "ids-not-read-back": Case(
+        rank_of({}, **_generating(73.0, checked=False)), True, check=_eq("confidence", Confidence.MEDIUM)
+    ),
     "below-share-min": Case(rank_of({}, **_generating(9.9)), False),
     "no-generation": Case(rank_of({}), False),
 }

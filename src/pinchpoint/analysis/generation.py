@@ -27,6 +27,9 @@ class Recompute:
     """Model calls inside the generations (their first calls, the prompts, included)."""
     tokens: tuple[int, int]
     """The shortest and the longest context a call took."""
+    checked: bool
+    """Every call's ids were read back: each was the previous call's plus one (else lengths only: ids on
+    a GPU, or gradients on)."""
     base_ns: float
     per_token_ns: float
     """The fitted growth: what each token of context adds to a call."""
@@ -42,17 +45,20 @@ class Recompute:
         return min(1.0, self.saved_ns / self.steps_ns) if self.steps_ns > 0 else 0.0
 
 
+def _follows(prev: Step, s: Step) -> bool:
+    """`s`'s call took `prev`'s ids plus one: its length one more and, where both tails were read, its
+    next-to-last id `prev`'s last (a length-sorted batch of other sequences grows by one too)."""
+    if s.tokens is None or prev.tokens is None or s.tokens != prev.tokens + 1:
+        return False
+    return s.tail is None or prev.tail is None or s.tail[0] == prev.tail[1]
+
+
 def _runs(steps: Sequence[Step]) -> list[list[Step]]:
-    """Runs of consecutive steps whose `tokens` grow by exactly one."""
+    """Runs of consecutive steps each taking the previous one's ids plus one."""
     runs: list[list[Step]] = []
     current: list[Step] = []
     for s in steps:
-        if (
-            current
-            and s.tokens is not None
-            and current[-1].tokens is not None
-            and s.tokens == current[-1].tokens + 1
-        ):
+        if current and _follows(current[-1], s):
             current.append(s)
             continue
         if len(current) >= MIN_RUN:
@@ -94,6 +100,7 @@ def recompute(steps: Sequence[Step]) -> Recompute | None:
         generations=len(runs),
         calls=n,
         tokens=(int(min(xs)), int(max(xs))),
+        checked=all(s.tail is not None for s in calls),
         base_ns=base,
         per_token_ns=slope,
         calls_ns=sum(ys),

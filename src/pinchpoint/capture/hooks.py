@@ -187,7 +187,7 @@ def _wrap_module_call(agent: HookedAgent, torch: Any) -> None:
             return orig_call(self, *args, **kwargs)
         agent.forward_begins()
         if args:
-            agent.step.tokens = _tokens(args[0])
+            agent.step.tokens, agent.step.tail = _tokens(args[0], torch)
         t0 = _now()
         try:
             return orig_call(self, *args, **kwargs)
@@ -198,15 +198,21 @@ def _wrap_module_call(agent: HookedAgent, torch: Any) -> None:
     graph_watch.skip_in_dynamo(PATCHES, call_wrapper.__code__)
 
 
-def _tokens(x: Any) -> int | None:
-    """The sequence length of a batch of token ids (an integer tensor, batch × tokens), else None: what a
-    generation loop's model call sees grow by one each call when it recomputes its context."""
+def _tokens(x: Any, torch: Any) -> tuple[int | None, tuple[int, int] | None]:
+    """The sequence length of a batch of token ids (an integer tensor, batch × tokens), and its first row's
+    last two ids where that costs no device sync (a CPU tensor, gradients off: a generation loop, not
+    training): a loop that recomputes its context takes the previous call's ids plus one each call, so its
+    call's next-to-last id is the previous call's last. (None, None) for anything else."""
     try:
-        if x.dim() == 2 and not x.is_floating_point() and not x.is_complex():
-            return int(x.shape[1])
+        if x.dim() != 2 or x.is_floating_point() or x.is_complex():
+            return None, None
+        n = int(x.shape[1])
+        if n < 2 or x.device.type != "cpu" or torch.is_grad_enabled():
+            return n, None
+        a, b = x[0, -2:].tolist()
+        return n, (int(a), int(b))
     except Exception:  # (not a tensor, or a tensor subclass that refuses)
-        return None
-    return None
+        return None, None
 
 
 def _register_optimizer_hooks(agent: HookedAgent) -> None:

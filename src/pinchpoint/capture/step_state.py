@@ -70,6 +70,8 @@ class StepState:
     program's time; analysis starts the step after it."""
     tokens: int | None = None
     """The sequence length of the token ids its last top-level model call took (`hooks._tokens`)."""
+    tail: tuple[int, int] | None = None
+    """Those ids' first row's last two, where read without a device sync."""
 
     def record(
         self,
@@ -114,6 +116,8 @@ class StepState:
         }
         if self.tokens is not None:
             record["tokens"], self.tokens = self.tokens, None
+        if self.tail is not None:
+            record["tail"], self.tail = list(self.tail), None
         if now.graphs[0] != c0.graphs[0]:  # (only where torch.compile's graphs ran)
             record["graph_calls"] = now.graphs[0] - c0.graphs[0]
             record["graph_ns"] = now.graphs[1] - c0.graphs[1]

@@ -59,5 +59,15 @@ def step_record(o: dict[str, Any]) -> Step | None:
         graph_ns=as_int(o.get("graph_ns")),
         loader=as_int(o.get("loader")),
         tokens=as_int(o.get("tokens")),
+        tail=_tail(o.get("tail")),
         agent_ns=agent,
     )
+
+
+def _tail(o: Any) -> tuple[int, int] | None:
+    """A step's `tail` (two token ids), or None where it is missing or not two integers."""
+    if isinstance(o, list) and len(o) == 2:
+        a, b = as_int(o[0]), as_int(o[1])
+        if a is not None and b is not None:
+            return a, b
+    return None

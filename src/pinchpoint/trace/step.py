@@ -126,6 +126,8 @@ class Step:
     """The serial of the DataLoader iterator that gave the step its batch (`LoaderConfig.serial`)."""
     tokens: int | None = None
     """The sequence length of the token ids its model call took (a batch × tokens integer tensor)."""
+    tail: tuple[int, int] | None = None
+    """The first row's last two ids of that call (CPU tensors without gradients only)."""
     agent_ns: int = 0
     """pinchpoint's bookkeeping just before the step (writing the last one, reading counters): cut
     from the step's start, so the step is the program's time only."""

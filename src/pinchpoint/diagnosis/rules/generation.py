@@ -45,7 +45,7 @@ class Recompute(Rule):
             share=g.share,
             estimated_speedup=gain,
             basis=Basis.MODEL,
-            confidence=Confidence.HIGH if g.calls >= CONFIDENT_CALLS else Confidence.MEDIUM,
+            confidence=Confidence.HIGH if g.calls >= CONFIDENT_CALLS and g.checked else Confidence.MEDIUM,
             evidence=(
                 Fact(
                     "compute.recompute.growth",
@@ -55,6 +55,7 @@ class Recompute(Rule):
                     longest=g.tokens[1],
                     per_token_ns=g.per_token_ns,
                     base_ns=g.base_ns,
+                    checked=g.checked,
                 ),
                 Fact("compute.recompute.priced", saved_ns=g.saved_ns, calls_ns=g.calls_ns, share=g.share),
             ),

@@ -12,10 +12,16 @@ def _us(ns: float) -> str:
 
 
 PHRASES: dict[str, Callable[..., str]] = {
-    "compute.recompute.growth": lambda generations, calls, shortest, longest, per_token_ns, base_ns: (
+    "compute.recompute.growth": lambda generations, calls, shortest, longest, per_token_ns, base_ns, checked: (
         f"{calls} model calls in {generations} generation{'s' if generations != 1 else ''} took the whole "
-        f"sequence so far, {shortest} to {longest} tokens, one more each call; each token of context added "
-        f"{_us(per_token_ns)} to a call (fitted on those calls: {_us(base_ns)} + {_us(per_token_ns)} a token)"
+        f"sequence so far, {shortest} to {longest} tokens, one more each call"
+        + (
+            " (each call's ids were the previous call's plus the one sampled, read back)"
+            if checked
+            else " (lengths only: the ids were not read where that would sync a device)"
+        )
+        + f"; each token of context added {_us(per_token_ns)} to a call (fitted on those calls: "
+        f"{_us(base_ns)} + {_us(per_token_ns)} a token)"
     ),
     "compute.recompute.priced": lambda saved_ns, calls_ns, share: (
         f"With a cache each call after the prompt feeds one token: {ms(saved_ns)} of their {ms(calls_ns)} "
