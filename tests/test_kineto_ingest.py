@@ -513,7 +513,7 @@ REAL = sorted(DATA.rglob("*.json.gz"))
 
 
 def test_real_traces_are_present() -> None:
-    assert len(REAL) == 12, "tests/data/traces is incomplete"  # (5 with compiled regions or graph launches)
+    assert len(REAL) == 13, "tests/data/traces is incomplete"  # (5 with compiled regions or graph launches)
 
 
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.parent.name)

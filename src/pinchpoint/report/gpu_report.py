@@ -41,7 +41,8 @@ def _compiled(c: CompiledTrace) -> d.CompiledInfo | None:
         return None
     return d.CompiledInfo(
         regions=tuple(
-            d.CompiledRegion(region=r.key, calls=r.calls, host_ms=rounded(r.host_ns / 1e6, 3)) for r in c.regions
+            d.CompiledRegion(region=r.key, calls=r.calls, host_ms=rounded(r.host_ns / 1e6, 3))
+            for r in c.regions
         ),
         compilations=len(c.compilations),
         recompilations=len(c.recompiles),
@@ -96,6 +97,17 @@ def _gpu(rank: GpuRankAnalysis) -> d.GpuSection:
             on_tensor_cores_share=rounded(tc.matrix_unit_share),
         ),
         compiled=_compiled(rank.compiled),
+        collectives=tuple(
+            d.CollectiveRow(
+                kind=c.kind,
+                phase=c.phase,
+                count=c.count,
+                total_ms=rounded(c.ns / 1e6, 3),
+                exposed_ms=rounded(c.exposed_ns / 1e6, 3),
+            )
+            for c in rank.collective_use
+        )
+        or None,
     )
 
 

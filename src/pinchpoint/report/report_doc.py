@@ -339,6 +339,15 @@ class CompiledInfo:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CollectiveRow:
+    kind: str
+    phase: str
+    count: int
+    total_ms: float
+    exposed_ms: float = named("exposed_ms", doc="the part no compute kernel overlapped")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GpuSection:
     """One rank's device timeline: where the GPU's time went, its top kernels."""
 
@@ -356,6 +365,7 @@ class GpuSection:
     window_steps: StepsInfo | None = optional()
     window_breakdown: Mapping[str, float] | None = optional()
     compiled: CompiledInfo | None = optional()
+    collectives: tuple[CollectiveRow, ...] | None = optional()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

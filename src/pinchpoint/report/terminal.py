@@ -14,6 +14,7 @@ from rich.text import Text
 from pinchpoint.report.model import Report
 from pinchpoint.report.phrases.common import gain, load_words, run_gain_words, segment_code_lines, share_words
 from pinchpoint.report.phrases.compile_trace import compiled_lines
+from pinchpoint.report.phrases.gpu import collective_lines
 from pinchpoint.report.report_doc import OpWindowTaken, ReportDoc, RunTimeInfo, StepsInfo
 from pinchpoint.trace.run import Attach
 
@@ -264,6 +265,11 @@ def _render(report: ReportDoc, out: TextIO, *, color: bool | None, width: int | 
         console.print(Text("GPU time over the trace (each instant counted once)", style="bold underline"))
         console.print(_gpu_table(report))
         console.print()
+        collectives = collective_lines(report)
+        for line in collectives:
+            console.print(Text(line))
+        if collectives:
+            console.print()
         compiled = compiled_lines(report)
         if compiled:
             console.print(Text("torch.compile in the trace", style="bold underline"))

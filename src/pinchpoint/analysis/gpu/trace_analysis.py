@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pinchpoint.analysis.gpu import intervals as iv
 from pinchpoint.analysis.gpu._common import gpu_busy
 from pinchpoint.analysis.gpu.breakdown import GpuBreakdown, gpu_breakdown
+from pinchpoint.analysis.gpu.collectives import CollectiveUse, collective_use
 from pinchpoint.analysis.gpu.compiled import CompiledTrace, compiled_trace
 from pinchpoint.analysis.gpu.host_evidence import (
     LoaderEvidence,
@@ -74,6 +75,8 @@ class GpuRankAnalysis:
     idle_host_ops: tuple[tuple[str, float], ...] = ()
     """The host ranges the GPU idled on (name, share of the idle time, self time): `idle_host_ops`."""
     compiled: CompiledTrace = field(default_factory=CompiledTrace)
+    collective_use: tuple[CollectiveUse, ...] = ()
+    """Collectives by kind and the phase that issued them, with their exposed time."""
     """torch.compile as the trace records it: regions, compilations, graph breaks, graph launches."""
 
     @property
@@ -143,6 +146,7 @@ def analyze_trace(trace: KinetoTrace) -> GpuRankAnalysis:
         split=step_time_split(trace, steps),
         idle_host_ops=idle_host_ops(ev, idle),
         compiled=compiled_trace(trace),
+        collective_use=collective_use(trace),
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pinchpoint.report.phrases.units import GIB, ms, pct
+from pinchpoint.report.report_doc import ReportDoc
 
 
 def _time(ns: float, per_step: bool) -> str:
@@ -204,3 +205,20 @@ PHRASES: dict[str, Callable[..., str]] = {
         "balanced embedding shards, no extra work on rank 0 (logging, evaluation, checkpoints)."
     ),
 }
+
+
+def collective_lines(report: ReportDoc) -> list[str]:
+    """Per rank: its collectives by kind and the phase that issued them, with what no compute hid."""
+    lines = []
+    sections = report.gpu or ()
+    for g in sections:
+        if not g.collectives:
+            continue
+        who = f"rank {g.rank} " if len(sections) > 1 else ""
+        rows = "; ".join(
+            f"{c.kind.replace('_', '-')} in {c.phase} ×{c.count}: {c.total_ms:.1f} ms, {c.exposed_ms:.1f} exposed"
+            for c in g.collectives[:5]
+        )
+        more = f"; … ({len(g.collectives) - 5} more)" if len(g.collectives) > 5 else ""
+        lines.append(f"{who}collectives: {rows}{more}")
+    return lines
