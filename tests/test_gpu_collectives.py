@@ -90,3 +90,10 @@ def test_every_phase_of_a_sampled_trace_is_placed() -> None:
 )
 def test_a_kernel_is_named_by_its_kind(name: str, kind: str) -> None:
     assert kind_of(name) == kind
+
+
+def test_the_exposed_communication_finding_names_the_kind_and_phase_that_left_it_exposed() -> None:
+    doc = report_traces(DDP)
+    comm = next(f for f in doc.findings if f.id == "comm.exposed")
+    said = next(e for e in comm.evidence if e.startswith("Exposed, by kind"))
+    assert said.index("all-reduce in backward") < said.index("broadcast in forward")  # most exposed first

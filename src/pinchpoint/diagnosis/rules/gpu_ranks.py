@@ -37,6 +37,23 @@ class GpuCommExposed(Rule):
         if share < MIN_SHARE:
             return
         exposed_ns, stepped = per_step(rank, share)
+        evidence = [
+            Fact("gpu.comm.exposed", share=share, exposed_ns=exposed_ns, per_step=stepped),
+            Fact(
+                "gpu.comm.overlap",
+                comm_ns=bd.communication_total_ns,
+                overlap_share=bd.comm_overlap,
+                wait_share=wait,
+            ),
+        ]
+        exposed = sorted((c for c in rank.collective_use if c.exposed_ns > 0), key=lambda c: -c.exposed_ns)
+        if exposed:
+            evidence.append(
+                Fact(
+                    "gpu.comm.by_kind",
+                    rows=tuple((c.kind, c.phase, c.count, c.exposed_ns, c.ns) for c in exposed[:3]),
+                )
+            )
         yield Finding(
             id=self.id,
             title=Fact("rule.title", name=self.title),
@@ -44,15 +61,7 @@ class GpuCommExposed(Rule):
             estimated_speedup=speedup_removing(share),
             basis=Basis.REMOVED,
             confidence=confidence_for(share),
-            evidence=(
-                Fact("gpu.comm.exposed", share=share, exposed_ns=exposed_ns, per_step=stepped),
-                Fact(
-                    "gpu.comm.overlap",
-                    comm_ns=bd.communication_total_ns,
-                    overlap_share=bd.comm_overlap,
-                    wait_share=wait,
-                ),
-            ),
+            evidence=tuple(evidence),
             fix=Fact("gpu.comm.fix"),
             ranks=(rank.rank,),
         )

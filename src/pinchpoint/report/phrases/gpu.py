@@ -60,6 +60,13 @@ def _comm_overlap(comm_ns: float, overlap_share: float | None, wait_share: float
 
 
 PHRASES: dict[str, Callable[..., str]] = {
+    "gpu.comm.by_kind": lambda rows: (
+        "Exposed, by kind and the phase that launched it: "
+        + "; ".join(
+            f"{kind.replace('_', '-')} in {phase} {ms(exposed)} of {ms(total)} ({count} kernel{'s' * (count != 1)})"
+            for kind, phase, count, exposed, total in rows
+        )
+    ),
     # input.fetch / input.preprocess
     "gpu.input.preprocess_title": lambda: "The GPU waits for input: loading is CPU work in the loop",
     "gpu.input.wait": lambda share, wait_ns, per_step, loader_share: (
