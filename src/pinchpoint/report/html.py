@@ -19,6 +19,7 @@ from pinchpoint.report.flamegraph import flamegraph_svg
 from pinchpoint.report.phrases.common import gain as gain_words
 from pinchpoint.report.phrases.common import load_words, run_gain_words, segment_code_lines, share_words
 from pinchpoint.report.phrases.compile_trace import compiled_lines
+from pinchpoint.report.phrases.gpu import collective_lines
 from pinchpoint.report.report_doc import FindingInfo, LoaderSettings, ReportDoc
 
 CSS = """
@@ -93,6 +94,7 @@ def _gpu(report: ReportDoc) -> str:
                 "<table><tr><th>kernel</th><th>class</th><th>count</th><th>ms</th><th>of busy</th></tr>"
                 f"{rows}</table>"
             )
+    out.extend(f"<p>{_e(line)}</p>" for line in collective_lines(report))
     out.extend(f"<p>torch.compile: {_e(line)}</p>" for line in compiled_lines(report))
     return "\n".join(out)
 
