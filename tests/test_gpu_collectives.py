@@ -97,3 +97,23 @@ def test_the_exposed_communication_finding_names_the_kind_and_phase_that_left_it
     comm = next(f for f in doc.findings if f.id == "comm.exposed")
     said = next(e for e in comm.evidence if e.startswith("Exposed, by kind"))
     assert said.index("all-reduce in backward") < said.index("broadcast in forward")  # most exposed first
+
+
+def test_collectives_without_launch_calls_are_counted_in_no_phase() -> None:
+    """A device timeline without host launch calls (an XProf TPU plane, a trace cut at the host) keeps
+    its collectives, phase `unknown`."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    trace = read_trace(DDP)
+    ev = trace.events
+    device_only = np.flatnonzero(np.isin(ev.kind, (3, 4, 5)))  # kernels, copies, memsets
+    fields = ("kind", "name", "pid", "tid", "start_ns", "dur_ns", "correlation", "external_id", "device",
+              "stream", "copy_kind", "host_memory", "bytes")  # fmt: skip
+    table = type(ev)(names=ev.names, **{f: getattr(ev, f)[device_only] for f in fields})
+    used = collective_use(replace(trace, events=table))
+    assert {(c.kind, c.phase): c.count for c in used} == {
+        ("all_reduce", "unknown"): 15,
+        ("broadcast", "unknown"): 6,
+    }

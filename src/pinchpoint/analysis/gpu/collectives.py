@@ -83,8 +83,10 @@ def collective_use(trace: KinetoTrace) -> tuple[CollectiveUse, ...]:
     launches = np.flatnonzero(kind_mask(ev, *HOST_API_KINDS))
     hit = join_by_key(ev.correlation[comm], ev.correlation[launches])
     found = hit >= 0
-    at = np.where(found, ev.start_ns[launches[np.maximum(hit, 0)]], 0)
-    tids = np.where(found, ev.tid[launches[np.maximum(hit, 0)]], -1)
+    at = np.zeros(comm.shape, dtype=np.int64)
+    tids = np.full(comm.shape, -1, dtype=np.int64)
+    at[found] = ev.start_ns[launches[hit[found]]]  # (no launch call at all: an XProf TPU plane)
+    tids[found] = ev.tid[launches[hit[found]]]
     backward = _covered(ev, BACKWARD, tids, at)
     optimizer = _covered(ev, OPTIMIZER, tids, at)
     _, s_start, s_end = step_windows(ev)
