@@ -175,27 +175,31 @@ def compile_stats(record: CompileRecord | None, steady: Sequence[Step] = ()) -> 
 
 def value_guard(compilations: Sequence[Compilation]) -> ValueGuard | None:
     """The resumed frame that recompiled most on values read at its break (two or more), or None."""
-    found: dict[str, list[Compilation]] = defaultdict(list)
+    named: dict[str, Compilation] = {}  # each resumed frame, by its first compilation with a name
     for c in compilations:
-        first = (c.recompile_reason or "").partition("\n")[0]
-        if c.fail_reason is None and VALUE_GUARD.search(first):
-            found[_frame_of(c.compile_id)].append(c)
-    resumed = {
-        f: v for f, v in found.items() if any(_resumed(c) for c in compilations if _frame_of(c.compile_id) == f)
-    }
-    if not resumed:
+        if _resumed(c):
+            named.setdefault(_frame_of(c.compile_id), c)
+    guarded: dict[str, list[Compilation]] = defaultdict(list)
+    for c in compilations:
+        frame = _frame_of(c.compile_id)
+        if frame in named and c.fail_reason is None and VALUE_GUARD.search(_first_line(c.recompile_reason)):
+            guarded[frame].append(c)
+    ids = {f: {c.compile_id for c in v} for f, v in guarded.items()}
+    top = max(ids, key=lambda f: len(ids[f]), default=None)
+    if top is None or len(ids[top]) < 2:
         return None
-    frame, guarded = max(resumed.items(), key=lambda kv: len({c.compile_id for c in kv[1]}))
-    if len({c.compile_id for c in guarded}) < 2:
-        return None
-    named = next(c for c in compilations if _frame_of(c.compile_id) == frame and _resumed(c))
-    site = GUARD_SITE.search(guarded[0].recompile_reason.partition("\n")[0] if guarded[0].recompile_reason else "")
+    frame = top
+    site = GUARD_SITE.search(_first_line(guarded[frame][0].recompile_reason))
     return ValueGuard(
-        frame=_label(named),
+        frame=_label(named[frame]),
         site=site.group(1) if site else None,
-        recompiles=len({c.compile_id for c in guarded}),
+        recompiles=len(ids[frame]),
         compile_ns=sum(c.dur_ns for c in compilations if _frame_of(c.compile_id) == frame),
     )
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").partition("\n")[0]
 
 
 NOT_AROUND = (Phase.OPTIMIZER.value, Phase.DATA_WAIT.value, Phase.CHECKPOINT_IO.value, Phase.COMM.value)

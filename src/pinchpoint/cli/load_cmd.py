@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pinchpoint.errors import UsageError
+
+if TYPE_CHECKING:
+    from pinchpoint.report.load_doc import LoadDoc
 
 FAILED_EXIT = 1
 
@@ -54,10 +58,7 @@ class LoadCommand:
         return 0 if doc.ok and not doc.failed else FAILED_EXIT
 
 
-def _summary_line(doc: object) -> str:
-    from pinchpoint.report.load_doc import LoadDoc
-
-    assert isinstance(doc, LoadDoc)
+def _summary_line(doc: LoadDoc) -> str:
     head = (
         f"pinchpoint load {doc.url}: {doc.sent} sent at {doc.rate:g}/s for {doc.duration_s:g} s, {doc.ok} answered "
         f"({doc.throughput_rps:.1f}/s)"

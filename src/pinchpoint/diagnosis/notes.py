@@ -6,10 +6,9 @@ from __future__ import annotations
 from pinchpoint.analysis.gpu.compiled import CompiledTrace
 from pinchpoint.analysis.gpu.trace_analysis import GpuRunAnalysis
 from pinchpoint.analysis.run_analysis import RankAnalysis
-from pinchpoint.analysis.run_time import RunTime
 from pinchpoint.diagnosis.finding import Fact, Note, NoteKind
 from pinchpoint.diagnosis.rules.base import Rule
-from pinchpoint.diagnosis.whole_run import JUDGED
+from pinchpoint.diagnosis.whole_run import judged_segment
 
 QUIET_SHARE = 0.005
 """A rank that spends under 0.5% of its step in a rule's `quiet_without` phase gives it nothing to judge."""
@@ -76,7 +75,9 @@ def _compiled_notes(c: CompiledTrace) -> list[Note]:
         notes.append(
             Note(
                 kind=NoteKind.TRACE,
-                fact=Fact("note.trace_compiling", ns=first_ns, share=first_ns / c.window_ns, steps=c.steps_compiling),
+                fact=Fact(
+                    "note.trace_compiling", ns=first_ns, share=first_ns / c.window_ns, steps=c.steps_compiling
+                ),
             )
         )
     before = tuple(r.key for r in c.regions if r.compile > 0 and not any(
@@ -158,18 +159,11 @@ def context_notes(ranks: tuple[RankAnalysis, ...]) -> list[Note]:
     return notes
 
 
-def _judged(whole: RunTime | None) -> str:
-    """The segment of the steps the step findings judge (`whole_run.JUDGED`: training, else marked,
-    else inference steps)."""
-    names = {g.name for g in whole.segments} if whole is not None else set()
-    return next((name for name in JUDGED if name in names), JUDGED[0])
-
-
 def run_notes(rank: RankAnalysis) -> list[Note]:
     """What the steps' statistics leave out: the run outside its training steps, and periodic stalls."""
     notes: list[Note] = []
     whole = rank.run_time
-    judged = _judged(whole)
+    judged = judged_segment(whole)
     if whole is not None and whole.share(judged) < STEPS_NOTE_BELOW and rank.steps is not None:
         others = sorted(
             (g for g in whole.segments if g.name != judged and g.ns >= 0.01 * whole.wall_ns),

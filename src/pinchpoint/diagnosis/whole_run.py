@@ -31,9 +31,16 @@ JUDGED = ("training steps", "marked steps", "inference")
 steps `prof.step()` marked, else the model's calls of an inference run."""
 
 
+def judged_segment(whole: RunTime | None) -> str:
+    """The name of the segment whose steps the step findings judge (`JUDGED`, the first the run has)."""
+    names = {g.name for g in whole.segments} if whole is not None else set()
+    return next((name for name in JUDGED if name in names), JUDGED[0])
+
+
 def steps_share(whole: RunTime) -> float:
     """The judged steps' share of the run's loop."""
-    steps = next((g.ns for name in JUDGED for g in whole.segments if g.name == name), 0)
+    judged = judged_segment(whole)
+    steps = next((g.ns for g in whole.segments if g.name == judged), 0)
     return min(1.0, steps / program_ns(whole))
 
 

@@ -25,9 +25,9 @@ from pinchpoint.analysis.gpu._common import (
     join_by_key,
     kind_mask,
 )
-from pinchpoint.analysis.gpu.kernels import is_communication_kernel, kernel_function_name
+from pinchpoint.analysis.gpu.kernels import GpuWork, classify, kernel_function_name
 from pinchpoint.analysis.gpu.steps import step_windows
-from pinchpoint.trace.kineto import EventTable, Kind, KinetoTrace
+from pinchpoint.trace.kineto import EventTable, KinetoTrace
 
 KINDS = (
     ("all_reduce", re.compile(r"all_?reduce|cross_device_reduce", re.I)),  # (vLLM's custom all-reduce)
@@ -72,11 +72,11 @@ def _covered(ev: EventTable, prefixes: tuple[str, ...], tids: I64, points: I64) 
 def collective_use(trace: KinetoTrace) -> tuple[CollectiveUse, ...]:
     """Per (kind, phase): the collectives, their GPU time and the part exposed; biggest first."""
     ev = trace.events
-    kernels = kind_mask(ev, Kind.KERNEL)
-    comm = np.flatnonzero(kernels & ev.mask_names(is_communication_kernel))
+    work = classify(ev)
+    comm = np.flatnonzero(work == GpuWork.COMMUNICATION)
     if comm.size == 0:
         return ()
-    compute = np.flatnonzero(kernels & ~ev.mask_names(is_communication_kernel))
+    compute = np.flatnonzero(work == GpuWork.COMPUTE)
     hidden = busy_within(
         iv.union(ev.start_ns[compute], ev.end_ns[compute]), ev.start_ns[comm], ev.end_ns[comm]
     )

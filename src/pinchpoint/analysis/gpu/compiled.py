@@ -34,6 +34,7 @@ from pinchpoint.analysis.gpu._common import (
     kind_mask,
     name_mask,
 )
+from pinchpoint.analysis.gpu.launch import GRAPH_LAUNCHES
 from pinchpoint.analysis.gpu.steps import step_windows
 from pinchpoint.trace.kineto import EventTable, Kind, KinetoTrace
 
@@ -45,7 +46,6 @@ COMPILING = (*DYNAMO_COMPILE, "compile_fx_inner (dynamo_timed)", "compile_fx_inn
 GRAPH_RUNS = ("CompiledFunction", "CompiledFunctionBackward")
 CALL_GRAPH = "## Call CompiledFxGraph"
 CACHE_LOOKUP = "TorchDynamo Cache Lookup"
-GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
 RECOMPILE_LIMIT = 8
 """`torch._dynamo.config.recompile_limit`'s default: the compilations a frame gets before it runs eagerly."""
 
@@ -137,12 +137,34 @@ def _rows(ev: EventTable, predicate: Callable[[str], bool]) -> I64:
     return np.flatnonzero(name_mask(ev, predicate, *HOST_RANGE_KINDS))
 
 
+@dataclass(frozen=True, slots=True)
+class _Regions:
+    """The `Torch-Compiled Region: X/Y` rows with X and Y read once (one parse per distinct name)."""
+
+    rows: I64
+    frame: I64
+    compile: I64
+
+
+def _regions_of(ev: EventTable) -> _Regions:
+    keys = {i: (int(m.group(1)), int(m.group(2))) for i, s in enumerate(ev.names) if (m := REGION.match(s))}
+    rows = np.flatnonzero(
+        np.isin(ev.name, np.fromiter(keys, dtype=np.int64)) & kind_mask(ev, *HOST_RANGE_KINDS)
+    )
+    pairs = [keys[int(ev.name[r])] for r in rows]
+    return _Regions(
+        rows=rows,
+        frame=np.array([f for f, _ in pairs], dtype=np.int64),
+        compile=np.array([c for _, c in pairs], dtype=np.int64),
+    )
+
+
 def compiled_trace(trace: KinetoTrace) -> CompiledTrace:
     ev = trace.events
-    region_rows = _rows(ev, lambda s: REGION.match(s) is not None)
+    regions = _regions_of(ev)
     compile_rows = _rows(ev, lambda s: s in COMPILING)
     launches, kernels, kernel_ns = _graph_launches(ev)
-    if region_rows.size == 0 and compile_rows.size == 0 and launches == 0:
+    if regions.rows.size == 0 and compile_rows.size == 0 and launches == 0:
         return CompiledTrace()
     numbers, s_start, s_end = step_windows(ev)
     host = kind_mask(ev, *HOST_RANGE_KINDS)
@@ -153,7 +175,7 @@ def compiled_trace(trace: KinetoTrace) -> CompiledTrace:
     else:
         window = 0
     compiling = iv.union(ev.start_ns[compile_rows], ev.end_ns[compile_rows])
-    compilations = _compilations(ev, numbers, s_start, s_end)
+    compilations = _compilations(ev, regions, numbers, s_start, s_end)
     rec = [c for c in compilations if c.compile > 0]
     recompiling = iv.union(
         np.array([c.start_ns for c in rec], dtype=np.int64),
@@ -165,38 +187,34 @@ def compiled_trace(trace: KinetoTrace) -> CompiledTrace:
         for n, a, b in zip(numbers, s_start, s_end, strict=True)
         if iv.total(iv.clip(compiling, int(a), int(b)))
     )
-    nested = _nested(ev, region_rows)
+    nested = _nested(ev, regions)
     backward = np.flatnonzero(name_mask(ev, lambda s: s == "CompiledFunctionBackward", Kind.CPU_OP))
     return CompiledTrace(
-        regions=_regions(ev, region_rows),
+        regions=_region_uses(ev, regions),
         compilations=compilations,
         compiling_ns=iv.total(compiling),
         recompile_ns=iv.total(recompiling),
         window_ns=window,
         steps_compiling=steps_compiling,
-        fell_back=_fell_back(ev, region_rows, compilations),
+        fell_back=_fell_back(ev, regions, compilations),
         breaks=int(nested.sum()),
-        resumed=tuple(sorted({_key(ev, int(r), REGION)[0] for r in region_rows[nested]})),
+        resumed=tuple(sorted(set(regions.frame[nested].tolist()))),
         backward=bool(backward.size),
         cache_lookups=int(lookups.size),
         cache_lookup_ns=int(ev.dur_ns[lookups].sum()),
-        steady=_steady(ev, region_rows, nested, backward, compiling, (numbers, s_start, s_end)),
+        steady=_steady(ev, regions.rows, nested, backward, compiling, (numbers, s_start, s_end)),
         graph_launches=launches,
         graph_kernels=kernels,
         graph_kernel_ns=kernel_ns,
     )
 
 
-def _key(ev: EventTable, row: int, pattern: re.Pattern[str]) -> tuple[int, int]:
-    m = pattern.match(ev.names[int(ev.name[row])])
-    assert m is not None
-    return int(m.group(1)), int(m.group(2))
-
-
-def _regions(ev: EventTable, rows: I64) -> tuple[RegionUse, ...]:
+def _region_uses(ev: EventTable, regions: _Regions) -> tuple[RegionUse, ...]:
     calls: dict[tuple[int, int], list[int]] = {}
-    for r in rows:
-        calls.setdefault(_key(ev, int(r), REGION), []).append(int(ev.dur_ns[r]))
+    for f, c, d in zip(
+        regions.frame.tolist(), regions.compile.tolist(), ev.dur_ns[regions.rows].tolist(), strict=True
+    ):
+        calls.setdefault((f, c), []).append(d)
     return tuple(
         RegionUse(frame=f, compile=c, calls=len(d), host_ns=sum(d)) for (f, c), d in sorted(calls.items())
     )
@@ -207,15 +225,17 @@ def _step_of(t: int, numbers: I64, starts: I64, ends: I64) -> int | None:
     return int(numbers[i]) if i >= 0 and t < ends[i] else None
 
 
-def _compilations(ev: EventTable, numbers: I64, starts: I64, ends: I64) -> tuple[Compilation, ...]:
+def _compilations(
+    ev: EventTable, regions: _Regions, numbers: I64, starts: I64, ends: I64
+) -> tuple[Compilation, ...]:
     """Each `dynamo_data: compile_id=X/Y` annotation joined to the dynamo compile range holding it."""
     ids = _rows(ev, lambda s: COMPILE_ID.match(s) is not None)
     outer = _rows(ev, lambda s: s in DYNAMO_COMPILE)
-    regions = _rows(ev, lambda s: REGION.match(s) is not None)
-    ran_after: dict[tuple[int, int], int] = {}
-    for r in regions:
-        k = _key(ev, int(r), REGION)
-        ran_after[k] = max(ran_after.get(k, -1), int(ev.start_ns[r]))
+    ran_after: dict[tuple[int, int], int] = {}  # the last call of each compilation's region
+    for f, c, t in zip(
+        regions.frame.tolist(), regions.compile.tolist(), ev.start_ns[regions.rows].tolist(), strict=True
+    ):
+        ran_after[(f, c)] = max(ran_after.get((f, c), -1), t)
     out = []
     for a in ids:
         t, tid = int(ev.start_ns[a]), int(ev.tid[a])
@@ -223,7 +243,9 @@ def _compilations(ev: EventTable, numbers: I64, starts: I64, ends: I64) -> tuple
         after = outer[(ev.tid[outer] == tid) & (ev.end_ns[outer] > t)]
         first = after[np.argmin(ev.start_ns[after])] if after.size else -1
         start, ns = (int(ev.start_ns[first]), int(ev.dur_ns[first])) if first >= 0 else (t, 0)
-        f, c = _key(ev, int(a), COMPILE_ID)
+        m = COMPILE_ID.match(ev.names[int(ev.name[a])])
+        assert m is not None
+        f, c = int(m.group(1)), int(m.group(2))
         out.append(
             Compilation(
                 frame=f,
@@ -238,14 +260,13 @@ def _compilations(ev: EventTable, numbers: I64, starts: I64, ends: I64) -> tuple
 
 
 def _fell_back(
-    ev: EventTable, regions: I64, compilations: tuple[Compilation, ...]
+    ev: EventTable, regions: _Regions, compilations: tuple[Compilation, ...]
 ) -> tuple[Compilation, ...]:
     """Per frame that had run compiled code, the recompile that never ran, after which the frame ran no
     compiled region again."""
     last_run: dict[int, int] = {}
-    for r in regions:
-        f = _key(ev, int(r), REGION)[0]
-        last_run[f] = max(last_run.get(f, -1), int(ev.start_ns[r]))
+    for f, t in zip(regions.frame.tolist(), ev.start_ns[regions.rows].tolist(), strict=True):
+        last_run[f] = max(last_run.get(f, -1), t)
     out: dict[int, Compilation] = {}
     for c in compilations:
         if c.compile > 0 and not c.ran and c.frame in last_run and last_run[c.frame] < c.start_ns:
@@ -253,14 +274,15 @@ def _fell_back(
     return tuple(out.values())
 
 
-def _nested(ev: EventTable, rows: I64) -> np.ndarray:
+def _nested(ev: EventTable, regions: _Regions) -> np.ndarray:
     """For each region row, whether it runs inside a region of another frame on its thread."""
+    rows = regions.rows
     out = np.zeros(rows.size, dtype=bool)
     order = np.lexsort((-ev.dur_ns[rows], ev.start_ns[rows], ev.tid[rows]))
     open_: list[tuple[int, int, int]] = []  # (tid, end, frame) of the regions enclosing the current one
     for i in order:
         r = int(rows[i])
-        tid, start, frame = int(ev.tid[r]), int(ev.start_ns[r]), _key(ev, r, REGION)[0]
+        tid, start, frame = int(ev.tid[r]), int(ev.start_ns[r]), int(regions.frame[i])
         while open_ and (open_[-1][0] != tid or open_[-1][1] <= start):
             open_.pop()
         out[i] = any(f != frame for _, _, f in open_)
@@ -287,13 +309,14 @@ def _steady(
     if numbers.size == 0:
         return None
     runs = _graph_runs(ev)
+    region_at, backward_at = ev.start_ns[regions], ev.start_ns[backward]
     rows: list[tuple[float, float, float, float]] = []
     for a, b in zip(starts, ends, strict=True):
         lo, hi = int(a), int(b)
         if iv.total(iv.clip(compiling, lo, hi)):
             continue
-        inside = (ev.start_ns[regions] >= lo) & (ev.start_ns[regions] < hi)
-        calls = int(inside.sum()) + int(((ev.start_ns[backward] >= lo) & (ev.start_ns[backward] < hi)).sum())
+        inside = (region_at >= lo) & (region_at < hi)
+        calls = int(inside.sum()) + int(((backward_at >= lo) & (backward_at < hi)).sum())
         if calls == 0:
             continue
         rows.append((hi - lo, calls, float((inside & nested).sum()), iv.total(iv.clip(runs, lo, hi))))

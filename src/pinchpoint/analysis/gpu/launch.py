@@ -31,6 +31,8 @@ from pinchpoint.analysis.gpu._common import (
 from pinchpoint.analysis.gpu.steps import STEP_NAME, step_windows
 from pinchpoint.trace.kineto import Kind, KinetoTrace
 
+GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
+"""A CUDA/HIP graph's replay: one call, every kernel of the graph under its correlation."""
 LAUNCH_PREFIXES = (
     "cudaLaunch",  # cudaLaunchKernel, cudaLaunchKernelExC, cudaLaunchCooperativeKernel
     "cuLaunch",  # cuLaunchKernel, cuLaunchKernelEx (Triton)
@@ -38,9 +40,7 @@ LAUNCH_PREFIXES = (
     "hipExtLaunch",
     "hipModuleLaunch",
     "hipExtModuleLaunchKernel",
-    "cudaGraphLaunch",
-    "cuGraphLaunch",
-    "hipGraphLaunch",
+    *GRAPH_LAUNCHES,
 )
 
 TINY_KERNEL_NS = 10_000
