@@ -187,6 +187,35 @@ def beside_load(report: dict[str, Any]) -> bool:
     return False
 
 
+CHURN_BIT_FAULTS = 2000
+"""allocator_churn's plant at work: 7-11k minor faults a step here (its fix: under 10); runs where glibc
+served the 4 MiB blocks from its heap instead fault far less and show no churn to find or fix."""
+CHURN_COST_MIN = 0.05
+"""...and the faults cost the step: the main thread's system time at least 5% of it (17-18% seen)."""
+
+
+def churn_of(run: Path) -> tuple[float, float]:
+    """(median minor faults a step, main thread's system time as a share of the steps) over a run's
+    plain training steps after the first three: read from the raw step records, not from a finding."""
+    rows = [json.loads(line) for line in (run / "ranks" / "rank0" / "steps.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if r.get("kind") == "train" and not r.get("trial") and not r.get("profiled")][3:]
+    if not rows:
+        return 0.0, 0.0
+    faults = sorted(float(r.get("minor_faults") or 0) for r in rows)[len(rows) // 2]
+    wall = sum(r["end_ns"] - r["start_ns"] for r in rows)
+    return faults, sum(r.get("main_sys_ns") or 0 for r in rows) / max(wall, 1)
+
+
+def churn_absent(run: Path) -> str | None:
+    """Why allocator_churn's plant did not bite in this run (None: it did)."""
+    faults, sys_share = churn_of(run)
+    if faults < CHURN_BIT_FAULTS:
+        return f"the planted churn did not happen in this run ({faults:.0f} faults a step)"
+    if sys_share < CHURN_COST_MIN:
+        return f"the planted churn cost little in this run (system time {sys_share:.0%} of the steps)"
+    return None
+
+
 def programs_own(report: dict[str, Any], planted: Sequence[str] = ()) -> list[dict[str, Any]]:
     """The findings about the program itself. Beside a busy process (the suite run next to one, a CI
     neighbour) the thread trial measures what fewer intra-op threads gain, and that finding often leads
