@@ -72,6 +72,7 @@ EXAMPLES = {
     "compile_cold_cache": ("compile.time", [("--fix", ["--fix"])]),
     "compile_value_guard": ("compile.recompiles", [("--fix", ["--fix"])]),
     "generate_no_cache": ("compute.recompute", [("--fix", ["--fix"])]),
+    "serve_one_at_a_time": ("serve.batching", [("--fix", ["--fix"])]),
     "gc_epoch_collect": ("host.gc", [("--fix", ["--fix"]), ("--freeze", ["--freeze"])]),
     "memory_leak": ("memory.leak", [("--fix", ["--fix"])]),
     "allocator_churn": ("memory.pressure", [("--fix", ["--fix"]), ("jemalloc preload", ["preload:jemalloc"]),
@@ -98,11 +99,12 @@ EXAMPLES = {
 def step_ms(tokens):
     """The step time a row compares: the mean where the example prints one (its cost falls on some
     steps only, which the median never holds), else the median. An example whose fix is judged on the
-    whole run (rollouts between updates) prints its iteration's mean instead: that is its row; one whose
+    whole run (rollouts between updates) prints its iteration's mean instead: that is its row; a server
+    (`TRUTH_LOAD`) is timed by the load sent to it: ms per answered request (1 / throughput); one whose
     fix changes start-up, not its steps, prints its whole run (`run_ms`); one whose fix changes what the
     program's own clock cannot see (its exit too) declares `TRUTH_CLOCK = "process"`: the whole process's
     wall clock (`process_ms`)."""
-    for key in ("process_ms", "run_ms", "mean_iteration_ms", "mean_step_ms", "median_step_ms"):
+    for key in ("request_ms", "process_ms", "run_ms", "mean_iteration_ms", "mean_step_ms", "median_step_ms"):
         if key in tokens:
             return tokens[key]
     return float("nan")
@@ -150,8 +152,12 @@ def run_once(name, argv, timeout):
         if a.startswith("preload:"):
             env["LD_PRELOAD"] = str(preloaded(a.removeprefix("preload:")))
     argv = [a for a in argv if not a.startswith(("env:", "preload:"))]
-    proc = subprocess.run([*launch, script, *argv] if launch else [sys.executable, script, *argv],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    load = re.search(r'^TRUTH_LOAD = "([^"]+)"', open(script).read(), re.M)
+    if load is not None:
+        proc = serve_once(script, argv, dict(w.split("=", 1) for w in load.group(1).split()), timeout, env)
+    else:
+        proc = subprocess.run([*launch, script, *argv] if launch else [sys.executable, script, *argv],
+                              capture_output=True, text=True, timeout=timeout, env=env)
     wall, b1 = time.perf_counter() - w0, busy_seconds()
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
@@ -163,6 +169,52 @@ def run_once(name, argv, timeout):
     if re.search(r'^TRUTH_CLOCK = "process"', open(script).read(), re.M):
         tokens["process_ms"] = round(wall * 1000, 1)
     return tokens, wall, foreign
+
+
+def serve_once(script, argv, plan, timeout, env):
+    """A server example (`TRUTH_LOAD = "path=/predict rate=150 duration=10 body=request.json"`): started on a
+    free port, loaded once it answers with `pinchpoint load` (open loop, loopback), then stopped with
+    SIGINT. Returns a CompletedProcess whose last stdout line holds request_ms (1000 / answered a second),
+    p90_ms and throughput_rps."""
+    import json
+    import signal
+    import socket
+    import tempfile
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, script, *argv, "--port", str(port)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and server.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), 1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "load.json")
+            body = os.path.join(HERE, plan["body"]) if "body" in plan else None
+            load = subprocess.run(
+                [sys.executable, "-m", "pinchpoint", "load", f"http://127.0.0.1:{port}{plan.get('path', '/')}",
+                 "--rate", plan["rate"], "--duration", plan["duration"], "--json", out,
+                 *(["--body", body] if body else [])],
+                capture_output=True, text=True, timeout=timeout)
+            doc = json.load(open(out)) if os.path.exists(out) else None
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            _, err = server.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            _, err = server.communicate()
+    if doc is None or not doc.get("ok"):
+        return subprocess.CompletedProcess(server.args, 1, "", f"{load.stderr[-1000:]}\n{err[-1000:]}")
+    line = (f"requests={doc['ok']} request_ms={1000 / doc['throughput_rps']:.4f} "
+            f"p90_ms={doc['latency']['p90_ms']:.1f} throughput_rps={doc['throughput_rps']:.2f}")
+    return subprocess.CompletedProcess(server.args, 0, line + "\n", err)
 
 
 def measured(name, argv, args):

@@ -1,18 +1,21 @@
-"""A model server that answers requests one at a time while others wait (issue 37's first plant; its
-finding, batching priced from the model's own calls, is not built yet, so it names no planted cause and
-the example tests leave it out).
+"""serve.batching -- a model server that answers requests one model call each while others wait.
 
-Run with ``python examples/serve_one_at_a_time.py --port 8000`` and load it, e.g.
-``pinchpoint load http://127.0.0.1:8000/predict --rate 150 --duration 10 --body examples/request.json``.
-A FastAPI app served by uvicorn classifies sequences of 64 token ids with a small transformer encoder
-(2 layers, width 128, freshly initialised: nothing is downloaded), under ``torch.inference_mode()``.
+A FastAPI app served by uvicorn classifies sequences of 16 token ids with a small transformer encoder
+(4 layers, width 512, freshly initialised: nothing is downloaded), under ``torch.inference_mode()``.
+Run it under a load with
+``pinchpoint run --load http://127.0.0.1:8000/predict --load-rate 200 --load-duration 10
+--load-body examples/request.json -- python examples/serve_one_at_a_time.py --port 8000``.
 
 Planted: the endpoint runs the model on each request as it arrives, batch 1. Requests that arrive
-meanwhile wait in the event loop's queue; each model call pays its fixed cost (dispatch, the layers'
-weights read from memory) for one row.
+meanwhile wait in the event loop's queue; each model call pays its fixed cost (dispatch, every weight
+read from memory) for one row, and at 200 requests a second the queue grows for the whole load.
 
 Fix (``--fix``): a batching queue. Requests wait up to ``MAX_WAIT_MS`` for others (at most ``MAX_BATCH``),
 then one forward answers them all: the same work, one call's fixed cost shared.
+
+Its truth is the load's (``TRUTH_LOAD``, measured by ``examples/measure_truth.py``): ms per answered
+request (1 / throughput) and the p90 latency, before and after the fix. Not run by the examples' generic
+end-to-end test (a server runs until stopped): tests/test_serving_e2e.py loads it.
 
 The server stops on SIGINT or SIGTERM (uvicorn's own handling).
 """
@@ -26,8 +29,12 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 from torch import nn
 
-VOCAB, WIDTH, TOKENS, CLASSES = 1000, 128, 64, 4
+VOCAB, WIDTH, LAYERS, TOKENS, CLASSES = 1000, 512, 4, 16, 4
 MAX_BATCH, MAX_WAIT_MS = 32, 5
+
+PLANTED = ["serve.batching"]
+E2E = False
+TRUTH_LOAD = "path=/predict rate=200 duration=10 body=request.json"
 
 
 class Classifier(nn.Module):
@@ -35,7 +42,7 @@ class Classifier(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(VOCAB, WIDTH)
         layer = nn.TransformerEncoderLayer(WIDTH, 4, 4 * WIDTH, batch_first=True, dropout=0.0)
-        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.encoder = nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False)
         self.head = nn.Linear(WIDTH, CLASSES)
 
     def forward(self, tokens):

@@ -16,9 +16,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from pinchpoint.analysis.serving import summarize
 from pinchpoint.errors import UsageError
 from pinchpoint.report.load_doc import load_doc, load_schema
-from pinchpoint.serve.load import Plan, run_load, summarize, target
+from pinchpoint.serve.load import Plan, run_load, target
 
 
 class Server(ThreadingHTTPServer):

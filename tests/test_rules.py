@@ -42,6 +42,7 @@ from pinchpoint.analysis.restarts import WorkerRestarts
 from pinchpoint.analysis.roofline import Chain, MemoryTraffic
 from pinchpoint.analysis.run_analysis import RankAnalysis
 from pinchpoint.analysis.run_time import RunTime, Segment, SegmentCode
+from pinchpoint.analysis.serving import LoadSummary, ModelCalls, Serving
 from pinchpoint.analysis.stacks import HotFunction, StackScope
 from pinchpoint.analysis.steps import steady_steps, step_stats
 from pinchpoint.diagnosis.engine import diagnose
@@ -104,6 +105,7 @@ from pinchpoint.trace.run import (
     StepKind,
     TensorGroup,
 )
+from pinchpoint.trace.serving import BatchCosts, ServedLoad
 from pinchpoint.trace.stacks import Frame
 from pinchpoint.trace.trials import GcSite
 
@@ -1765,7 +1767,59 @@ COMPUTE_RECOMPUTE = {
     "no-generation": Case(rank_of({}), False),
 }
 
+
+PROBED = BatchCosts(rows=1, ms=((1, 6.0), (2, 7.0), (4, 8.5), (8, 12.0), (16, 20.0), (32, 36.0)))
+
+
+def _served(
+    *, rate: float = 150.0, throughput: float = 95.0, one_at_a_time: float = 0.95, costs: BatchCosts | None = PROBED
+) -> dict[str, Any]:
+    """A server loaded at `rate` answering `throughput` a second, its calls of 9 ms (the probe's 6 ms at
+    batch 1, so ×1.5 beside the load)."""
+    calls = ModelCalls(
+        calls=950, call_p50_ms=9.0, busy_share=0.9, batch_mean=1.0, batch_max=1, waiting_mean=20.0,
+        queued_share=0.97, one_at_a_time_share=one_at_a_time,
+    )  # fmt: skip
+    summary = LoadSummary(
+        sent=1500, ok=950, failed=0, dropped=0, errors=(), wall_s=10.0, throughput_rps=throughput, latency=None,
+        first_byte=None,
+    )  # fmt: skip
+    load = ServedLoad(url="http://127.0.0.1:8000/predict", rate=rate, duration_s=10.0)
+    return {"serving": Serving(load=load, summary=summary, calls=calls, batch_costs=costs)}
+
+
+SERVE_BATCHING = {
+    # 1000/95 = 10.53 ms a request, 9 of them the call: 1.53 ms outside it. At batch 4 a call is
+    # 8.5 x 1.5 = 12.75 ms, 3.19 a request: 212/s, above the 150 offered (batch 2: 148/s, short of it).
+    "one-at-a-time": Case(
+        rank_of({}, **_served()),
+        True,
+        facts={
+            "serve.batching.costs": {"batch": 4, "batch_call_ms": 12.75, "call_ms": 9.0},
+            "serve.batching.priced": {"fixed": 150.0, "throughput": 95.0},
+        },
+        check=_all(
+            _eq("estimated_speedup", 150 / 95),
+            _eq("share", 1 - (1000 / 95 - 9 + 12.75 / 4) / (1000 / 95)),
+            _eq("fix_kind", FixKind.BATCHING),
+            _eq("confidence", Confidence.HIGH),
+        ),
+    ),
+    # Offered more than any batch answers: the fastest probed batch (32: 54 ms, 1.69 a request) caps it.
+    "offered-above-every-batch": Case(
+        rank_of({}, **_served(rate=1000.0)),
+        True,
+        facts={"serve.batching.costs": {"batch": 32}},
+        check=_eq("estimated_speedup", 1000 / (1000 / 95 - 9 + 54 / 32) / 95),
+    ),
+    "already-keeping-up": Case(rank_of({}, **_served(throughput=149.0)), False),
+    "calls-not-one-at-a-time": Case(rank_of({}, **_served(one_at_a_time=0.3)), False),
+    "no-probe": Case(rank_of({}, **_served(costs=None)), False),
+    "not-served": Case(rank_of({}), False),
+}
+
 CASES: dict[str, dict[str, Case]] = {
+    "serve.batching": SERVE_BATCHING,
     "compute.recompute": COMPUTE_RECOMPUTE,
     "compile.recompiles": COMPILE_RECOMPILES,
     "compile.time": COMPILE_TIME,

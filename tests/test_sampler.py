@@ -87,7 +87,7 @@ def _wait_for_lines(run_dir: Path, n: int, timeout_s: float = 30.0) -> None:
 
 
 def _check_format(sample: dict[str, Any]) -> None:
-    assert set(sample) <= {"t_ns", "cpu_percent_per_core", "cpu_user_s", "procs", "gpus"}
+    assert set(sample) <= {"t_ns", "cpu_percent_per_core", "cpu_user_s", "procs", "gpus", "tool"}
     assert isinstance(sample["t_ns"], int)
     assert isinstance(sample["cpu_percent_per_core"], list)
     assert all(isinstance(c, float) for c in sample["cpu_percent_per_core"])

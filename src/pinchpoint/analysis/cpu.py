@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pinchpoint.analysis.load import CLEAN_FOREIGN_CORES, ended_children, foreign_intervals
+from pinchpoint.analysis.load import CLEAN_FOREIGN_CORES, ended_children, foreign_intervals, tool_cpu_s
 from pinchpoint.analysis.steps import steady_steps
 from pinchpoint.analysis.trial_steps import measured, reference
 from pinchpoint.stats.quantiles import typical_ns
@@ -35,11 +35,13 @@ class CpuUsage:
     max_processes: int
     invol_switches_per_s: float
     """Involuntary context switches per second across the tree: threads preempted by others."""
+    tool_cores: float = 0.0
+    """Cores' worth pinchpoint itself used outside the tree (its sampler; `run --load`'s requests)."""
 
     @property
     def foreign_cores(self) -> float:
-        """Cores' worth of CPU other processes (not the program's tree) kept busy."""
-        return max(0.0, self.machine_busy_cores - self.process_cores)
+        """Cores' worth of CPU other processes (not the program's tree, not pinchpoint) kept busy."""
+        return max(0.0, self.machine_busy_cores - self.process_cores - self.tool_cores)
 
     @property
     def contended(self) -> bool:
@@ -111,6 +113,7 @@ def cpu_usage(
         max_threads=max(sum(p.threads for p in s.procs) for s in samples),
         max_processes=max(len(s.procs) for s in samples),
         invol_switches_per_s=invol / window_s,
+        tool_cores=tool_cpu_s(first, last) / window_s,
     )
 
 
@@ -179,7 +182,7 @@ def _runq_share(steps: Sequence[Step]) -> float | None:
 
 def _clean_usage(run: Run, samples: list[SystemSample], main_pid: int | None) -> CpuUsage | None:
     """`cpu_usage` summed over the consecutive sample pairs whose interval ran clean."""
-    window_s = cpu_s = main_s = busy_s = 0.0
+    window_s = cpu_s = main_s = busy_s = tool_s = 0.0
     invol = 0
     clean = {iv.end_ns for iv in foreign_intervals(samples) if iv.foreign_cores < CLEAN_FOREIGN_CORES}
     for prev, cur in itertools.pairwise(samples):
@@ -195,6 +198,7 @@ def _clean_usage(run: Run, samples: list[SystemSample], main_pid: int | None) ->
         cpu_s += sum(used.values()) + ended_children(prev, cur)
         main_s += used.get(main_pid, 0.0) if main_pid is not None else 0.0
         busy_s += busy * dt
+        tool_s += tool_cpu_s(prev, cur)
         invol += sum(
             max(0, (p.ctx_invol or 0) - (before[p.pid].ctx_invol or 0)) for p in cur.procs if p.pid in before
         )
@@ -209,6 +213,7 @@ def _clean_usage(run: Run, samples: list[SystemSample], main_pid: int | None) ->
         max_threads=max(sum(p.threads for p in s.procs) for s in samples),
         max_processes=max(len(s.procs) for s in samples),
         invol_switches_per_s=invol / window_s,
+        tool_cores=tool_s / window_s,
     )
 
 

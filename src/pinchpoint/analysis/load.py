@@ -84,16 +84,28 @@ def foreign_intervals(samples: Sequence[SystemSample]) -> list[Interval]:
         if cur.machine_user_s is not None and prev.machine_user_s is not None:
             busy = (cur.machine_user_s - prev.machine_user_s) / dt
             own = sum(max(0.0, p.user_s - (b.user_s if (b := before.get(p.pid)) else 0.0)) for p in cur.procs)
-            own += ended_children(prev, cur)
+            own += ended_children(prev, cur) + tool_cpu_s(prev, cur, user_only=True)
         else:
             busy = sum(cur.cpu_percent_per_core) / 100.0
             own = sum(
                 max(0.0, p.user_s + p.sys_s - ((b.user_s + b.sys_s) if (b := before.get(p.pid)) else 0.0))
                 for p in cur.procs
             )  # (a process new since the last sample started in the interval: all its CPU is in it)
+            own += tool_cpu_s(prev, cur)
         if math.isfinite(busy):
             out.append(Interval(start_ns=prev.t_ns, end_ns=cur.t_ns, foreign_cores=max(0.0, busy - own / dt)))
     return out
+
+
+def tool_cpu_s(prev: SystemSample, cur: SystemSample, *, user_only: bool = False) -> float:
+    """CPU seconds pinchpoint itself used outside the program's tree between two samples (its sampler,
+    and `run --load`'s requests from the launcher): counted with the program's, not as another's."""
+    if cur.tool_user_s is None or prev.tool_user_s is None:
+        return 0.0
+    used = cur.tool_user_s - prev.tool_user_s
+    if not user_only and cur.tool_sys_s is not None and prev.tool_sys_s is not None:
+        used += cur.tool_sys_s - prev.tool_sys_s
+    return max(0.0, used)
 
 
 def ended_children(prev: SystemSample, cur: SystemSample) -> float:

@@ -29,6 +29,7 @@ from pinchpoint.analysis.ops import OpStats, op_stats
 from pinchpoint.analysis.restarts import WorkerRestarts, worker_restarts
 from pinchpoint.analysis.roofline import MemoryTraffic, memory_traffic
 from pinchpoint.analysis.run_time import RunTime, main_samples, run_time
+from pinchpoint.analysis.serving import Serving, serving
 from pinchpoint.analysis.stacks import StackSummary, stack_summary
 from pinchpoint.analysis.stalls import Stalls, stalls
 from pinchpoint.analysis.steps import StepStats, steady_steps, step_stats, why_no_steps
@@ -94,6 +95,8 @@ class RankAnalysis:
     """What torch.compile's compilations and recompiles cost the run."""
     generation: Recompute | None = None
     """A generation loop whose model calls recompute the context so far (no KV cache)."""
+    serving: Serving | None = None
+    """A server's load (`run --load`) and this rank's model calls meanwhile (the first rank only)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,6 +110,15 @@ class RunAnalysis:
     def run_time(self) -> RunTime | None:
         """Where the whole run's wall clock went, on the first rank."""
         return self.ranks[0].run_time if self.ranks else None
+
+    @property
+    def serving(self) -> Serving | None:
+        """A server's load (`run --load`) and its model calls meanwhile (on the first rank; none where
+        no process of the server imported torch)."""
+        if self.run.served is None:
+            return None
+        first = self.ranks[0].serving if self.ranks else None
+        return first if first is not None else serving(self.run.served, None)
 
     @property
     def environment(self) -> Environment:
@@ -156,6 +168,9 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         restarts=worker_restarts(rank),
         compiles=compile_stats(rank.compiles, steady),
         generation=recompute(rank.steps),
+        serving=serving(run.served, rank)
+        if run.served is not None and rank.rank == run.ranks[0].rank
+        else None,
         faults=page_faults(
             steady,
             min((s.index for s in rank.steps if s.profiled), default=None),

@@ -119,7 +119,12 @@ def run_time(
     if stacks is not None and pid is not None and stacks.timeline:
         spans = _probes_checked(spans, main_samples(stacks, pid))
     if rank.compiles is not None:
-        spans = _compiling(spans, [(c.start_ns, c.start_ns + c.dur_ns) for c in rank.compiles.compilations])
+        spans = _cut_out(
+            spans, [(c.start_ns, c.start_ns + c.dur_ns) for c in rank.compiles.compilations], COMPILING
+        )
+    probe = rank.batch_costs
+    if probe is not None and probe.end_ns > probe.start_ns:  # (`run --load`'s batch probe, at exit)
+        spans = _cut_out(spans, [(probe.start_ns, probe.end_ns)], PROBES)
     named: dict[str, list[int]] = {}
     for a, b, name, is_step in spans:
         got = named.setdefault(name, [0, 0])
@@ -146,12 +151,13 @@ def run_time(
 COMPILING = "compiling"
 
 
-def _compiling(spans: list[Span], compiles: list[tuple[int, int]]) -> list[Span]:
-    """torch.compile's compilations (dynamo's records) cut out of the spans they ran in, as their own
-    segment: a compiled model's first step holds seconds of compilation that no step fix changes. A
-    step cut in two keeps its count on its first piece."""
+def _cut_out(spans: list[Span], cuts: list[tuple[int, int]], segment: str) -> list[Span]:
+    """Intervals cut out of the spans they ran in, as `segment`: torch.compile's compilations (dynamo's
+    records: a compiled model's first step holds seconds of compilation that no step fix changes), the
+    batch probe's replay at a server's exit (pinchpoint's own). A step cut in two keeps its count on its
+    first piece."""
     merged: list[list[int]] = []
-    for a, b in sorted(c for c in compiles if c[1] > c[0]):
+    for a, b in sorted(c for c in cuts if c[1] > c[0]):
         if merged and a <= merged[-1][1]:
             merged[-1][1] = max(merged[-1][1], b)
         else:
@@ -168,7 +174,7 @@ def _compiling(spans: list[Span], compiles: list[tuple[int, int]]) -> list[Span]
             if lo > at:
                 out.append((at, lo, name, is_step and not counted))
                 counted = counted or is_step
-            out.append((lo, hi, COMPILING, False))
+            out.append((lo, hi, segment, False))
             at = hi
         if b > at or (is_step and not counted):  # (a step that was all compilation still counts)
             out.append((at, b, name, is_step and not counted))

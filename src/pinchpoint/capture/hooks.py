@@ -17,10 +17,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
 from pinchpoint.capture import graph_watch, loader_probe
+from pinchpoint.capture.batch_probe import BatchProbe, probe_requested
 from pinchpoint.capture.patches import PATCHES
 from pinchpoint.capture.procfs import thread_schedstat
 from pinchpoint.capture.roles import Role
@@ -42,6 +44,10 @@ class HookedAgent(Protocol):
     @property
     def tid(self) -> int:
         """The training thread."""
+
+    @property
+    def rank_dir(self) -> Path:
+        """The rank's folder in the run directory (it moves when a spawned process learns its rank)."""
 
     @property
     def in_module(self) -> bool:
@@ -181,6 +187,9 @@ def _wrap_module_call(agent: HookedAgent, torch: Any) -> None:
     """Top-level module calls: forward, and (the agent decides) inference and evaluation step ends."""
     module_cls = torch.nn.Module
     orig_call = module_cls.__call__
+    probe = (
+        BatchProbe(lambda: agent.rank_dir, lambda on: setattr(agent, "in_module", on)) if probe_requested() else None
+    )
 
     def call_wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         if agent.in_module or agent.role is not Role.MAIN or threading.get_ident() != agent.tid:
@@ -188,6 +197,9 @@ def _wrap_module_call(agent: HookedAgent, torch: Any) -> None:
         agent.forward_begins()
         if args:
             agent.step.tokens, agent.step.tail = _tokens(args[0], torch)
+            agent.step.rows = _rows(args[0])
+            if probe is not None and probe.kept is None and not torch.is_grad_enabled():
+                probe.note(self, args, kwargs, torch)  # (`run --load`: a served model's batch costs)
         t0 = _now()
         try:
             return orig_call(self, *args, **kwargs)
@@ -196,6 +208,14 @@ def _wrap_module_call(agent: HookedAgent, torch: Any) -> None:
 
     PATCHES.set(module_cls, "__call__", call_wrapper)
     graph_watch.skip_in_dynamo(PATCHES, call_wrapper.__code__)
+
+
+def _rows(x: Any) -> int | None:
+    """A tensor's first dimension (a served model's batch: how many requests one call answered)."""
+    try:
+        return int(x.shape[0]) if x.dim() >= 1 else None
+    except Exception:  # (not a tensor)
+        return None
 
 
 def _tokens(x: Any, torch: Any) -> tuple[int | None, tuple[int, int] | None]:

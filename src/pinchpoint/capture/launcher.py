@@ -168,6 +168,7 @@ def launch(
     native: bool = False,
     output: Path | None = None,
     meanwhile: Callable[[], None] | None = None,
+    alongside: Callable[[subprocess.Popen[bytes], bool], None] | None = None,
 ) -> LaunchResult:
     """Run `command` to completion under capture, writing `run_dir`. Never raises for the child's sake.
 
@@ -175,7 +176,9 @@ def launch(
     `cwd`: the program's working directory (`pinchpoint try`'s scratch copy), else ours.
     `native`: sample native stacks with perf (`capture/native.py`).
     `output`: the program's stdout and stderr go to this file (`run --live` shows its last lines).
-    `meanwhile`: called once the program has started (`run` loads its report code then, not before)."""
+    `meanwhile`: called once the program has started (`run` loads its report code then, not before).
+    `alongside`: given the program's process (and whether it has a process group of its own) once its
+    sampler runs; returns at once (`run --load` starts its load thread)."""
     meta = start_run_dir(run_dir, command, mode, cwd)
     env = child_environment(run_dir, opwindow, kineto=kineto, stacks=stacks, annotate=annotate)
     env.update(extra_env or {})  # `pinchpoint try`: the fix's environment and the agent's step budget
@@ -208,6 +211,8 @@ def launch(
         else None
     )
     native_sampler = native_sampling.spawn_native_sampler(run_dir, proc.pid) if native else None
+    if alongside is not None:
+        alongside(proc, own_group)
 
     try:
         rc = _wait(proc, own_group, meanwhile)

@@ -5,6 +5,7 @@ Standard library and psutil only: the sampler process imports this at start-up (
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -124,3 +125,23 @@ def psutil_record(k: Known, on_root_exit: Callable[[], None] | None) -> dict[str
         "write_bytes": write_bytes,
         "runq_s": procfs.tasks_run_delay_s(k.pid) if procfs.PROCFS else None,
     }
+
+
+def tool_cpu(tree: set[int], use_procfs: bool) -> dict[str, float]:
+    """pinchpoint's own CPU seconds outside the program's tree: this process (the sampler) and the one
+    that started it (the launcher: `run --load` sends its requests from there), unless that is in the tree."""
+    own = os.times()
+    user, sys_ = own.user, own.system
+    parent = os.getppid()
+    if parent > 1 and parent not in tree:
+        try:
+            if use_procfs:
+                _, st = procfs.parse_stat(procfs.read_proc(f"/proc/{parent}/stat"))
+                user += int(st[11]) / procfs.CLK_TCK
+                sys_ += int(st[12]) / procfs.CLK_TCK
+            else:
+                times = psutil.Process(parent).cpu_times()
+                user, sys_ = user + times.user, sys_ + times.system
+        except Exception:  # (best effort: the launcher gone, an unreadable stat; never the sample's failure)
+            pass
+    return {"user_s": round(user, 3), "sys_s": round(sys_, 3)}

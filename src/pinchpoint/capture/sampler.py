@@ -1,10 +1,9 @@
 """System sampler: a separate process that samples the program's process tree.
 
 Run as ``python -m pinchpoint.capture.sampler --run-dir DIR --pid PID [--interval 0.5]``. Every
-``interval`` seconds it appends one JSON line to ``DIR/system.jsonl`` (format: docs/run-directory.md,
-section ``system.jsonl``) describing PID and all its descendants (re-discovered at every sample, since
-DataLoader workers and torchrun ranks come and go), the per-core CPU utilisation and, when NVML is
-available, the GPUs.
+``interval`` seconds it appends one JSON line to ``DIR/system.jsonl`` (docs/run-directory.md) describing
+PID and its descendants (re-discovered at every sample: DataLoader workers and torchrun ranks come and
+go), the per-core CPU utilisation, pinchpoint's own CPU and, when NVML is available, the GPUs.
 
 Design constraints:
 
@@ -306,6 +305,7 @@ class Sampler:
             record["cpu_user_s"] = float((times := psutil.cpu_times()).user + times.nice)
         except Exception as exc:
             self.log.error("cpu_times", exc)
+        record["tool"] = procinfo.tool_cpu({k.pid for k in tree}, self._procfs)
         if self._gpus.available:
             try:
                 record["gpus"] = self._gpus.sample()

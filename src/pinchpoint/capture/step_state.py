@@ -72,6 +72,8 @@ class StepState:
     """The sequence length of the token ids its last top-level model call took (`hooks._tokens`)."""
     tail: tuple[int, int] | None = None
     """Those ids' first row's last two, where read without a device sync."""
+    rows: int | None = None
+    """The first dimension (the batch) of its last top-level model call's first tensor argument."""
 
     def record(
         self,
@@ -118,6 +120,8 @@ class StepState:
             record["tokens"], self.tokens = self.tokens, None
         if self.tail is not None:
             record["tail"], self.tail = list(self.tail), None
+        if self.rows is not None:
+            record["rows"], self.rows = self.rows, None
         if now.graphs[0] != c0.graphs[0]:  # (only where torch.compile's graphs ran)
             record["graph_calls"] = now.graphs[0] - c0.graphs[0]
             record["graph_ns"] = now.graphs[1] - c0.graphs[1]

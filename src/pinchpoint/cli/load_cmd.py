@@ -34,8 +34,9 @@ class LoadCommand:
         parser.add_argument("--json", help="write load.json (`pinchpoint schema load`) here")
 
     def execute(self, args: argparse.Namespace) -> int:
+        from pinchpoint.analysis.serving import summarize
         from pinchpoint.report.load_doc import load_doc
-        from pinchpoint.serve.load import Plan, run_load, summarize, target
+        from pinchpoint.serve.load import Plan, run_load, target
 
         body = None
         if args.body is not None:

@@ -20,8 +20,22 @@ from pinchpoint.errors import PinchpointError, UsageError
 
 if TYPE_CHECKING:
     from pinchpoint.report.report_doc import ReportDoc
+    from pinchpoint.serve.driver import LoadDriver
 
-VALUE_OPTIONS = {"-o", "--out", "--json", "--opwindow", "--interval", "--stacks-rate", "--annotate"}
+VALUE_OPTIONS = {
+    "-o",
+    "--out",
+    "--json",
+    "--opwindow",
+    "--interval",
+    "--stacks-rate",
+    "--annotate",
+    "--load",
+    "--load-rate",
+    "--load-duration",
+    "--load-body",
+    "--load-wait",
+}
 FLAG_OPTIONS = {
     "--force",
     "--quiet",
@@ -37,6 +51,8 @@ FLAG_OPTIONS = {
 }
 
 
+START_TIMEOUT_S = 120.0
+"""`--load-wait`'s default: a server's imports and model build before it answers."""
 NO_STEPS_EXIT = 3
 """The program succeeded but pinchpoint found no step in it: the report holds nothing to act on."""
 
@@ -105,15 +121,18 @@ class RunCommand:
             "memory, the program's last lines; its output goes to output.log in the run directory); "
             "nothing on a non-terminal",
         )
+        _add_load_arguments(parser)
         parser.add_argument("-q", "--quiet", action="store_true", help="don't print the report")
         parser.add_argument("--no-color", action="store_true", help="plain text report")
 
     def execute(self, args: argparse.Namespace) -> int:
         from pinchpoint.capture.launcher import launch
-        from pinchpoint.capture.trials import TRIALS_ENV
 
         command: list[str] = args.target
+        driver = _load_driver(args)
         run_dir = new_run_dir(args.out, command, args.force)
+        if driver is not None:
+            driver.run_dir = run_dir
         watcher = _start_watcher(run_dir) if args.live else None
         result = launch(
             command,
@@ -124,12 +143,15 @@ class RunCommand:
             stacks=args.stacks or args.stacks_rate is not None,
             stacks_rate_hz=args.stacks_rate,
             annotate=args.annotate,
-            extra_env={TRIALS_ENV: "off"} if args.no_trials else None,
+            extra_env=_extra_env(args, driver is not None),
             native=args.native,
             output=run_dir / LIVE_OUTPUT if watcher is not None else None,
             meanwhile=_load_report_code,
+            alongside=driver.start if driver is not None else None,
         )  # interval None: the sampler's default
         _stop_watcher(watcher)
+        if driver is not None:
+            _write_load(driver, run_dir)
         if not result.started:
             shutil.rmtree(run_dir, ignore_errors=True)
             raise UsageError(f"could not start the program: {result.error}")
@@ -141,11 +163,96 @@ class RunCommand:
             print(f"pinchpoint: no report: {exc}; the run directory is kept at {run_dir}", file=sys.stderr)
             return result.exit_code or exc.exit_code
         print_report(report, run_dir, quiet=args.quiet, color=False if args.no_color else None)
+        if driver is not None and driver.error is not None:
+            print(f"pinchpoint: --load: {driver.error}", file=sys.stderr)
+            return result.exit_code or 1
         missing = report.steps.missing
         if missing and result.exit_code == 0:
             print(f"pinchpoint: {missing}", file=sys.stderr)
             return NO_STEPS_EXIT
+        if driver is not None and driver.stopped and result.exit_code in SERVER_STOPPED:
+            return 0  # (stopped by pinchpoint after its load, as asked)
         return result.exit_code
+
+
+def _add_load_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--load URL` and its plan: the program is a server."""
+    parser.add_argument(
+        "--load",
+        metavar="URL",
+        default=None,
+        help="the program is a server: once http://127.0.0.1:PORT/PATH answers, send it an open-loop load "
+        "(loopback only), then stop the program as Ctrl-C would; the report adds latency and throughput",
+    )
+    parser.add_argument(
+        "--load-rate", type=float, default=10.0, help="--load's arrivals a second (default 10)"
+    )
+    parser.add_argument(
+        "--load-duration", type=float, default=10.0, help="--load's seconds of arrivals (default 10)"
+    )
+    parser.add_argument("--load-body", metavar="FILE", default=None, help="--load POSTs this file (JSON)")
+    parser.add_argument(
+        "--load-wait",
+        type=float,
+        default=START_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds the server may take to answer on its port (default {START_TIMEOUT_S:g}); then it is stopped",
+    )
+
+
+def _extra_env(args: argparse.Namespace, served: bool) -> dict[str, str]:
+    """`--no-trials`; and under `--load`, trials off too (a trial changes the server's threads or allocator
+    in the middle of its load: the latencies would describe neither setting) and the batch probe on."""
+    from pinchpoint.capture.batch_probe import BATCH_PROBE_ENV
+    from pinchpoint.capture.trials import TRIALS_ENV
+
+    env = {TRIALS_ENV: "off"} if args.no_trials or served else {}
+    if served:
+        env[BATCH_PROBE_ENV] = "1"
+    return env
+
+
+def _load_driver(args: argparse.Namespace) -> LoadDriver | None:
+    """`--load`'s driver (its run directory set once known); a bad URL or body is a usage error now,
+    before the program starts."""
+    if args.load is None:
+        return None
+    from pinchpoint.serve.driver import LoadDriver
+    from pinchpoint.serve.load import MAX_DURATION_S, Plan, target
+
+    body = None
+    if args.load_body is not None:
+        try:
+            body = Path(args.load_body).read_bytes()
+        except OSError as exc:
+            raise UsageError(f"--load-body {args.load_body}: {exc.strerror or exc}") from None
+    plan = Plan(rate=args.load_rate, duration_s=args.load_duration)
+    plan.arrivals()  # (checks the rate and the duration)
+    if not 0 < args.load_wait <= MAX_DURATION_S:
+        raise UsageError(f"--load-wait must be in (0, {MAX_DURATION_S:g}] seconds")
+    return LoadDriver(
+        url=args.load,
+        where=target(args.load, body),
+        plan=plan,
+        run_dir=Path("."),
+        start_timeout_s=args.load_wait,
+    )
+
+
+def _write_load(driver: LoadDriver, run_dir: Path) -> None:
+    """load.json (`pinchpoint schema load`) once the load thread is done: what was sent and measured."""
+    from pinchpoint.analysis.serving import summarize
+    from pinchpoint.capture.writer import write_json_atomic
+    from pinchpoint.report.load_doc import LOAD_FILE, load_doc
+
+    driver.join()
+    if run_dir.is_dir():
+        doc = load_doc(driver.url, driver.plan, summarize(driver.requests), error=driver.error)
+        write_json_atomic(run_dir / LOAD_FILE, doc.to_dict())
+
+
+SERVER_STOPPED = {0, 128 + 2, 128 + 15}
+"""A server stopped after its load, by SIGINT (as Ctrl-C) or SIGTERM, exits 0 or by the signal."""
 
 
 def _load_report_code() -> None:

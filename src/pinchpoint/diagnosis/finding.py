@@ -35,12 +35,15 @@ class Category(str, Enum):
     COMPILE_GRAPH_BREAKS = "compile.graph_breaks"
     COMPILE_TIME = "compile.time"
     COMPUTE_RECOMPUTE = "compute.recompute"
+    SERVE_BATCHING = "serve.batching"
 
 
 class FixKind(str, Enum):
     """What a finding's fix changes, as data: a framework's knob is found from it (`diagnosis/frameworks.py`)."""
 
     KV_CACHE = "kv_cache"
+    BATCHING = "batching"
+    """A server answers the requests waiting together: one model call a batch (a queue with a max wait)."""
     """A generation loop keeps each layer's keys and values (`use_cache=True`, a cache in the model)."""
     WORKERS = "workers"
     """DataLoader workers; `fix_params` num_workers."""

@@ -24,6 +24,7 @@ from pinchpoint.diagnosis.rules.pipeline import PipelineBubble
 from pinchpoint.diagnosis.rules.ranks import Straggler
 from pinchpoint.diagnosis.rules.restarts import WorkerRestart
 from pinchpoint.diagnosis.rules.run import Evaluation, Rollouts, StartUp
+from pinchpoint.diagnosis.rules.serving import Batching as ServeBatching
 from pinchpoint.diagnosis.rules.stalled import StalledRun
 from pinchpoint.diagnosis.rules.tensor_parallel import TensorParallelComm
 
@@ -49,6 +50,7 @@ RULES: tuple[Rule, ...] = (
     GraphBreaks(),
     CompileTime(),
     GenerationRecompute(),
+    ServeBatching(),
     # Every rank's recordings (Scope.RANKS)
     StalledRun(),
     Straggler(),

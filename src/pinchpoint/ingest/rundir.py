@@ -23,6 +23,7 @@ from pinchpoint.ingest.gc_file import gc_record
 from pinchpoint.ingest.parallel import fsdp_config, pipeline_config, tensor_parallel_config
 from pinchpoint.ingest.probes import LIVE_FILE, read_probes
 from pinchpoint.ingest.run_stacks import run_native, run_stacks
+from pinchpoint.ingest.served import batch_costs, served_load
 from pinchpoint.ingest.steps_jsonl import step_record
 from pinchpoint.ingest.trials import (
     ALLOC_TRIAL_FILE,
@@ -81,6 +82,7 @@ def read_run_dir(path: Path) -> Run:
     system = tuple(system_sample(o) for o in jsonl(path / "system.jsonl", warnings))
     stacks = run_stacks(path, warnings)
     native = run_native(path, warnings)
+    served = served_load(path, warnings)
     return Run(
         meta=meta,
         environment=environment,
@@ -89,6 +91,7 @@ def read_run_dir(path: Path) -> Run:
         stacks=stacks,
         native=native,
         warnings=tuple(warnings),
+        served=served,
     )
 
 
@@ -179,8 +182,11 @@ def _environment(o: dict[str, Any]) -> Environment:
     )
 
 
-def _rank(d: Path, warnings: list[str]) -> RankData:
-    rank = _rank_number(d)
+def _device_steps(
+    d: Path, warnings: list[str]
+) -> tuple[dict[int, int], dict[int, tuple[int | None, int | None]]]:
+    """device_steps.jsonl (a CUDA program's): each step's device time, and its CUDA memory (allocated,
+    reserved), by step."""
     device_ns: dict[int, int] = {}
     cuda_mem: dict[int, tuple[int | None, int | None]] = {}
     if (d / "device_steps.jsonl").is_file():
@@ -189,6 +195,12 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
             if n is not None and ns is not None and ns >= 0:
                 device_ns[n] = ns
                 cuda_mem[n] = (as_int(o.get("cuda_allocated")), as_int(o.get("cuda_reserved")))
+    return device_ns, cuda_mem
+
+
+def _rank(d: Path, warnings: list[str]) -> RankData:
+    rank = _rank_number(d)
+    device_ns, cuda_mem = _device_steps(d, warnings)
     steps = []
     for o in jsonl(d / "steps.jsonl", warnings):
         step = step_record(o)
@@ -258,6 +270,7 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
         trial_cut=trial_cut(load_json(d / CUT_FILE, warnings) if (d / CUT_FILE).is_file() else None),
         gc=gc_record(load_json(d / "gc.json", warnings) if (d / "gc.json").is_file() else None),
         compiles=compiles,
+        batch_costs=batch_costs(d, warnings),
     )
 
 
@@ -439,6 +452,8 @@ def system_sample(o: dict[str, Any]) -> SystemSample:
             c for c in (as_float(x) for x in as_list(o.get("cpu_percent_per_core"))) if c is not None
         ),
         machine_user_s=as_float(o.get("cpu_user_s")),
+        tool_user_s=as_float(tool.get("user_s")) if isinstance(tool := o.get("tool"), dict) else None,
+        tool_sys_s=as_float(tool.get("sys_s")) if isinstance(tool, dict) else None,
         procs=tuple(procs),
         gpus=gpus,
     )

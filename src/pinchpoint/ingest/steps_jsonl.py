@@ -60,6 +60,7 @@ def step_record(o: dict[str, Any]) -> Step | None:
         loader=as_int(o.get("loader")),
         tokens=as_int(o.get("tokens")),
         tail=_tail(o.get("tail")),
+        rows=rows if (rows := as_int(o.get("rows"))) is not None and rows >= 0 else None,
         agent_ns=agent,
     )
 

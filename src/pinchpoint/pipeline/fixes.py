@@ -217,6 +217,10 @@ FIXES: dict[FixKind, Fix] = {
         cannot="a KV cache is the model's code (or `use_cache=True` where the model has one): the snippet "
         "shows it"
     ),
+    FixKind.BATCHING: Fix(
+        cannot="batching is the server's code (a queue that gathers requests for one model call): the "
+        "snippet shows it"
+    ),
     FixKind.DYNAMIC_SHAPES: Fix(
         ways=_always(
             Way(

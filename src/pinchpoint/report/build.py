@@ -14,6 +14,7 @@ from pinchpoint.analysis.steps import StepStats
 from pinchpoint.diagnosis.engine import Diagnosis
 from pinchpoint.diagnosis.finding import Finding
 from pinchpoint.report import report_doc as d
+from pinchpoint.report.load_doc import serving_info
 from pinchpoint.report.phrases import say, say_all
 from pinchpoint.trace.run import HOST_OTHER, LoaderConfig, OpWindow, Phase, ProcessInfo, RankData, Run
 
@@ -331,6 +332,7 @@ def build_report(
         steps=steps_info(first.steps if first else None, analysis.no_steps or None),
         breakdown=_breakdown(first.steps if first else None),
         run_time=_run_time(analysis),
+        serving=serving_info(analysis.serving),
         ranks=tuple(
             d.RankInfo(
                 rank=r.rank,

@@ -20,6 +20,7 @@ from pinchpoint.report.phrases.common import gain as gain_words
 from pinchpoint.report.phrases.common import load_words, run_gain_words, segment_code_lines, share_words
 from pinchpoint.report.phrases.compile_trace import compiled_lines
 from pinchpoint.report.phrases.gpu import collective_lines
+from pinchpoint.report.phrases.serving import serving_lines
 from pinchpoint.report.report_doc import FindingInfo, LoaderSettings, ReportDoc
 
 CSS = """
@@ -159,6 +160,9 @@ def _charts(report: ReportDoc, views: RunViews, title: str) -> list[str]:
         lines = "".join(f"<li>{escape(line.strip())}</li>" for line in segment_code_lines(report.run_time))
         code = f'<ul class="segment-code">{lines}</ul>' if lines else ""
         out.append(_section("run-time", f"Where the run's {wall:.1f} s went{rank0}", whole, code))
+    if report.serving is not None:
+        items = "".join(f"<li>{escape(line)}</li>" for line in serving_lines(report.serving))
+        out.append(_section("serving", "Serving under load", f"<ul>{items}</ul>"))
     out.append(_section("steps", f"Each step's time, by phase{rank0}", charts.steps_chart(views)))
     ranks = charts.ranks_chart(views)
     if ranks:

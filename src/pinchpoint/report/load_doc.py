@@ -1,28 +1,18 @@
 """`load.json` (schema `pinchpoint.load/1`): the load `pinchpoint load` put on a server over loopback and
-what its requests measured, typed (`pinchpoint schema load`)."""
+what its requests measured, typed (`pinchpoint schema load`); and report.json's `serving` section built
+from the same measurements (`serving_info`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pinchpoint.analysis.serving import LoadSummary, ModelCalls, Serving, Spread
+from pinchpoint.ingest.served import LOAD_FILE as LOAD_FILE
 from pinchpoint.report.document import Document, JsonSchema, json_schema, optional
-from pinchpoint.serve.load import LoadSummary, Plan, Spread
+from pinchpoint.report.serving_doc import LoadError, ModelCallsInfo, Percentiles, ServingInfo
+from pinchpoint.serve.load import Plan
 
 SCHEMA = "pinchpoint.load/1"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Percentiles:
-    p50_ms: float
-    p90_ms: float
-    p99_ms: float
-    max_ms: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LoadError:
-    reason: str
-    count: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,9 +33,10 @@ class LoadDoc(Document):
     throughput_rps: float
     latency: Percentiles | None = optional(doc="arrival to last byte, answered requests")
     first_byte: Percentiles | None = optional(doc="arrival to first byte, answered requests")
+    error: str | None = optional(doc="why no load was sent (`run --load`: the server never answered)")
 
 
-def _p(s: Spread | None) -> Percentiles | None:
+def percentiles(s: Spread | None) -> Percentiles | None:
     if s is None:
         return None
     return Percentiles(
@@ -56,7 +47,7 @@ def _p(s: Spread | None) -> Percentiles | None:
     )
 
 
-def load_doc(url: str, plan: Plan, s: LoadSummary) -> LoadDoc:
+def load_doc(url: str, plan: Plan, s: LoadSummary, error: str | None = None) -> LoadDoc:
     return LoadDoc(
         schema=SCHEMA,
         url=url,
@@ -70,8 +61,46 @@ def load_doc(url: str, plan: Plan, s: LoadSummary) -> LoadDoc:
         errors=tuple(LoadError(reason=r, count=n) for r, n in s.errors),
         wall_s=round(s.wall_s, 3),
         throughput_rps=round(s.throughput_rps, 2),
-        latency=_p(s.latency),
-        first_byte=_p(s.first_byte),
+        latency=percentiles(s.latency),
+        first_byte=percentiles(s.first_byte),
+        error=error,
+    )
+
+
+def _calls(c: ModelCalls | None) -> ModelCallsInfo | None:
+    if c is None:
+        return None
+    return ModelCallsInfo(
+        calls=c.calls,
+        call_p50_ms=round(c.call_p50_ms, 3),
+        busy_share=round(c.busy_share, 3),
+        batch_mean=round(c.batch_mean, 2) if c.batch_mean is not None else None,
+        batch_max=c.batch_max,
+        waiting_mean=round(c.waiting_mean, 2),
+        queued_share=round(c.queued_share, 3),
+        one_at_a_time_share=round(c.one_at_a_time_share, 3) if c.one_at_a_time_share is not None else None,
+    )
+
+
+def serving_info(s: Serving | None) -> ServingInfo | None:
+    if s is None:
+        return None
+    m = s.summary
+    return ServingInfo(
+        url=s.load.url,
+        rate=s.load.rate,
+        duration_s=s.load.duration_s,
+        sent=m.sent,
+        ok=m.ok,
+        failed=m.failed,
+        dropped=m.dropped,
+        errors=tuple(LoadError(reason=r, count=n) for r, n in m.errors),
+        wall_s=round(m.wall_s, 3),
+        throughput_rps=round(m.throughput_rps, 2),
+        latency=percentiles(m.latency),
+        first_byte=percentiles(m.first_byte),
+        model_calls=_calls(s.calls),
+        error=s.load.error,
     )
 
 

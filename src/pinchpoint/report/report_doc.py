@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pinchpoint.report.document import Document, JsonSchema, json_schema, named, optional
+from pinchpoint.report.serving_doc import ServingInfo
 from pinchpoint.trace.run import Attach
 
 SCHEMA = "pinchpoint.report/1"
@@ -426,6 +427,7 @@ class ReportDoc(Document):
     steps: StepsInfo
     breakdown: Mapping[str, float]
     run_time: RunTimeInfo | None = optional()
+    serving: ServingInfo | None = optional(doc="a server's load (`run --load`) and its model calls meanwhile")
     ranks: tuple[RankInfo, ...]
     gpu: tuple[GpuSection, ...] | None = optional()
     findings: tuple[FindingInfo, ...]

@@ -15,6 +15,7 @@ from pinchpoint.report.model import Report
 from pinchpoint.report.phrases.common import gain, load_words, run_gain_words, segment_code_lines, share_words
 from pinchpoint.report.phrases.compile_trace import compiled_lines
 from pinchpoint.report.phrases.gpu import collective_lines
+from pinchpoint.report.phrases.serving import serving_lines
 from pinchpoint.report.report_doc import OpWindowTaken, ReportDoc, RunTimeInfo, StepsInfo
 from pinchpoint.trace.run import Attach
 
@@ -287,6 +288,11 @@ def _render(report: ReportDoc, out: TextIO, *, color: bool | None, width: int | 
             console.print(_run_time(whole))
             for line in segment_code_lines(whole):
                 console.print(Text(line, style="dim"))
+            console.print()
+        if report.serving is not None:
+            console.print(Text("Serving under load", style="bold underline"))
+            for line in serving_lines(report.serving):
+                console.print(Text(line))
             console.print()
     console.print(Text(title, style="bold underline"))
     console.print(_breakdown(report.breakdown, report.steps))

@@ -16,11 +16,12 @@ import math
 import random
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from pinchpoint.errors import UsageError
-from pinchpoint.stats.quantiles import nearest_rank
+from pinchpoint.trace.serving import Request
 
 MAX_DURATION_S = 600.0
 MAX_REQUESTS = 100_000
@@ -71,29 +72,6 @@ def _loopback(host: str) -> bool:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Timed:
-    """One request: when it was due, when its first and last bytes came back (ns on the monotonic
-    clock), its status, or why it failed."""
-
-    due_ns: int
-    first_ns: int | None = None
-    end_ns: int | None = None
-    status: int | None = None
-    error: str | None = None
-    dropped: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return (
-            self.error is None and not self.dropped and self.status is not None and 200 <= self.status < 300
-        )
-
-    @property
-    def latency_ns(self) -> int | None:
-        return self.end_ns - self.due_ns if self.end_ns is not None else None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
     rate: float
     """Arrivals a second."""
@@ -122,7 +100,7 @@ class Plan:
         return out
 
 
-async def _one(where: Target, due_ns: int, timeout_s: float) -> Timed:
+async def _one(where: Target, due_ns: int, timeout_s: float) -> Request:
     writer = None
     try:
         async with asyncio.timeout(timeout_s):
@@ -133,26 +111,26 @@ async def _one(where: Target, due_ns: int, timeout_s: float) -> Timed:
             first = time.monotonic_ns()
             words = status_line.split()
             if len(words) < 2 or not words[1].isdigit():
-                return Timed(due_ns=due_ns, first_ns=first, error="not an HTTP response")
+                return Request(due_ns=due_ns, first_ns=first, error="not an HTTP response")
             await reader.read(READ_LIMIT)  # (headers and body, until the server closes)
-            return Timed(due_ns=due_ns, first_ns=first, end_ns=time.monotonic_ns(), status=int(words[1]))
+            return Request(due_ns=due_ns, first_ns=first, end_ns=time.monotonic_ns(), status=int(words[1]))
     except TimeoutError:
-        return Timed(due_ns=due_ns, error=f"no answer within {timeout_s:g} s")
+        return Request(due_ns=due_ns, error=f"no answer within {timeout_s:g} s")
     except OSError as exc:
-        return Timed(due_ns=due_ns, error=exc.strerror or type(exc).__name__)
+        return Request(due_ns=due_ns, error=exc.strerror or type(exc).__name__)
     finally:
         if writer is not None:
             writer.close()
 
 
-async def _run(where: Target, plan: Plan) -> list[Timed]:
+async def _run(where: Target, plan: Plan, stop: Callable[[], bool] | None) -> list[Request]:
     offsets = plan.arrivals()
     start = time.monotonic_ns()
-    tasks: list[asyncio.Task[Timed]] = []
-    dropped: list[Timed] = []
+    tasks: list[asyncio.Task[Request]] = []
+    dropped: list[Request] = []
     in_flight = 0
 
-    async def tracked(due_ns: int) -> Timed:
+    async def tracked(due_ns: int) -> Request:
         nonlocal in_flight
         in_flight += 1
         try:
@@ -161,78 +139,21 @@ async def _run(where: Target, plan: Plan) -> list[Timed]:
             in_flight -= 1
 
     for offset in offsets:
+        if stop is not None and stop():
+            break  # (the server is gone: the arrivals not yet due are not sent)
         due = start + int(offset * 1e9)
         delay = (due - time.monotonic_ns()) / 1e9
         if delay > 0:
             await asyncio.sleep(delay)
         if in_flight >= plan.max_in_flight:
-            dropped.append(Timed(due_ns=due, dropped=True))
+            dropped.append(Request(due_ns=due, dropped=True))
             continue
         tasks.append(asyncio.create_task(tracked(due)))
     done = list(await asyncio.gather(*tasks))
     return sorted(done + dropped, key=lambda t: t.due_ns)
 
 
-def run_load(where: Target, plan: Plan) -> list[Timed]:
+def run_load(where: Target, plan: Plan, stop: Callable[[], bool] | None = None) -> list[Request]:
     """Every request of the plan, timed (in arrival order); returns once each was answered, failed, or
-    timed out."""
-    return asyncio.run(_run(where, plan))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Spread:
-    p50_ms: float
-    p90_ms: float
-    p99_ms: float
-    max_ms: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LoadSummary:
-    sent: int
-    ok: int
-    failed: int
-    dropped: int
-    errors: tuple[tuple[str, int], ...]
-    """Why requests failed (an HTTP status or the client's reason), most frequent first."""
-    wall_s: float
-    """From the first arrival to the last answer."""
-    throughput_rps: float
-    """Answered requests (2xx) a second over `wall_s`."""
-    latency: Spread | None
-    """From each answered request's arrival to its last byte."""
-    first_byte: Spread | None
-
-
-def _spread(values_ns: list[int]) -> Spread | None:
-    if not values_ns:
-        return None
-    v = sorted(values_ns)
-    return Spread(
-        p50_ms=nearest_rank(v, 0.5) / 1e6,
-        p90_ms=nearest_rank(v, 0.9) / 1e6,
-        p99_ms=nearest_rank(v, 0.99) / 1e6,
-        max_ms=v[-1] / 1e6,
-    )
-
-
-def summarize(requests: list[Timed]) -> LoadSummary:
-    ok = [r for r in requests if r.ok]
-    failed = [r for r in requests if not r.ok and not r.dropped]
-    reasons: dict[str, int] = {}
-    for r in failed:
-        why = r.error or f"HTTP {r.status}"
-        reasons[why] = reasons.get(why, 0) + 1
-    ends = [r.end_ns for r in requests if r.end_ns is not None]
-    wall = (max(ends) - requests[0].due_ns) / 1e9 if ends and requests else 0.0
-    return LoadSummary(
-        sent=len(requests) - sum(r.dropped for r in requests),
-        ok=len(ok),
-        failed=len(failed),
-        dropped=sum(r.dropped for r in requests),
-        errors=tuple(sorted(reasons.items(), key=lambda kv: -kv[1])),
-        wall_s=wall,
-        throughput_rps=len(ok) / wall if wall > 0 else 0.0,
-        latency=_spread([r.latency_ns for r in ok if r.latency_ns is not None]),
-        first_byte=_spread([r.first_ns - r.due_ns for r in ok if r.first_ns is not None]),
-    )
+    timed out. `stop`, asked before each arrival: True ends the arrivals there (the server ended)."""
+    return asyncio.run(_run(where, plan, stop))

@@ -12,6 +12,7 @@ from enum import Enum
 
 from pinchpoint.trace.compiles import CompileRecord
 from pinchpoint.trace.parallel import FsdpConfig, PipelineConfig, TensorParallelConfig
+from pinchpoint.trace.serving import BatchCosts, ServedLoad
 from pinchpoint.trace.stacks import Stacks
 from pinchpoint.trace.step import (
     HOST_OTHER as HOST_OTHER,
@@ -288,6 +289,8 @@ class RankData:
     trial_cut: TrialCut | None = None
     gc: GcRecord | None = None
     compiles: CompileRecord | None = None
+    batch_costs: BatchCosts | None = None
+    """A served model's call at batch 1, 2, 4, ... (`run --load`'s batch probe, at the server's exit)."""
 
     @property
     def main(self) -> ProcessInfo | None:
@@ -326,6 +329,10 @@ class SystemSample:
     t_ns: int
     cpu_percent_per_core: tuple[float, ...] = ()
     machine_user_s: float | None = None  # user + nice CPU seconds of the whole machine, so far
+    tool_user_s: float | None = None
+    """pinchpoint's own CPU outside the program's tree so far (user seconds; `tool_sys_s` system): the
+    sampler and the launcher, which sends `run --load`'s requests. Not other programs' work."""
+    tool_sys_s: float | None = None
     procs: tuple[ProcSample, ...] = ()
     gpus: tuple[GpuSample, ...] = ()
 
@@ -391,3 +398,5 @@ class Run:
     `StackSample.thread`, weight the sample's period) of the process tree (`pinchpoint run --native`)."""
     warnings: tuple[str, ...] = ()
     """Problems met while reading the run directory (truncated files, missing parts)."""
+    served: ServedLoad | None = None
+    """The load `run --load` sent the program (a server), request by request."""

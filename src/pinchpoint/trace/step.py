@@ -128,6 +128,8 @@ class Step:
     """The sequence length of the token ids its model call took (a batch × tokens integer tensor)."""
     tail: tuple[int, int] | None = None
     """The first row's last two ids of that call (CPU tensors without gradients only)."""
+    rows: int | None = None
+    """The first dimension (batch) of the model call's first tensor argument."""
     agent_ns: int = 0
     """pinchpoint's bookkeeping just before the step (writing the last one, reading counters): cut
     from the step's start, so the step is the program's time only."""

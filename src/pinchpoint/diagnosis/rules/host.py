@@ -71,6 +71,11 @@ class HostPython(Rule):
             if loose_share >= 0.01:
                 evidence.append(Fact("host.python.loose_ops", share=loose_share))
         share = other_share - loose_share
+        if rank.serving is not None:  # a server between requests sleeps in its event loop: idle, not slow
+            idle = _waiting_outside(steps) / max(1.0, steps.host_mean_ns)
+            if idle >= 0.01:
+                evidence.append(Fact("host.python.idle_server", share=min(share, idle)))
+                share -= min(share, idle)
         collected = min(share, rank.gc.share) if rank.gc is not None else 0.0
         if collected >= 0.01:  # Python's collector is host.gc's (its pauses sit outside every phase)
             evidence.append(Fact("host.python.gc", share=collected))
@@ -91,7 +96,7 @@ class HostPython(Rule):
         if stacks:
             evidence.append(stacks)
         # (On a CUDA program the host also sleeps inside forward and backward, waiting for the device.)
-        waiting = _waiting_outside(steps) if rank.cuda_memory is None else 0.0
+        waiting = _waiting_outside(steps) if rank.cuda_memory is None and rank.serving is None else 0.0
         blocked = waiting >= WAITING_EXPLAINS * steps.phase_ns.get(HOST_OTHER, 0.0)
         if blocked:
             evidence.append(Fact("host.python.asleep", asleep_ns=waiting))

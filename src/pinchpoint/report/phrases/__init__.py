@@ -29,6 +29,7 @@ from pinchpoint.report.phrases import (
     notes,
     outside,
     run,
+    serving,
     whatif,
 )
 
@@ -53,6 +54,7 @@ BOOKS: tuple[Mapping[str, Phrase], ...] = (
     notes.PHRASES,
     outside.PHRASES,
     run.PHRASES,
+    serving.PHRASES,
     whatif.PHRASES,
 )
 

@@ -74,6 +74,10 @@ PHRASES: dict[str, Callable[..., str]] = {
     "host.python.gc": lambda share: (
         f"{pct(share)} of the step is Python's garbage collector: left to host.gc"
     ),
+    "host.python.idle_server": lambda share: (
+        f"{pct(share)} of the time between model calls the server's main thread slept, waiting for requests: "
+        "idle under this load, not counted"
+    ),
     "stacks.top": _stacks,
     "host.python.title": _python_title,
     "host.python.outside": lambda share, outside_ns: (

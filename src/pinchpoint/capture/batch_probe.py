@@ -1,0 +1,132 @@
+"""What one call of a served model costs at batch 1, 2, 4, ...: measured on the server's own model and
+input, once its load is over (`run --load` asks for it with `BATCH_PROBE_ENV`).
+
+The first top-level inference call whose first argument is a tensor is kept (the module and that call's
+arguments: a request's input, small). At exit — after the load, once the server stopped taking
+requests — the call is replayed with every tensor argument that had the call's batch as its first
+dimension repeated to batch b, in the grad mode the call ran in, for b = 1, 2, 4, ... `MAX_BATCH`: a
+warm-up call, then the median of up to `REPS` timed calls. It stops early when one call takes longer
+than `SLOW_CALL_S` or the probe has spent `BUDGET_S` (a server is stopped within its grace time).
+Written to ranks/rankR/batch_probe.json: {"rows": the kept call's batch, "batches": [[b, ms], ...],
+"start_ns", "end_ns"} (the probe's own time, which the run's wall clock counts as pinchpoint's).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import statistics
+import time
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pinchpoint.capture.writer import write_json_atomic
+
+BATCH_PROBE_ENV = "PINCHPOINT_BATCH_PROBE"
+FILE = "batch_probe.json"
+MAX_BATCH = 64
+REPS = 7
+BUDGET_S = 2.0
+SLOW_CALL_S = 0.5
+
+
+class BatchProbe:
+    def __init__(self, rank_dir: Callable[[], Path], quiet: Callable[[bool], None]) -> None:
+        self.rank_dir = rank_dir
+        self.quiet = quiet
+        """Turns pinchpoint's own recording of module calls off (True) and on while the probe calls."""
+        self.kept: tuple[Any, tuple[Any, ...], dict[str, Any], int, bool, bool] | None = None
+
+    def note(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], torch: Any) -> None:
+        """A top-level call outside training: the first with a batched tensor is kept (later ones cost one
+        attribute check)."""
+        if self.kept is not None or not args:
+            return
+        try:
+            rows = int(args[0].shape[0]) if args[0].dim() >= 1 else 0
+        except Exception:
+            return
+        if rows < 1:
+            return
+        grad = bool(torch.is_grad_enabled())
+        inference = bool(torch.is_inference_mode_enabled())
+        self.kept = (weakref.ref(module), args, dict(kwargs), rows, grad, inference)
+        atexit.register(self.run, torch)
+
+    def run(self, torch: Any) -> None:
+        """The replay at exit; never raises (a model that will not take a larger batch ends it)."""
+        if self.kept is None:
+            return
+        ref, args, kwargs, rows, grad, inference = self.kept
+        module = ref()
+        if module is None:
+            return
+        out: list[list[float]] = []
+        start = time.monotonic_ns()
+        self.quiet(True)
+        try:
+            out = self._measure(torch, module, args, kwargs, rows, grad, inference)
+        except Exception:  # (a model that refuses a larger batch: what was measured stands)
+            pass
+        finally:
+            self.quiet(False)
+        if out:
+            with contextlib.suppress(OSError):
+                doc = {
+                    "rows": rows,
+                    "batches": out,
+                    "pid": os.getpid(),
+                    "start_ns": start,
+                    "end_ns": time.monotonic_ns(),
+                }
+                write_json_atomic(self.rank_dir() / FILE, doc)
+
+    def _measure(
+        self,
+        torch: Any,
+        module: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        rows: int,
+        grad: bool,
+        inference: bool,
+    ) -> list[list[float]]:
+        out: list[list[float]] = []
+        deadline = time.perf_counter() + BUDGET_S
+        mode = torch.inference_mode() if inference else torch.set_grad_enabled(grad)
+        b = rows
+        with mode:
+            while b <= MAX_BATCH and time.perf_counter() < deadline:
+                a = tuple(_batched(x, rows, b, torch) for x in args)
+                kw = {k: _batched(v, rows, b, torch) for k, v in kwargs.items()}
+                try:
+                    module(*a, **kw)  # warm-up (its allocations, oneDNN's primitives for the shape)
+                    times: list[float] = []
+                    while len(times) < REPS and time.perf_counter() < deadline:
+                        t0 = time.perf_counter()
+                        module(*a, **kw)
+                        times.append(time.perf_counter() - t0)
+                except Exception:
+                    break
+                ms = statistics.median(times) * 1e3
+                out.append([b, round(ms, 4)])
+                if ms / 1e3 > SLOW_CALL_S:
+                    break
+                b *= 2
+        return out
+
+
+def _batched(x: Any, rows: int, b: int, torch: Any) -> Any:
+    """A tensor whose first dimension is the call's batch, repeated to `b` rows (whole copies of the
+    call's rows, then cut); anything else as it was."""
+    if not isinstance(x, torch.Tensor) or x.dim() < 1 or int(x.shape[0]) != rows or b == rows:
+        return x
+    copies = -(-b // rows)
+    return x.repeat(copies, *([1] * (x.dim() - 1)))[:b]
+
+
+def probe_requested() -> bool:
+    return os.environ.get(BATCH_PROBE_ENV) == "1"

@@ -1,0 +1,54 @@
+"""report.json's `serving` section, typed: a server's load under `run --load` (latency, throughput) and
+its model calls meanwhile (batch, waiting requests). Data only; `load_doc.serving_info` builds it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Percentiles:
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadError:
+    reason: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelCallsInfo:
+    calls: int
+    call_p50_ms: float
+    busy_share: float
+    batch_mean: float | None
+    batch_max: int | None
+    waiting_mean: float
+    queued_share: float
+    one_at_a_time_share: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingInfo:
+    """The load `run --load` sent and what the server's model did meanwhile."""
+
+    url: str
+    rate: float
+    duration_s: float
+    sent: int
+    ok: int
+    failed: int
+    dropped: int
+    errors: tuple[LoadError, ...]
+    wall_s: float
+    throughput_rps: float
+    latency: Percentiles | None
+    first_byte: Percentiles | None
+    model_calls: ModelCallsInfo | None
+    """None when no model call ran on the server's main thread during the load."""
+    error: str | None
+    """Why no load was sent."""

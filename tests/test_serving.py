@@ -1,0 +1,201 @@
+"""`pinchpoint run --load`: a real server process started under pinchpoint, loaded over loopback once its
+port answers, then stopped; the requests and the model calls meanwhile read into report.json's `serving`
+section. The servers here are the standard library's (no model: the load, the stop and the bad cases);
+examples/serve_one_at_a_time.py's FastAPI model server is the e2e one (tests/test_serving_e2e.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from conftest import make_step
+from pinchpoint.analysis.serving import model_calls, summarize
+from pinchpoint.ingest.served import served_load
+from pinchpoint.report.report_doc import report_schema
+from pinchpoint.trace.serving import Request
+from pinchpoint.trace.step import StepKind
+
+MS = 1_000_000
+
+
+def _calls(start_ms: float, every_ms: float, dur_ms: float, n: int, rows: int) -> list:
+    return [
+        replace(make_step(i, int((start_ms + i * every_ms) * MS), {"forward": dur_ms}, kind=StepKind.INFERENCE), rows=rows)
+        for i in range(n)
+    ]
+
+
+def test_calls_of_one_request_with_others_arrived_read_as_one_at_a_time() -> None:
+    """Requests every 2 ms, a model that takes 5 ms a call and answers one: a queue builds, and every
+    call after the first begins with others waiting."""
+    requests = [Request(due_ns=i * 2 * MS, end_ns=(i + 1) * 5 * MS, status=200) for i in range(20)]
+    calls = model_calls(_calls(0, 5, 5, 20, rows=1), requests, wall_s=0.1)
+    assert calls is not None and calls.calls == 20 and calls.batch_mean == 1 and calls.batch_max == 1
+    assert calls.waiting_mean > 3 and calls.queued_share >= 0.85  # (the first calls came before the queue)
+    assert calls.one_at_a_time_share is not None and calls.one_at_a_time_share >= 0.85
+    assert calls.busy_share == pytest.approx(1.0)
+
+
+def test_batched_calls_leave_no_one_waiting() -> None:
+    """Four requests a call, all that had arrived: nobody waits beside the call."""
+    requests = [Request(due_ns=(i // 4) * 10 * MS, end_ns=((i // 4) * 10 + 5) * MS, status=200) for i in range(20)]
+    calls = model_calls(_calls(0.1, 10, 5, 5, rows=4), requests, wall_s=0.045)
+    assert calls is not None and calls.batch_mean == 4 and calls.waiting_mean == 0
+    assert calls.queued_share == 0 and calls.one_at_a_time_share == 0
+    assert model_calls([], requests, wall_s=0.045) is None  # no model call seen
+    train = [replace(s, kind=StepKind.TRAIN) for s in _calls(0.1, 10, 5, 5, rows=4)]
+    assert model_calls(train, requests, wall_s=0.045) is None  # only inference calls count
+
+
+def test_the_summary_counts_answered_failed_and_dropped_requests() -> None:
+    requests = [
+        Request(due_ns=0, first_ns=2 * MS, end_ns=4 * MS, status=200),
+        Request(due_ns=MS, first_ns=3 * MS, end_ns=9 * MS, status=200),
+        Request(due_ns=2 * MS, end_ns=3 * MS, status=500),
+        Request(due_ns=3 * MS, error="connection refused"),
+        Request(due_ns=4 * MS, dropped=True),
+    ]
+    s = summarize(requests)
+    assert (s.sent, s.ok, s.failed, s.dropped) == (4, 2, 2, 1)
+    assert s.latency is not None and s.latency.max_ms == 8 and s.wall_s == pytest.approx(0.009)
+    assert dict(s.errors) == {"HTTP 500": 1, "connection refused": 1}
+    assert summarize([]).sent == 0 and summarize([]).latency is None
+
+
+def test_a_damaged_requests_file_is_read_as_far_as_it_goes(tmp_path: Path) -> None:
+    (tmp_path / "load.json").write_text('{"url": "http://127.0.0.1:1/x", "rate": 5, "duration_s": 2}')
+    (tmp_path / "requests.jsonl").write_text(
+        '{"due_ns": 5, "end_ns": 9, "status": 200}\n{"due_ns": "x"}\n[1]\n{"due_ns": 1, "end_ns": 0, "status": 200}\n{"due_'
+    )
+    warnings: list[str] = []
+    load = served_load(tmp_path, warnings)
+    assert load is not None and load.rate == 5 and [r.due_ns for r in load.requests] == [1, 5]
+    assert load.requests[0].end_ns is None  # (an answer before its arrival is no answer)
+    assert any("unreadable" in w for w in warnings)
+    assert served_load(tmp_path / "nothing", []) is None
+
+
+# ------------------------------------------------------------------------------ real servers, run --load
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _run(tmp_path: Path, load: list[str], program: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pinchpoint", "run", "-q", "-o", str(tmp_path / "run"), *load, "--", *program],
+        capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
+    )  # fmt: skip
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat")
+    return not (status.exists() and status.read_text().split(")")[-1].split()[0] == "Z")
+
+
+def test_a_server_is_loaded_once_it_answers_then_stopped(tmp_path: Path) -> None:
+    """Python's http.server, started under pinchpoint: GETs at 40/s for 1.5 s once its port answers,
+    then SIGINT ends it; load.json, requests.jsonl and the report's serving section hold the load."""
+    port = _free_port()
+    res = _run(
+        tmp_path,
+        ["--load", f"http://127.0.0.1:{port}/", "--load-rate", "40", "--load-duration", "1.5"],
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(tmp_path)],
+    )
+    run = tmp_path / "run"
+    meta = json.loads((run / "meta.json").read_text())
+    assert not _alive(meta["child_pid"])
+    load = json.loads((run / "load.json").read_text())
+    assert load["sent"] == 60 and load["ok"] == 60 and load["latency"]["p50_ms"] > 0, load
+    assert len((run / "requests.jsonl").read_text().splitlines()) == 60
+    report = json.loads((run / "report.json").read_text())
+    jsonschema.validate(report, report_schema())
+    serving = report["serving"]
+    assert serving["ok"] == 60 and serving["throughput_rps"] > 20 and serving["model_calls"] is None
+    # No model, so no step: the run says so (exit 3), as for any program without one; the load is kept.
+    assert res.returncode == 3, res.stderr[-2000:]
+    rendered = subprocess.run(
+        [sys.executable, "-m", "pinchpoint", "report", str(run), "--no-color"], capture_output=True, text=True
+    )
+    assert "Serving under load" in rendered.stderr + rendered.stdout
+    assert "60 requests sent" in rendered.stderr + rendered.stdout
+
+
+def test_a_server_that_never_answers_is_stopped_and_said_so(tmp_path: Path) -> None:
+    port = _free_port()
+    res = _run(
+        tmp_path,
+        ["--load", f"http://127.0.0.1:{port}/", "--load-wait", "2"],
+        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_DFL); time.sleep(60)"],
+    )
+    assert res.returncode != 0 and "--load: nothing answered" in res.stderr, res.stderr[-2000:]
+    assert "Traceback" not in res.stderr  # (the program ends by SIGINT's default action: no traceback)
+    run = tmp_path / "run"
+    assert not _alive(json.loads((run / "meta.json").read_text())["child_pid"])
+    assert json.loads((run / "load.json").read_text())["error"].startswith("nothing answered")
+
+
+def test_a_program_that_ends_before_answering_is_said_so(tmp_path: Path) -> None:
+    port = _free_port()
+    res = _run(tmp_path, ["--load", f"http://127.0.0.1:{port}/"], [sys.executable, "-c", "pass"])
+    assert res.returncode == 1 and "the program ended (exit code 0) before" in res.stderr, res.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("load", "message"),
+    [
+        (["--load", "http://example.invalid:80/"], "the load stays on this machine"),
+        (["--load", "http://127.0.0.1:9/", "--load-rate", "0"], "--rate must be in"),
+        (["--load", "http://127.0.0.1:9/", "--load-body", "missing.json"], "--load-body missing.json"),
+        (["--load", "http://127.0.0.1:9/", "--load-wait", "-1"], "--load-wait must be in"),
+    ],
+)
+def test_bad_load_options_are_refused_before_the_program_starts(
+    tmp_path: Path, load: list[str], message: str
+) -> None:
+    res = _run(tmp_path, load, [sys.executable, "-c", "open('started', 'w')"])
+    assert res.returncode == 2 and message in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert not (tmp_path / "started").exists() and not (tmp_path / "run").exists()
+
+
+def test_sigint_to_pinchpoint_alone_stops_the_server_and_keeps_the_load(tmp_path: Path) -> None:
+    """A supervisor's SIGINT to pinchpoint's pid (not a terminal's Ctrl-C) mid-load: the server is
+    passed the signal and ends, the arrivals stop, and what was measured is written."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pinchpoint", "run", "-q", "-o", str(tmp_path / "run"),
+         "--load", f"http://127.0.0.1:{port}/", "--load-rate", "20", "--load-duration", "60", "--",
+         sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(tmp_path)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    requests = tmp_path / "run" / "meta.json"
+    try:
+        for _ in range(200):  # the server answers and the load runs a while
+            if requests.exists() and json.loads(requests.read_text()).get("child_pid"):
+                break
+            subprocess.run(["sleep", "0.05"])
+        subprocess.run(["sleep", "2"])
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    run = tmp_path / "run"
+    assert not _alive(json.loads((run / "meta.json").read_text())["child_pid"])
+    load = json.loads((run / "load.json").read_text())
+    assert 0 < load["ok"] < 1200 and "Traceback" not in err, (load, err[-2000:])
