@@ -199,3 +199,35 @@ def test_sigint_to_pinchpoint_alone_stops_the_server_and_keeps_the_load(tmp_path
     assert not _alive(json.loads((run / "meta.json").read_text())["child_pid"])
     load = json.loads((run / "load.json").read_text())
     assert 0 < load["ok"] < 1200 and "Traceback" not in err, (load, err[-2000:])
+
+
+CRASHING_SERVER = """
+import os, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+served = [0]
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        served[0] += 1
+        if served[0] > 10:
+            os._exit(7)  # a crash mid-load
+        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *a): pass
+HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def test_a_server_that_crashes_mid_load_keeps_what_was_measured(tmp_path: Path) -> None:
+    """The server dies after 10 requests: the arrivals stop, the answered ones are kept, and the run
+    ends with the program's own exit code and a report."""
+    port = _free_port()
+    (tmp_path / "crash.py").write_text(CRASHING_SERVER)
+    res = _run(
+        tmp_path,
+        ["--load", f"http://127.0.0.1:{port}/", "--load-rate", "20", "--load-duration", "30"],
+        [sys.executable, str(tmp_path / "crash.py"), str(port)],
+    )
+    assert res.returncode == 7 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    load = json.loads((tmp_path / "run" / "load.json").read_text())
+    assert load["ok"] == 10 and load["sent"] < 100, load  # (30 s at 20/s would be 600)
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["serving"]["ok"] == 10 and report["run"]["exit_code"] == 7
