@@ -13,6 +13,10 @@ read from memory) for one row, and at 200 requests a second the queue grows for 
 Fix (``--fix``): a batching queue. Requests wait up to ``MAX_WAIT_MS`` for others (at most ``MAX_BATCH``),
 then one forward answers them all: the same work, one call's fixed cost shared.
 
+``--sync`` serves the planted endpoint as a plain ``def``: FastAPI runs it in its thread pool, several
+batch-1 calls at once on different threads (the same shape; pinchpoint sees those calls off the main
+thread under ``--load``).
+
 Its truth is the load's (``TRUTH_LOAD``, measured by ``examples/measure_truth.py``): ms per answered
 request (1 / throughput) and the p90 latency, before and after the fix. Not run by the examples' generic
 end-to-end test (a server runs until stopped): tests/test_serving_e2e.py loads it.
@@ -82,7 +86,7 @@ class Batcher:
                 done.set_result(row)
 
 
-def build_app(fix):
+def build_app(fix, sync=False):
     torch.manual_seed(0)
     model = Classifier().eval()
     app = FastAPI()
@@ -102,6 +106,15 @@ def build_app(fix):
             label = int(model(tokens.unsqueeze(0)).argmax(dim=1))
         return {"label": label}
 
+    if sync:  # a plain `def` endpoint: FastAPI runs it in its thread pool, batch 1 a call on each thread
+
+        @app.post("/predict")
+        def predict_in_a_thread(req: Request):
+            with torch.inference_mode():
+                tokens = torch.tensor(req.tokens[:TOKENS], dtype=torch.long)
+                return {"label": int(model(tokens.unsqueeze(0)).argmax(dim=1))}
+
+        app.router.routes = [r for r in app.router.routes if getattr(r, "endpoint", None) is not predict]
     return app
 
 
@@ -109,8 +122,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--fix", action="store_true", help="batch queued requests into one forward")
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--sync", action="store_true", help="the planted endpoint as a plain def (a thread pool)")
     args = p.parse_args()
-    uvicorn.run(build_app(args.fix), host="127.0.0.1", port=args.port, log_level="warning")
+    uvicorn.run(build_app(args.fix, args.sync and not args.fix), host="127.0.0.1", port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":

@@ -231,3 +231,15 @@ def test_a_server_that_crashes_mid_load_keeps_what_was_measured(tmp_path: Path) 
     assert load["ok"] == 10 and load["sent"] < 100, load  # (30 s at 20/s would be 600)
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert report["serving"]["ok"] == 10 and report["run"]["exit_code"] == 7
+
+
+def test_calls_from_a_thread_pool_share_the_requests_inside() -> None:
+    """Two threads each running a 10 ms batch-1 call at once, four requests inside: two waiting."""
+    from pinchpoint.trace.serving import ModelCall
+
+    requests = [Request(due_ns=0, end_ns=12 * MS, status=200) for _ in range(4)]
+    pool = [ModelCall(start_ns=MS, end_ns=11 * MS, rows=1, thread=t) for t in (7, 8)]
+    calls = model_calls([], requests, wall_s=0.012, others=pool)
+    assert calls is not None and calls.calls == 2 and calls.threads == 2
+    assert calls.in_flight == pytest.approx(2.0) and calls.waiting_mean == 2.5  # (3 then 2)
+    assert calls.busy_share == pytest.approx(10 / 12)

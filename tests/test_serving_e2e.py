@@ -70,3 +70,22 @@ def test_a_server_answering_one_request_a_call_is_told_to_batch(tmp_path: Path) 
     truth = machine_truth(what=0)[EXAMPLE.stem]["--fix"]
     estimate = found["serve.batching"]["estimated_speedup"]
     assert abs(estimate / truth - 1) <= TOLERANCE, (estimate, truth)
+
+
+def test_a_thread_pool_servers_model_calls_are_seen_off_the_main_thread(tmp_path: Path) -> None:
+    """The same server with a plain `def` endpoint (`--sync`): FastAPI runs it in its thread pool, so no
+    model call is on the main thread and no step is recorded; the calls are placed among the requests all
+    the same, and batching is named (no truth row for this variant: named, not ordered)."""
+    plan, port, out = _plan(), _port(), tmp_path / "run"
+    res = subprocess.run(
+        [sys.executable, "-m", "pinchpoint", "run", "-q", "-o", str(out),
+         "--load", f"http://127.0.0.1:{port}{plan['path']}", "--load-rate", plan["rate"], "--load-duration", "5",
+         "--load-body", str(EXAMPLES / plan["body"]), "--", sys.executable, str(EXAMPLE), "--port", str(port), "--sync"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    calls = report["serving"]["model_calls"]
+    assert calls["threads"] > 1 and calls["batch_max"] == 1 and calls["calls"] >= report["serving"]["ok"] * 0.9
+    assert report["steps"]["count"] == 0 if "count" in report["steps"] else True
+    assert "serve.batching" in {f["id"] for f in report["findings"]}

@@ -10,6 +10,7 @@ queue: the shape batching removes.
 
 from __future__ import annotations
 
+import heapq
 import statistics
 from bisect import bisect_right
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 from pinchpoint.stats.quantiles import nearest_rank
 from pinchpoint.trace.run import RankData
-from pinchpoint.trace.serving import BatchCosts, Request, ServedLoad
+from pinchpoint.trace.serving import BatchCosts, ModelCall, Request, ServedLoad
 from pinchpoint.trace.step import Phase, Step, StepKind
 
 
@@ -97,6 +98,10 @@ class ModelCalls:
     """Calls that began with at least one other request waiting."""
     one_at_a_time_share: float | None
     """Calls of batch 1 that began with another request waiting (None: batch unknown)."""
+    in_flight: float = 1.0
+    """Calls running at once while any ran (a thread pool runs several)."""
+    threads: int = 1
+    """Threads that called the model."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,7 +120,7 @@ def serving(load: ServedLoad, rank: RankData | None) -> Serving:
     summary = summarize(load.requests)
     if rank is None:
         return Serving(load=load, summary=summary, calls=None)
-    calls = model_calls(rank.steps, load.requests, summary.wall_s)
+    calls = model_calls(rank.steps, load.requests, summary.wall_s, rank.other_calls)
     return Serving(load=load, summary=summary, calls=calls, batch_costs=rank.batch_costs)
 
 
@@ -128,39 +133,63 @@ def _call(step: Step) -> tuple[int, int] | None:
     return forward[0].start_ns, sum(iv.end_ns - iv.start_ns for iv in forward)
 
 
-def model_calls(steps: Sequence[Step], requests: Sequence[Request], wall_s: float) -> ModelCalls | None:
-    """The inference steps that began between the first arrival and the last answer, among the requests."""
+def model_calls(
+    steps: Sequence[Step], requests: Sequence[Request], wall_s: float, others: Sequence[ModelCall] = ()
+) -> ModelCalls | None:
+    """The model calls that began between the first arrival and the last answer — the main thread's
+    inference steps' forwards and the calls on other threads (`others`: a thread pool) — among the
+    requests. Calls in flight together (a thread pool) share the requests inside: those beyond all their
+    rows were waiting."""
     sent = [r for r in requests if not r.dropped]
     if not sent or wall_s <= 0:
         return None
     first = sent[0].due_ns
     last = max((r.end_ns for r in sent if r.end_ns is not None), default=first)
-    calls = [
-        (s, c) for s in steps if s.kind is StepKind.INFERENCE and (c := _call(s)) and first <= c[0] <= last
-    ]
+    main = [(c[0], c[1], s.rows) for s in steps if s.kind is StepKind.INFERENCE and (c := _call(s))]
+    calls = sorted(
+        [c for c in main if first <= c[0] <= last]
+        + [(c.start_ns, c.end_ns - c.start_ns, c.rows) for c in others if first <= c.start_ns <= last]
+    )
     if not calls:
         return None
     due = sorted(r.due_ns for r in sent)
     ended = sorted(r.end_ns if r.end_ns is not None else last for r in sent)
     waiting: list[int] = []
     one_at_a_time = 0
-    for s, (start, _) in calls:
+    running: list[tuple[int, int]] = []  # (end, rows) of the calls in flight
+    for start, ns, rows in calls:
+        while running and running[0][0] <= start:
+            heapq.heappop(running)
+        heapq.heappush(running, (start + ns, rows or 1))
         inside = bisect_right(due, start) - bisect_right(ended, start)
-        others = max(0, inside - (s.rows or 1))
-        waiting.append(others)
-        one_at_a_time += s.rows == 1 and others > 0
-    rows = [s.rows for s, _ in calls if s.rows is not None]
-    busy_ns = sum(ns for _, (_, ns) in calls)
+        others_waiting = max(0, inside - sum(r for _, r in running))
+        waiting.append(others_waiting)
+        one_at_a_time += rows == 1 and others_waiting > 0
+    batches = [rows for _, _, rows in calls if rows is not None]
+    busy_ns = sum(ns for _, ns, _ in calls)
     return ModelCalls(
         calls=len(calls),
-        call_p50_ms=statistics.median(ns for _, (_, ns) in calls) / 1e6,
-        busy_share=min(1.0, busy_ns / 1e9 / wall_s),
-        batch_mean=statistics.fmean(rows) if rows else None,
-        batch_max=max(rows) if rows else None,
+        call_p50_ms=statistics.median(ns for _, ns, _ in calls) / 1e6,
+        busy_share=min(1.0, _union_ns(calls) / 1e9 / wall_s),
+        batch_mean=statistics.fmean(batches) if batches else None,
+        batch_max=max(batches) if batches else None,
         waiting_mean=statistics.fmean(waiting),
         queued_share=sum(w > 0 for w in waiting) / len(calls),
-        one_at_a_time_share=one_at_a_time / len(calls) if len(rows) == len(calls) else None,
+        one_at_a_time_share=one_at_a_time / len(calls) if len(batches) == len(calls) else None,
+        in_flight=busy_ns / max(1, _union_ns(calls)),
+        threads=len({c.thread for c in others}) + (1 if main else 0),
     )
+
+
+def _union_ns(calls: Sequence[tuple[int, int, int | None]]) -> int:
+    """The time at least one call was running (calls sorted by start)."""
+    total, reach = 0, 0
+    for start, ns, _ in calls:
+        end = start + ns
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
 
 
 ONE_AT_A_TIME_MIN = 0.5
@@ -171,15 +200,17 @@ ONE_AT_A_TIME_MIN = 0.5
 class Batching:
     """What batching the queued requests would give, from the run's own calls and the batch probe.
 
-    Queued, the server's main thread is never idle: each answered request cost it 1 / throughput, of
-    which one model call (`call_ms`, as measured in the run) and the rest its own work (HTTP, JSON,
-    tokenizing: `other_ms`). Batched, a request costs `other_ms` plus its part of a call of `batch`
+    Queued, the server is never idle: each answered request cost it 1 / throughput, of which one model
+    call (`call_ms`, as measured in the run; a thread pool's concurrent calls each hold it for their time
+    over how many ran at once) and the rest its own work (HTTP, JSON, tokenizing: `other_ms`). Batched, a request costs `other_ms` plus its part of a call of `batch`
     (the probe's time at that batch, scaled by how much slower the run's calls were than the probe's
     at the server's own batch). `batch` is the smallest probed batch whose capacity keeps up with the
     offered rate (else the fastest probed): the batch a queue forms at that rate."""
 
     rows: int
     call_ms: float
+    """The wall time a call holds the server: its median, over the calls in flight at once (a thread pool)."""
+    in_flight: float
     other_ms: float
     batch: int
     batch_call_ms: float
@@ -215,15 +246,17 @@ def batching(s: Serving) -> Batching | None:
     base = probed.get(costs.rows)
     if base is None or len(probed) < 2:
         return None
-    scale = c.call_p50_ms / base  # (the run's calls beside the load against the probe's alone)
-    other = max(0.0, 1e3 / thr - c.call_p50_ms)
+    call = c.call_p50_ms / max(1.0, c.in_flight)  # (a thread pool's calls share the cores: wall ms a call)
+    scale = call / base  # (the run's calls beside the load against the probe's alone)
+    other = max(0.0, 1e3 / thr - call)
     options = [(b, ms * scale) for b, ms in sorted(probed.items()) if b >= costs.rows]
     capacity = {b: 1e3 / (other + ms / b) for b, ms in options}
     keeps_up = [b for b, _ in options if capacity[b] >= s.load.rate]
     batch = keeps_up[0] if keeps_up else max(capacity, key=lambda b: capacity[b])
     return Batching(
         rows=costs.rows,
-        call_ms=c.call_p50_ms,
+        call_ms=call,
+        in_flight=c.in_flight,
         other_ms=other,
         batch=batch,
         batch_call_ms=dict(options)[batch],

@@ -1,5 +1,5 @@
 """What one call of a served model costs at batch 1, 2, 4, ...: measured on the server's own model and
-input, once its load is over (`run --load` asks for it with `BATCH_PROBE_ENV`).
+input, once its load is over (`run --load` asks for it with `served_calls.SERVED_ENV`).
 
 The first top-level inference call whose first argument is a tensor is kept (the module and that call's
 arguments: a request's input, small). At exit — after the load, once the server stopped taking
@@ -25,7 +25,6 @@ from typing import Any
 
 from pinchpoint.capture.writer import write_json_atomic
 
-BATCH_PROBE_ENV = "PINCHPOINT_BATCH_PROBE"
 FILE = "batch_probe.json"
 MAX_BATCH = 64
 REPS = 7
@@ -126,7 +125,3 @@ def _batched(x: Any, rows: int, b: int, torch: Any) -> Any:
         return x
     copies = -(-b // rows)
     return x.repeat(copies, *([1] * (x.dim() - 1)))[:b]
-
-
-def probe_requested() -> bool:
-    return os.environ.get(BATCH_PROBE_ENV) == "1"

@@ -22,10 +22,11 @@ from types import FrameType
 from typing import Any, Protocol
 
 from pinchpoint.capture import graph_watch, loader_probe
-from pinchpoint.capture.batch_probe import BatchProbe, probe_requested
+from pinchpoint.capture.batch_probe import BatchProbe
 from pinchpoint.capture.patches import PATCHES
 from pinchpoint.capture.procfs import thread_schedstat
 from pinchpoint.capture.roles import Role
+from pinchpoint.capture.served_calls import SERVED_ENV, ServedCalls, rows_of
 from pinchpoint.capture.step_state import StepState
 from pinchpoint.capture.trials import Trials
 
@@ -187,17 +188,23 @@ def _wrap_module_call(agent: HookedAgent, torch: Any) -> None:
     """Top-level module calls: forward, and (the agent decides) inference and evaluation step ends."""
     module_cls = torch.nn.Module
     orig_call = module_cls.__call__
-    probe = (
-        BatchProbe(lambda: agent.rank_dir, lambda on: setattr(agent, "in_module", on)) if probe_requested() else None
-    )
+    served = os.environ.get(SERVED_ENV) == "1"  # `run --load`: the program is a server
+    probe = BatchProbe(lambda: agent.rank_dir, lambda on: setattr(agent, "in_module", on)) if served else None
+    others = ServedCalls(lambda: agent.rank_dir) if served else None
 
     def call_wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if agent.in_module or agent.role is not Role.MAIN or threading.get_ident() != agent.tid:
+        if threading.get_ident() != agent.tid:
+            if others is None or agent.role is not Role.MAIN or torch.is_grad_enabled():
+                return orig_call(self, *args, **kwargs)
+            if probe is not None and probe.kept is None and args:
+                probe.note(self, args, kwargs, torch)
+            return others.call(orig_call, self, args, kwargs)  # (a server's thread pool)
+        if agent.in_module or agent.role is not Role.MAIN:
             return orig_call(self, *args, **kwargs)
         agent.forward_begins()
         if args:
             agent.step.tokens, agent.step.tail = _tokens(args[0], torch)
-            agent.step.rows = _rows(args[0])
+            agent.step.rows = rows_of(args[0])
             if probe is not None and probe.kept is None and not torch.is_grad_enabled():
                 probe.note(self, args, kwargs, torch)  # (`run --load`: a served model's batch costs)
         t0 = _now()
@@ -208,14 +215,6 @@ def _wrap_module_call(agent: HookedAgent, torch: Any) -> None:
 
     PATCHES.set(module_cls, "__call__", call_wrapper)
     graph_watch.skip_in_dynamo(PATCHES, call_wrapper.__code__)
-
-
-def _rows(x: Any) -> int | None:
-    """A tensor's first dimension (a served model's batch: how many requests one call answered)."""
-    try:
-        return int(x.shape[0]) if x.dim() >= 1 else None
-    except Exception:  # (not a tensor)
-        return None
 
 
 def _tokens(x: Any, torch: Any) -> tuple[int | None, tuple[int, int] | None]:

@@ -167,6 +167,8 @@ class RunCommand:
             print(f"pinchpoint: --load: {driver.error}", file=sys.stderr)
             return result.exit_code or 1
         missing = report.steps.missing
+        if driver is not None and report.serving is not None and report.serving.model_calls is not None:
+            missing = None  # (a thread pool's model calls are no steps: the serving section holds them)
         if missing and result.exit_code == 0:
             print(f"pinchpoint: {missing}", file=sys.stderr)
             return NO_STEPS_EXIT
@@ -203,12 +205,12 @@ def _add_load_arguments(parser: argparse.ArgumentParser) -> None:
 def _extra_env(args: argparse.Namespace, served: bool) -> dict[str, str]:
     """`--no-trials`; and under `--load`, trials off too (a trial changes the server's threads or allocator
     in the middle of its load: the latencies would describe neither setting) and the batch probe on."""
-    from pinchpoint.capture.batch_probe import BATCH_PROBE_ENV
+    from pinchpoint.capture.served_calls import SERVED_ENV
     from pinchpoint.capture.trials import TRIALS_ENV
 
     env = {TRIALS_ENV: "off"} if args.no_trials or served else {}
     if served:
-        env[BATCH_PROBE_ENV] = "1"
+        env[SERVED_ENV] = "1"
     return env
 
 

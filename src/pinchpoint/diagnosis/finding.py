@@ -219,6 +219,9 @@ class Finding:
     of_run: bool = False
     """`share` and `estimated_speedup` are of the whole run's wall clock, not of a training step (time
     outside the steps: rollouts, evaluation passes; `diagnosis/rules/run.py`)."""
+    of_request: bool = False
+    """`share` is of a request's time on a server under load and `estimated_speedup` its throughput's
+    gain under that load (`diagnosis/rules/serving.py`)."""
     run_speedup: float | None = None
     """The gain on the whole run's wall clock (`diagnosis/whole_run.py`): a step finding's gain where
     the training steps are only part of the run; None where the run's wall clock is not known."""

@@ -26,7 +26,10 @@ def missing(rule: Rule, rank: RankAnalysis) -> list[str]:
 
 def nothing_to_judge(rule: Rule, rank: RankAnalysis) -> bool:
     """A rule whose phase this rank (almost) never spends time in (an input rule on a program that never
-    waits for data) has nothing to judge: saying its data was missing would only mislead."""
+    waits for data) has nothing to judge: saying its data was missing would only mislead. So has a rule of
+    served programs (`serving`) on a program that was not loaded as a server."""
+    if "serving" in rule.requires and rank.serving is None:
+        return True
     if rule.quiet_without is None or rank.steps is None:
         return False
     return rank.steps.share(rule.quiet_without) < QUIET_SHARE

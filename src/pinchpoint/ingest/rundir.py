@@ -23,7 +23,7 @@ from pinchpoint.ingest.gc_file import gc_record
 from pinchpoint.ingest.parallel import fsdp_config, pipeline_config, tensor_parallel_config
 from pinchpoint.ingest.probes import LIVE_FILE, read_probes
 from pinchpoint.ingest.run_stacks import run_native, run_stacks
-from pinchpoint.ingest.served import batch_costs, served_load
+from pinchpoint.ingest.served import batch_costs, other_calls, served_load
 from pinchpoint.ingest.steps_jsonl import step_record
 from pinchpoint.ingest.trials import (
     ALLOC_TRIAL_FILE,
@@ -271,6 +271,7 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
         gc=gc_record(load_json(d / "gc.json", warnings) if (d / "gc.json").is_file() else None),
         compiles=compiles,
         batch_costs=batch_costs(d, warnings),
+        other_calls=other_calls(d, warnings),
     )
 
 

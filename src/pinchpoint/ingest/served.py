@@ -3,14 +3,16 @@ times), read tolerantly into `ServedLoad`."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from pinchpoint.ingest.fields import as_float, as_int, as_str, jsonl, load_json
-from pinchpoint.trace.serving import BatchCosts, Request, ServedLoad
+from pinchpoint.trace.serving import BatchCosts, ModelCall, Request, ServedLoad
 
 LOAD_FILE = "load.json"
 REQUESTS_FILE = "requests.jsonl"
 BATCH_PROBE_FILE = "batch_probe.json"
+CALLS_FILE = "calls.jsonl"
 """A rank's: `capture/batch_probe.py` writes it."""
 
 
@@ -64,3 +66,30 @@ def batch_costs(rank_dir: Path, warnings: list[str]) -> BatchCosts | None:
         return None
     start, end = as_int(doc.get("start_ns"), 0) or 0, as_int(doc.get("end_ns"), 0) or 0
     return BatchCosts(rows=rows, ms=tuple(sorted(ms.items())), start_ns=start, end_ns=max(start, end))
+
+
+def other_calls(rank_dir: Path, warnings: list[str]) -> tuple[ModelCall, ...]:
+    """ranks/rankR/calls.jsonl: one `[start_ns, end_ns, rows, thread]` list a line."""
+    path = rank_dir / CALLS_FILE
+    if not path.is_file():
+        return ()
+    out: list[ModelCall] = []
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        warnings.append(f"{CALLS_FILE} could not be read ({exc.strerror})")
+        return ()
+    for line in lines:
+        try:
+            v = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(v, list) and len(v) == 4:
+            start, end, rows, thread = (as_int(x) for x in v)
+            if start is not None and end is not None and end >= start and thread is not None:
+                out.append(
+                    ModelCall(
+                        start_ns=start, end_ns=end, rows=rows if rows and rows > 0 else None, thread=thread
+                    )
+                )
+    return tuple(sorted(out, key=lambda c: c.start_ns))

@@ -78,7 +78,7 @@ def finding_info(f: Finding) -> d.FindingInfo:
         estimate_as_was=None
         if f.as_was is None
         else d.Range(low=rounded(f.as_was[0], 3), high=rounded(f.as_was[1], 3)),
-        share_of="run" if f.of_run else None,
+        share_of="run" if f.of_run else "request" if f.of_request else None,
         estimated_run_speedup=rounded(f.run_speedup, 3) if f.run_speedup is not None else None,
     )
 

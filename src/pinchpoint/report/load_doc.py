@@ -79,6 +79,8 @@ def _calls(c: ModelCalls | None) -> ModelCallsInfo | None:
         waiting_mean=round(c.waiting_mean, 2),
         queued_share=round(c.queued_share, 3),
         one_at_a_time_share=round(c.one_at_a_time_share, 3) if c.one_at_a_time_share is not None else None,
+        in_flight=round(c.in_flight, 2),
+        threads=c.threads,
     )
 
 

@@ -331,11 +331,15 @@ class CompiledInfo:
     compiling_ms: float
     graph_breaks: int
     resumed_frames: tuple[int, ...]
-    fell_back: tuple[str, ...] = named("fell_back", doc="compilations that never ran, after which their frame ran eagerly")
+    fell_back: tuple[str, ...] = named(
+        "fell_back", doc="compilations that never ran, after which their frame ran eagerly"
+    )
     cache_lookups: int
     cache_lookup_ms: float
     graph_launches: int
-    graph_kernels: int = named("graph_kernels", doc="kernels replayed by the graph launches (each counted as a kernel)")
+    graph_kernels: int = named(
+        "graph_kernels", doc="kernels replayed by the graph launches (each counted as a kernel)"
+    )
     graph_kernel_ms: float
 
 
@@ -396,7 +400,10 @@ class FindingInfo:
     framework_fix: str | None = optional()
     estimate_without_load: Range | None = optional()
     estimate_as_was: Range | None = optional()
-    share_of: str | None = optional(doc="`run` when the share is of the whole run, not of a step")
+    share_of: str | None = optional(
+        doc="`run` when the share is of the whole run, `request` of a served request's time (and the gain its "
+        "throughput's), not of a step"
+    )
     estimated_run_speedup: float | None = optional()
 
 

@@ -30,6 +30,10 @@ class ModelCallsInfo:
     waiting_mean: float
     queued_share: float
     one_at_a_time_share: float | None
+    in_flight: float
+    """Calls running at once while any ran (a thread pool's)."""
+    threads: int
+    """Threads that called the model (the main one and a thread pool's)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,7 +12,7 @@ from enum import Enum
 
 from pinchpoint.trace.compiles import CompileRecord
 from pinchpoint.trace.parallel import FsdpConfig, PipelineConfig, TensorParallelConfig
-from pinchpoint.trace.serving import BatchCosts, ServedLoad
+from pinchpoint.trace.serving import BatchCosts, ModelCall, ServedLoad
 from pinchpoint.trace.stacks import Stacks
 from pinchpoint.trace.step import (
     HOST_OTHER as HOST_OTHER,
@@ -290,6 +290,8 @@ class RankData:
     gc: GcRecord | None = None
     compiles: CompileRecord | None = None
     batch_costs: BatchCosts | None = None
+    other_calls: tuple[ModelCall, ...] = ()
+    """Under `run --load`: top-level model calls on threads other than the main one, in time order."""
     """A served model's call at batch 1, 2, 4, ... (`run --load`'s batch probe, at the server's exit)."""
 
     @property

@@ -44,3 +44,13 @@ class BatchCosts:
     start_ns: int = 0
     end_ns: int = 0
     """When the probe ran (monotonic ns): pinchpoint's own time, not the program's."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelCall:
+    """A top-level model call off the main thread (a server's thread pool: `capture/served_calls.py`)."""
+
+    start_ns: int
+    end_ns: int
+    rows: int | None
+    thread: int

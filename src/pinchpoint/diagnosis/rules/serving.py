@@ -32,7 +32,7 @@ class Batching(Rule):
 
     id: ClassVar[Category] = Category.SERVE_BATCHING
     title: ClassVar[str] = "Requests are answered one model call each while others wait"
-    requires: ClassVar[frozenset[str]] = frozenset({"steps"})
+    requires: ClassVar[frozenset[str]] = frozenset({"serving"})
 
     def check(self, s: Subject) -> Iterable[Finding]:
         rank = s.recorded
@@ -61,6 +61,8 @@ class Batching(Rule):
                     "serve.batching.costs",
                     rows=b.rows,
                     call_ms=b.call_ms,
+                    in_flight=b.in_flight,
+                    threads=c.threads,
                     other_ms=b.other_ms,
                     batch=b.batch,
                     batch_call_ms=b.batch_call_ms,
@@ -77,4 +79,5 @@ class Batching(Rule):
             snippet=Fact("serve.batching.snippet"),
             ranks=(rank.rank,),
             fix_kind=FixKind.BATCHING,
+            of_request=True,
         )

@@ -46,7 +46,9 @@ RUN_GAIN_SAYS = 0.05
 
 
 def share_words(f: FindingInfo) -> str:
-    """`41% of the step`, or of the run for a finding outside the training steps."""
+    """`41% of the step`, or of the run for a finding outside the training steps, or of a served request."""
+    if f.share_of == "request":
+        return f"{100 * f.share:.0f}% of a request's time in the server"
     return f"{100 * f.share:.0f}% of the {'run' if f.share_of == 'run' else 'step'}"
 
 
@@ -55,6 +57,8 @@ def run_gain_words(f: FindingInfo) -> str:
     steps are only part of the run; else nothing."""
     if f.share_of == "run":
         return " on the whole run"
+    if f.share_of == "request":
+        return " in requests answered a second, under this load"
     run, step = f.estimated_run_speedup, f.estimated_speedup
     if run is None or step <= 1.0 or (run - 1) >= (1 - RUN_GAIN_SAYS) * (step - 1):
         return ""

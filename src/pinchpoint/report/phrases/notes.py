@@ -14,6 +14,7 @@ MISSING_DATA = {
     "faults": "needs page-fault counts at five or more steps",
     "main": "the training process's torch settings were not recorded",
     "comm": "no collectives were recorded",
+    "serving": "the program was not loaded as a server (`pinchpoint run --load`)",
 }
 """Why a rule was not judged, by the first `RankAnalysis` field it needs that is missing."""
 

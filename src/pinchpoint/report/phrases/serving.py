@@ -37,8 +37,9 @@ def serving_lines(s: ServingInfo) -> list[str]:
     batch = ""
     if c.batch_mean is not None:
         batch = f", {c.batch_mean:.1f} request(s) a call on average (at most {c.batch_max})"
+    pool = f" on {c.threads} threads, {c.in_flight:.1f} at once on average" if c.threads > 1 else ""
     lines.append(
-        f"the model ran {c.calls:,} calls of {c.call_p50_ms:.1f} ms (median){batch}, busy {c.busy_share:.0%} "
+        f"the model ran {c.calls:,} calls of {c.call_p50_ms:.1f} ms (median){pool}{batch}, busy {c.busy_share:.0%} "
         f"of the time; {c.waiting_mean:.1f} other request(s) waited while a call ran, on average "
         f"({c.queued_share:.0%} of calls began with one waiting)"
     )
@@ -55,9 +56,14 @@ PHRASES: dict[str, Callable[..., str]] = {
         f"others had arrived: {waiting:.1f} waited on average as each call ran, and the model was busy "
         f"{pct(busy)} of the time{_p90(p90_ms)}"
     ),
-    "serve.batching.costs": lambda rows, call_ms, other_ms, batch, batch_call_ms: (
-        f"A call of {rows} took {call_ms:.2f} ms in the run (and the server {other_ms:.2f} ms more a request "
-        f"outside it); pinchpoint replayed the server's own call at larger batches after the load: at "
+    "serve.batching.costs": lambda rows, call_ms, in_flight, threads, other_ms, batch, batch_call_ms: (
+        f"A call of {rows} took {call_ms:.2f} ms in the run"
+        + (
+            f" ({in_flight:.1f} at once on {threads} threads, each that many times as long)"
+            if in_flight >= 1.1
+            else ""
+        )
+        + f" (and the server {other_ms:.2f} ms more a request outside it); pinchpoint replayed the server's own call at larger batches after the load: at "
         f"{batch} a call takes {batch_call_ms:.2f} ms, {batch_call_ms / batch:.2f} ms a request"
     ),
     "serve.batching.priced": lambda throughput, offered, capacity, fixed: (
