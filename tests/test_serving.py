@@ -243,3 +243,22 @@ def test_calls_from_a_thread_pool_share_the_requests_inside() -> None:
     assert calls is not None and calls.calls == 2 and calls.threads == 2
     assert calls.in_flight == pytest.approx(2.0) and calls.waiting_mean == 2.5  # (3 then 2)
     assert calls.busy_share == pytest.approx(10 / 12)
+
+
+def test_pinchpoints_own_cpu_is_not_another_programs() -> None:
+    """Two samples a second apart: the machine's user time grew by 1.6 s, the program's tree by 0.9 s and
+    pinchpoint's own (the launcher sending a load, the sampler) by 0.6 s: 0.1 core is another program's."""
+    from pinchpoint.analysis.load import foreign_intervals
+    from pinchpoint.trace.run import ProcSample, SystemSample
+
+    def sample(t_s: float, machine: float, tree: float, tool: float | None) -> SystemSample:
+        proc = ProcSample(pid=10, ppid=1, name="python", user_s=tree, sys_s=0.0, rss_bytes=0, threads=1)
+        return SystemSample(
+            t_ns=int(t_s * 1e9), cpu_percent_per_core=(50.0, 50.0), machine_user_s=machine, procs=(proc,),
+            tool_user_s=tool, tool_sys_s=0.0 if tool is not None else None,
+        )  # fmt: skip
+
+    (iv,) = foreign_intervals([sample(0, 100.0, 5.0, 1.0), sample(1, 101.6, 5.9, 1.6)])
+    assert iv.foreign_cores == pytest.approx(0.1)
+    (older,) = foreign_intervals([sample(0, 100.0, 5.0, None), sample(1, 101.6, 5.9, None)])
+    assert older.foreign_cores == pytest.approx(0.7)  # (a run directory from before: the tool not recorded)
