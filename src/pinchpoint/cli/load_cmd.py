@@ -7,8 +7,6 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pinchpoint.errors import UsageError
-
 if TYPE_CHECKING:
     from pinchpoint.report.load_doc import LoadDoc
 
@@ -36,14 +34,9 @@ class LoadCommand:
     def execute(self, args: argparse.Namespace) -> int:
         from pinchpoint.analysis.serving import summarize
         from pinchpoint.report.load_doc import load_doc
-        from pinchpoint.serve.load import Plan, run_load, target
+        from pinchpoint.serve.load import Plan, read_body, run_load, target
 
-        body = None
-        if args.body is not None:
-            try:
-                body = Path(args.body).read_bytes()
-            except OSError as exc:
-                raise UsageError(f"--body {args.body}: {exc.strerror or exc}") from None
+        body = read_body(args.body, "--body")
         where = target(args.url, body)
         plan = Plan(
             rate=args.rate,

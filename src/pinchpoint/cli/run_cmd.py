@@ -220,14 +220,9 @@ def _load_driver(args: argparse.Namespace) -> LoadDriver | None:
     if args.load is None:
         return None
     from pinchpoint.serve.driver import LoadDriver
-    from pinchpoint.serve.load import MAX_DURATION_S, Plan, target
+    from pinchpoint.serve.load import MAX_DURATION_S, Plan, read_body, target
 
-    body = None
-    if args.load_body is not None:
-        try:
-            body = Path(args.load_body).read_bytes()
-        except OSError as exc:
-            raise UsageError(f"--load-body {args.load_body}: {exc.strerror or exc}") from None
+    body = read_body(args.load_body, "--load-body")
     plan = Plan(rate=args.load_rate, duration_s=args.load_duration)
     plan.arrivals()  # (checks the rate and the duration)
     if not 0 < args.load_wait <= MAX_DURATION_S:

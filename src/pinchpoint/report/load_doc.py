@@ -5,6 +5,7 @@ from the same measurements (`serving_info`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pinchpoint.analysis.serving import LoadSummary, ModelCalls, Serving, Spread
 from pinchpoint.ingest.served import LOAD_FILE as LOAD_FILE
@@ -47,6 +48,21 @@ def percentiles(s: Spread | None) -> Percentiles | None:
     )
 
 
+def _measured(s: LoadSummary) -> dict[str, Any]:
+    """What a load measured, as the fields load.json and report.json's `serving` share."""
+    return {
+        "sent": s.sent,
+        "ok": s.ok,
+        "failed": s.failed,
+        "dropped": s.dropped,
+        "errors": tuple(LoadError(reason=r, count=n) for r, n in s.errors),
+        "wall_s": round(s.wall_s, 3),
+        "throughput_rps": round(s.throughput_rps, 2),
+        "latency": percentiles(s.latency),
+        "first_byte": percentiles(s.first_byte),
+    }
+
+
 def load_doc(url: str, plan: Plan, s: LoadSummary, error: str | None = None) -> LoadDoc:
     return LoadDoc(
         schema=SCHEMA,
@@ -54,16 +70,8 @@ def load_doc(url: str, plan: Plan, s: LoadSummary, error: str | None = None) -> 
         rate=plan.rate,
         duration_s=plan.duration_s,
         poisson=plan.poisson,
-        sent=s.sent,
-        ok=s.ok,
-        failed=s.failed,
-        dropped=s.dropped,
-        errors=tuple(LoadError(reason=r, count=n) for r, n in s.errors),
-        wall_s=round(s.wall_s, 3),
-        throughput_rps=round(s.throughput_rps, 2),
-        latency=percentiles(s.latency),
-        first_byte=percentiles(s.first_byte),
         error=error,
+        **_measured(s),
     )
 
 
@@ -87,22 +95,13 @@ def _calls(c: ModelCalls | None) -> ModelCallsInfo | None:
 def serving_info(s: Serving | None) -> ServingInfo | None:
     if s is None:
         return None
-    m = s.summary
     return ServingInfo(
         url=s.load.url,
         rate=s.load.rate,
         duration_s=s.load.duration_s,
-        sent=m.sent,
-        ok=m.ok,
-        failed=m.failed,
-        dropped=m.dropped,
-        errors=tuple(LoadError(reason=r, count=n) for r, n in m.errors),
-        wall_s=round(m.wall_s, 3),
-        throughput_rps=round(m.throughput_rps, 2),
-        latency=percentiles(m.latency),
-        first_byte=percentiles(m.first_byte),
         model_calls=_calls(s.calls),
         error=s.load.error,
+        **_measured(s.summary),
     )
 
 

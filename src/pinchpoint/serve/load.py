@@ -18,6 +18,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from pinchpoint.errors import UsageError
@@ -157,3 +158,13 @@ def run_load(where: Target, plan: Plan, stop: Callable[[], bool] | None = None) 
     """Every request of the plan, timed (in arrival order); returns once each was answered, failed, or
     timed out. `stop`, asked before each arrival: True ends the arrivals there (the server ended)."""
     return asyncio.run(_run(where, plan, stop))
+
+
+def read_body(path: str | None, option: str) -> bytes | None:
+    """The bytes each request POSTs (`--body`, `--load-body`); a file that cannot be read is a usage error."""
+    if path is None:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: {exc.strerror or exc}") from None
