@@ -89,3 +89,60 @@ def test_a_thread_pool_servers_model_calls_are_seen_off_the_main_thread(tmp_path
     assert calls["threads"] > 1 and calls["batch_max"] == 1 and calls["calls"] >= report["serving"]["ok"] * 0.9
     assert report["steps"]["count"] == 0 if "count" in report["steps"] else True
     assert "serve.batching" in {f["id"] for f in report["findings"]}
+
+
+THREADS_SERVER = '''
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import torch
+
+torch.set_num_threads(16)  # 16 intra-op threads on the machine's few cores
+model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(6)]).eval()
+x = torch.randn(64, 512)
+
+
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        with torch.inference_mode():
+            body = str(float(model(x)[0, 0])).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+HTTPServer.request_queue_size = 1024
+HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+'''
+
+
+def test_try_measures_a_servers_fix_under_the_same_load(tmp_path: Path) -> None:
+    """A server whose model runs 16 threads on this machine's cores: `try --load` runs it under one load
+    as the baseline, then with 2 threads and the baseline again (B T T B), and compares the requests each
+    answered a second. (A machine with 16 or more cores has nothing to fix: then no plan is asserted.)"""
+    script, port = tmp_path / "threads_server.py", _port()
+    script.write_text(THREADS_SERVER)
+    res = subprocess.run(
+        [sys.executable, "-m", "pinchpoint", "try", "--fix", "all", "-o", str(tmp_path / "try"),
+         "--load", f"http://127.0.0.1:{port}/", "--load-rate", "400", "--load-duration", "4",
+         "--", sys.executable, str(script), str(port)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads((tmp_path / "try" / "try.json").read_text())
+    assert doc["load"] == "400 requests a second for 4 s" and "requests answered a second" in res.stdout
+    rows = {r["id"]: r for r in doc["tried"]}
+    if (os.cpu_count() or 1) >= 16:
+        return
+    row = rows["cpu.oversubscription"]
+    assert row["applied"] and row["pairs"] == 2 and row["speedup"] is not None, row
+    for side in ("baseline", "baseline-whole-2", f"{row['fix']}", f"{row['fix']}-again"):
+        assert json.loads((tmp_path / "try" / side / "load.json").read_text())["ok"] > 0, side
+    baseline = json.loads((tmp_path / "try" / "baseline" / "report.json").read_text())
+    if beside_load(baseline):
+        return  # (a comparison of whole runs beside another load is not one)
+    assert row["significant"] and row["speedup"] > 1, row

@@ -41,7 +41,10 @@ class LoadSummary:
     wall_s: float
     """From the first arrival to the last answer."""
     throughput_rps: float
-    """Answered requests (2xx) a second over `wall_s`."""
+    """Answered requests (2xx) a second while requests arrived: those answered before the arrivals'
+    span ended, over that span (a server that keeps up answers the offered rate; one that cannot, its
+    capacity). Not over `wall_s`: a few stragglers answered long after (a stalled connection, a client's
+    timeout) would stretch it."""
     latency: Spread | None
     """From each answered request's arrival to its last byte."""
     first_byte: Spread | None
@@ -57,6 +60,17 @@ def _spread(values_ns: list[int]) -> Spread | None:
         p99_ms=nearest_rank(v, 0.99) / 1e6,
         max_ms=v[-1] / 1e6,
     )
+
+
+def _throughput(requests: Sequence[Request], ok: Sequence[Request], wall_s: float) -> float:
+    """Answers a second over the arrivals' span (one mean gap added: n arrivals span n gaps); over the
+    whole wall clock for a load of one request."""
+    if len(requests) < 2:
+        return len(ok) / wall_s if wall_s > 0 else 0.0
+    first, last = requests[0].due_ns, requests[-1].due_ns
+    span = (last - first) * len(requests) / (len(requests) - 1)
+    answered = sum(1 for r in ok if r.end_ns is not None and r.end_ns <= first + span)
+    return answered / (span / 1e9) if span > 0 else 0.0
 
 
 def summarize(requests: Sequence[Request]) -> LoadSummary:
@@ -75,7 +89,7 @@ def summarize(requests: Sequence[Request]) -> LoadSummary:
         dropped=sum(r.dropped for r in requests),
         errors=tuple(sorted(reasons.items(), key=lambda kv: -kv[1])),
         wall_s=wall,
-        throughput_rps=len(ok) / wall if wall > 0 else 0.0,
+        throughput_rps=_throughput(requests, ok, wall),
         latency=_spread([r.end_ns - r.due_ns for r in ok if r.end_ns is not None]),
         first_byte=_spread([r.first_ns - r.due_ns for r in ok if r.first_ns is not None]),
     )

@@ -121,7 +121,7 @@ class RunCommand:
             "memory, the program's last lines; its output goes to output.log in the run directory); "
             "nothing on a non-terminal",
         )
-        _add_load_arguments(parser)
+        add_load_arguments(parser)
         parser.add_argument("-q", "--quiet", action="store_true", help="don't print the report")
         parser.add_argument("--no-color", action="store_true", help="plain text report")
 
@@ -129,7 +129,7 @@ class RunCommand:
         from pinchpoint.capture.launcher import launch
 
         command: list[str] = args.target
-        driver = _load_driver(args)
+        driver = load_driver(args)
         run_dir = new_run_dir(args.out, command, args.force)
         if driver is not None:
             driver.run_dir = run_dir
@@ -151,7 +151,7 @@ class RunCommand:
         )  # interval None: the sampler's default
         _stop_watcher(watcher)
         if driver is not None:
-            _write_load(driver, run_dir)
+            write_load(driver, run_dir)
         if not result.started:
             shutil.rmtree(run_dir, ignore_errors=True)
             raise UsageError(f"could not start the program: {result.error}")
@@ -177,7 +177,7 @@ class RunCommand:
         return result.exit_code
 
 
-def _add_load_arguments(parser: argparse.ArgumentParser) -> None:
+def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     """`--load URL` and its plan: the program is a server."""
     parser.add_argument(
         "--load",
@@ -203,18 +203,25 @@ def _add_load_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _extra_env(args: argparse.Namespace, served: bool) -> dict[str, str]:
-    """`--no-trials`; and under `--load`, trials off too (a trial changes the server's threads or allocator
-    in the middle of its load: the latencies would describe neither setting) and the batch probe on."""
+    """`--no-trials`; and under `--load`, `served_env()`."""
+    from pinchpoint.capture.trials import TRIALS_ENV
+
+    if served:
+        return served_env()
+    return {TRIALS_ENV: "off"} if args.no_trials else {}
+
+
+def served_env() -> dict[str, str]:
+    """A server's run under a load: trials off (a trial changes the server's threads or allocator in the
+    middle of its load: the latencies would describe neither setting), its model calls off the main
+    thread timed and the batch probe on (`SERVED_ENV`)."""
     from pinchpoint.capture.served_calls import SERVED_ENV
     from pinchpoint.capture.trials import TRIALS_ENV
 
-    env = {TRIALS_ENV: "off"} if args.no_trials or served else {}
-    if served:
-        env[SERVED_ENV] = "1"
-    return env
+    return {TRIALS_ENV: "off", SERVED_ENV: "1"}
 
 
-def _load_driver(args: argparse.Namespace) -> LoadDriver | None:
+def load_driver(args: argparse.Namespace) -> LoadDriver | None:
     """`--load`'s driver (its run directory set once known); a bad URL or body is a usage error now,
     before the program starts."""
     if args.load is None:
@@ -236,7 +243,7 @@ def _load_driver(args: argparse.Namespace) -> LoadDriver | None:
     )
 
 
-def _write_load(driver: LoadDriver, run_dir: Path) -> None:
+def write_load(driver: LoadDriver, run_dir: Path) -> None:
     """load.json (`pinchpoint schema load`) once the load thread is done: what was sent and measured."""
     from pinchpoint.analysis.serving import summarize
     from pinchpoint.capture.writer import write_json_atomic

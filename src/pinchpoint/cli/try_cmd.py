@@ -14,17 +14,31 @@ import re
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pinchpoint.cli.run_cmd import SERVER_STOPPED, add_load_arguments, load_driver, served_env, write_load
 from pinchpoint.errors import PinchpointError, UsageError
 
 if TYPE_CHECKING:
     from pinchpoint.pipeline.fixes import AgentAsk
     from pinchpoint.report.report_doc import ReportDoc
     from pinchpoint.report.try_doc import CwdWrites, TryDoc
+    from pinchpoint.serve.driver import LoadDriver
 
-VALUE_OPTIONS = {"--fix", "--steps", "--json", "-o", "--out"}
+VALUE_OPTIONS = {
+    "--fix",
+    "--steps",
+    "--json",
+    "-o",
+    "--out",
+    "--load",
+    "--load-rate",
+    "--load-duration",
+    "--load-body",
+    "--load-wait",
+}
 FLAG_OPTIONS = {"--force", "--no-color", "-h", "--help"}
 FAILED_EXIT = 1
 """The baseline failed, or no fix could be measured."""
@@ -51,6 +65,7 @@ class TryCommand:
         )
         parser.add_argument("--force", action="store_true", help="overwrite an existing -o directory")
         parser.add_argument("--no-color", action="store_true", help="plain text")
+        add_load_arguments(parser)
 
     def execute(self, args: argparse.Namespace) -> int:
         from pinchpoint.pipeline import try_fix, try_whole
@@ -59,13 +74,27 @@ class TryCommand:
         if steps < 3:
             raise UsageError("--steps must be at least 3 (the comparison needs a few steps each side)")
         command, baseline_ref = args.target, args.baseline_ref
+        load = load_driver(args)
+        if load is not None and baseline_ref is not None:
+            raise UsageError(
+                "--load runs the baseline under the load itself: give the command, not a recorded run"
+            )
         out = _out_dir(args.out, command, args.force)
         baseline_dir = _recorded(baseline_ref) if baseline_ref is not None else out / "baseline"
-        runner = _Runs(command, out, baseline_dir)
-        if baseline_ref is not None:
+        runner = _Runs(command, out, baseline_dir, load)
+        if load is not None:
+            print(f"pinchpoint try: baseline (serving {_served(load)}) ...", file=sys.stderr)
+            code, got, why = runner(baseline_dir, {}, {})
+            if got is None or code != 0:
+                print(
+                    f"pinchpoint try: the baseline run failed ({why or f'exit code {code}'})", file=sys.stderr
+                )
+                return code or FAILED_EXIT
+            report: ReportDoc = got
+        elif baseline_ref is not None:
             from pinchpoint.pipeline.resolve import report_of_dir
 
-            report: ReportDoc = report_of_dir(baseline_dir)
+            report = report_of_dir(baseline_dir)
         else:
             print(f"pinchpoint try: baseline ({steps} steady steps) ...", file=sys.stderr)
             code, got, why = runner(baseline_dir, *try_fix.trial_spec(None, steps))
@@ -92,15 +121,21 @@ class TryCommand:
             lambda line: print(f"pinchpoint try: {line}", file=sys.stderr),
         )
         whole = try_whole.FullBaselines(
-            out, runner, lambda line: print(f"pinchpoint try: {line}", file=sys.stderr)
+            out,
+            runner,
+            lambda line: print(f"pinchpoint try: {line}", file=sys.stderr),
+            measure=try_whole.request_s if load is not None else try_whole.program_s,
+            first=report if load is not None else None,
         )
         for plan in chosen:
             if plan.cannot is None:
                 print(f"pinchpoint try: {plan.id}: {plan.fix} ...", file=sys.stderr)
+            if load is not None:  # (a server: every fix measured on whole runs under the same load)
+                plan = replace(plan, whole_run=True)
             tried.append(
                 try_whole.run_plan(plan, out / try_fix.slug(plan), baseline_dir, steps, runner, again, whole)
             )
-        together = try_fix.combined(tried) if args.fix == "all" else None
+        together = try_fix.combined(tried) if args.fix == "all" and load is None else None
         if together is not None:
             print(f"pinchpoint try: together: {together.fix} ...", file=sys.stderr)
             tried.append(try_fix.run_plan(together, out / "together", baseline_dir, steps, runner, again))
@@ -113,6 +148,7 @@ class TryCommand:
             baseline_steps,
             _history_id(report, baseline_ref),
             runner.cwd_writes(),
+            load=_served(load) if load is not None else None,
         )
         _write_json(out / "try.json", doc)
         if args.json:
@@ -123,6 +159,10 @@ class TryCommand:
         print(f"pinchpoint try: runs in {out} (table: {out / 'try.json'})", file=sys.stderr)
         measured = [t for t in tried if t.speedup is not None]
         return 0 if measured or all(t.plan.cannot is not None for t in tried) else FAILED_EXIT
+
+
+def _served(load: LoadDriver) -> str:
+    return f"{load.plan.rate:g} requests a second for {load.plan.duration_s:g} s"
 
 
 def _history_id(report: ReportDoc, ref: str | None) -> int | None:
@@ -153,10 +193,12 @@ class _Runs:
     baseline (run here, in the working directory, as the user's program runs) has written files there,
     every later run gets a scratch copy of the directory as its own (`pipeline/scratch.py`)."""
 
-    def __init__(self, command: list[str], out: Path, baseline_dir: Path) -> None:
+    def __init__(
+        self, command: list[str], out: Path, baseline_dir: Path, load: LoadDriver | None = None
+    ) -> None:
         from pinchpoint.pipeline.written import snapshot
 
-        self.command, self.out, self.baseline_dir = command, out, baseline_dir
+        self.command, self.out, self.baseline_dir, self.load = command, out, baseline_dir, load
         self.cwd = Path.cwd()
         self.wrote: dict[str, list[str] | None] = {}
         self.scratch: dict[str, str] = {}
@@ -172,7 +214,17 @@ class _Runs:
 
         workdir = self._workdir(run_dir)
         env = {**env, TRY_ENV: json.dumps(dict(agent))}
-        result = launch(self.command, run_dir, extra_env=env, mode="try", cwd=workdir)
+        driver = self.load.fresh(run_dir) if self.load is not None else None
+        if driver is not None:
+            env = {**env, **served_env()}
+        alongside = driver.start if driver is not None else None
+        result = launch(self.command, run_dir, extra_env=env, mode="try", cwd=workdir, alongside=alongside)
+        if driver is not None:
+            write_load(driver, run_dir)
+            if driver.error is not None:
+                return result.exit_code or 1, None, f"--load: {driver.error}"
+            if driver.stopped and result.exit_code in SERVER_STOPPED:
+                result = replace(result, exit_code=0)
         after = snapshot(self.cwd, skip=(self.out,))
         self.wrote[str(run_dir)] = written(self._last, after)
         self._last = after

@@ -375,6 +375,7 @@ def try_doc(
     baseline_steps: int,
     baseline_id: int | None = None,
     cwd_writes: CwdWrites | None = None,
+    load: str | None = None,
 ) -> TryDoc:
     def row(t: Tried) -> TriedFix:
         applied = t.plan.cannot is None
@@ -411,4 +412,5 @@ def try_doc(
         baseline_history_id=baseline_id,
         tried=tuple(row(t) for t in tried),
         cwd_writes=cwd_writes,
+        load=load,
     )

@@ -2,7 +2,8 @@
 recompiles: what the fix removes is compilation, which the steady steps leave out). Baseline and trial
 each run to the program's end, twice, in A B B A order, and their loops (the wall clock less start-up,
 shutdown and pinchpoint's own work: what the finding's gain is read on) are compared: the ratio of the
-sums, the interval from the pairs' extremes.
+sums, the interval from the pairs' extremes. A server under `try --load` is measured the same way, each run
+under the same load, on the seconds a request its throughput gives (`request_s`).
 """
 
 from __future__ import annotations
@@ -27,20 +28,36 @@ def program_s(report: ReportDoc | None) -> float | None:
     return sum(g.s for g in whole.segments if g.name not in ONCE)
 
 
-class FullBaselines:
-    """The baseline run to its end (no step budget), at most `PAIRS` times, shared by the plans."""
+def request_s(report: ReportDoc | None) -> float | None:
+    """A served run's seconds per answered request (1 / throughput) under its load; None without one."""
+    s = report.serving if report is not None else None
+    if s is None or s.error is not None or s.ok <= 0 or s.throughput_rps <= 0:
+        return None
+    return 1.0 / s.throughput_rps
 
-    def __init__(self, out: Path, runner: Runner, say: Callable[[str], None] | None = None) -> None:
-        self.out, self.runner = out, runner
+
+class FullBaselines:
+    """The baseline run to its end (no step budget), at most `PAIRS` times, shared by the plans; timed by
+    `measure` (the loop's seconds; a server's seconds a request). `first`: a baseline already run so."""
+
+    def __init__(
+        self,
+        out: Path,
+        runner: Runner,
+        say: Callable[[str], None] | None = None,
+        measure: Callable[[ReportDoc | None], float | None] = program_s,
+        first: ReportDoc | None = None,
+    ) -> None:
+        self.out, self.runner, self.measure = out, runner, measure
         self.say = say or (lambda _line: None)
-        self.times: list[float | None] = []
+        self.times: list[float | None] = [measure(first)] if first is not None else []
 
     def get(self, i: int) -> float | None:
         while len(self.times) <= i:
             n = len(self.times)
             self.say(f"the baseline to its end ({n + 1} of {PAIRS}) ...")
             code, report, _ = self.runner(self.out / f"baseline-whole-{n + 1}", {}, {})
-            self.times.append(program_s(report) if code == 0 else None)
+            self.times.append(self.measure(report) if code == 0 else None)
         return self.times[i]
 
 
@@ -75,7 +92,7 @@ def whole_run_trial(plan: Plan, run_dir: Path, runner: Runner, baselines: FullBa
                 continue
             where = run_dir if i == 0 else run_dir.with_name(run_dir.name + "-again")
             code, report, why = runner(where, dict(plan.env), dict(plan.agent))
-            took = program_s(report)
+            took = baselines.measure(report)
             if report is None or code != 0 or took is None or took <= 0:
                 return Tried(
                     plan=plan,

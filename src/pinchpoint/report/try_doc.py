@@ -65,6 +65,9 @@ class TryDoc(Document):
     baseline_history_id: int | None
     tried: tuple[TriedFix, ...]
     cwd_writes: CwdWrites | None = optional()
+    load: str | None = optional(
+        doc="`try --load`: the load every run served (each measured on its throughput)"
+    )
 
 
 def try_schema() -> JsonSchema:

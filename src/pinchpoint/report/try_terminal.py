@@ -19,7 +19,7 @@ def _x(value: float | None) -> str:
     return f"×{value:.2f}" if value is not None else "-"
 
 
-def _measured(row: TriedFix) -> str:
+def _measured(row: TriedFix, served: bool = False) -> str:
     if row.speedup is None:
         return "-"
     low, high = row.interval or (0.0, 0.0)
@@ -28,6 +28,8 @@ def _measured(row: TriedFix) -> str:
     pairs = " (2 pairs)" if row.pairs > 1 else ""
     if row.whole_run:
         pairs = f" (whole runs, {row.pairs} pairs)"
+    if row.whole_run and served:
+        pairs = f" (under load, {row.pairs} pairs)"
     return f"{_x(row.speedup)} [{low:.2f}-{high:.2f}]{verdict}{slower}{pairs}"
 
 
@@ -35,13 +37,15 @@ def render_try(doc: TryDoc, baseline: ReportDoc, out: TextIO) -> None:
     median = baseline.steps.median_ms
     base_id = doc.baseline_history_id
     head = f"baseline: {doc.baseline}" + (f" (#{base_id})" if base_id is not None else "")
-    if median is not None:
+    if doc.load is not None and baseline.serving is not None:
+        head += f" · {baseline.serving.throughput_rps:.1f} requests answered a second under {doc.load}"
+    elif median is not None:
         head += f" · median step {median:.4g} ms"
     lead = baseline.findings[0].id if baseline.findings else None
     if lead:
         head += f" · leading: {lead}"
     print(f"pinchpoint try  {' '.join(doc.command)}", file=out)
-    print(head + f" · {doc.steps} steady steps a run", file=out)
+    print(head + ("" if doc.load is not None else f" · {doc.steps} steady steps a run"), file=out)
     print(file=out)
     rows = [("finding", "fix", "measured (99% interval)", "predicted", "leads after")]
     notes: list[str] = []
@@ -55,11 +59,14 @@ def render_try(doc: TryDoc, baseline: ReportDoc, out: TextIO) -> None:
             rows.append((r.id, r.fix, "failed", _x(r.predicted), "-"))
             notes.append(f"{r.id} ({r.fix}): {r.error}")
             continue
-        rows.append((r.id, r.fix, _measured(r), _x(r.predicted), r.next_limit or "-"))
+        rows.append((r.id, r.fix, _measured(r, doc.load is not None), _x(r.predicted), r.next_limit or "-"))
         again = (
             f"; the first baseline/trial pair was in doubt ({DOUBTS.get(r.doubt or '', 'noise')}), "
             "so both ran once more and the measurement pools the two pairs"
             if r.pairs > 1 and not r.whole_run
+            else f"; the baseline and the trial each served {doc.load} twice (baseline, trial, trial, baseline), "
+            "their requests answered a second compared: the interval is the two pairs' extremes"
+            if r.whole_run and doc.load is not None
             else "; the baseline and the trial each ran to the program's end twice (baseline, trial, trial, "
             "baseline), their program times compared: the interval is the two pairs' extremes"
             if r.whole_run

@@ -45,6 +45,16 @@ class LoadDriver:
     requests: list[Request] = field(default_factory=list)
     _thread: threading.Thread | None = field(default=None, repr=False)
 
+    def fresh(self, run_dir: Path) -> LoadDriver:
+        """The same load, unsent, for another run (`try --load` runs each side under it)."""
+        return LoadDriver(
+            url=self.url,
+            where=self.where,
+            plan=self.plan,
+            run_dir=run_dir,
+            start_timeout_s=self.start_timeout_s,
+        )
+
     def start(self, proc: subprocess.Popen[bytes], own_group: bool) -> None:
         """Runs the load beside `proc` on a daemon thread; returns at once."""
         self._thread = threading.Thread(
