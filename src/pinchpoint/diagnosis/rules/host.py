@@ -108,20 +108,23 @@ class HostPython(Rule):
             # The Python is a library's own: no logging or metric change removes it, and no gain is promised.
             library, function, owned = owner
             evidence.append(Fact("host.python.library", library=library, function=function, share=owned))
+        served = rank.serving is not None  # (a server's own request handling: no loop code to change)
         yield Finding(
             id=self.id,
             title=Fact("host.python.title", waiting=blocked, inference=inference),
             share=share,
-            estimated_speedup=1.0 if owner is not None else speedup_removing(share),
-            basis=Basis.NONE if owner is not None else Basis.REMOVED,
+            estimated_speedup=1.0 if owner is not None or served else speedup_removing(share),
+            basis=Basis.NONE if owner is not None or served else Basis.REMOVED,
             confidence=Confidence.HIGH if share >= HOST_SHARE_HIGH else Confidence.MEDIUM,
             evidence=tuple(evidence),
-            fix=Fact("host.python.fix_library", library=owner[0])
+            fix=Fact("host.python.fix_server")
+            if served
+            else Fact("host.python.fix_library", library=owner[0])
             if owner
             else Fact("host.python.fix", waiting=blocked),
-            snippet=None if owner else Fact("host.python.snippet", waiting=blocked),
+            snippet=None if owner or served else Fact("host.python.snippet", waiting=blocked),
             ranks=(rank.rank,),
-            fix_kind=None if blocked or owner else FixKind.LOG_LESS,
+            fix_kind=None if blocked or owner or served else FixKind.LOG_LESS,
         )
 
 

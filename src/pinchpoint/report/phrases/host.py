@@ -108,6 +108,12 @@ PHRASES: dict[str, Callable[..., str]] = {
         f"{pct(share)} of the loop's stack samples are inside {library}'s own code ({function}): "
         "the Python is the library's, not the loop's"
     ),
+    "host.python.fix_server": lambda: (
+        "Between model calls the server runs its own Python for each request (HTTP, validation, JSON, "
+        "tokenizing) on the thread that calls the model: batching shares the model's cost, not this one. "
+        "A faster JSON encoder, less per-request middleware, or tokenizing off that thread reduce it; "
+        "more worker processes spread it where memory allows. No gain is predicted."
+    ),
     "host.python.fix_library": lambda library: (
         f"No setting of the loop removes Python inside {library}: logging or metrics less often would not "
         f"help. Give each call more work (larger batches, fewer calls per step), see whether {library} "
