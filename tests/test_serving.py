@@ -174,9 +174,10 @@ def test_bad_load_options_are_refused_before_the_program_starts(
     assert not (tmp_path / "started").exists() and not (tmp_path / "run").exists()
 
 
-def test_sigint_to_pinchpoint_alone_stops_the_server_and_keeps_the_load(tmp_path: Path) -> None:
-    """A supervisor's SIGINT to pinchpoint's pid (not a terminal's Ctrl-C) mid-load: the server is
-    passed the signal and ends, the arrivals stop, and what was measured is written."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_pinchpoint_alone_stops_the_server_and_keeps_the_load(tmp_path: Path, sig: int) -> None:
+    """A supervisor's SIGINT or SIGTERM to pinchpoint's pid (not a terminal's Ctrl-C) mid-load: the server
+    is passed the signal and ends, the arrivals stop, and what was measured is written."""
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "pinchpoint", "run", "-q", "-o", str(tmp_path / "run"),
@@ -191,7 +192,7 @@ def test_sigint_to_pinchpoint_alone_stops_the_server_and_keeps_the_load(tmp_path
                 break
             subprocess.run(["sleep", "0.05"])
         subprocess.run(["sleep", "2"])
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
@@ -262,3 +263,32 @@ def test_pinchpoints_own_cpu_is_not_another_programs() -> None:
     assert iv.foreign_cores == pytest.approx(0.1)
     (older,) = foreign_intervals([sample(0, 100.0, 5.0, None), sample(1, 101.6, 5.9, None)])
     assert older.foreign_cores == pytest.approx(0.7)  # (a run directory from before: the tool not recorded)
+
+
+def test_a_killed_pinchpoint_takes_its_server_with_it(tmp_path: Path) -> None:
+    """SIGKILL to pinchpoint (no handler runs): the server it started gets SIGTERM from the kernel (its
+    parent-death signal) and ends, instead of running on unowned."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pinchpoint", "run", "-q", "-o", str(tmp_path / "run"),
+         "--load", f"http://127.0.0.1:{port}/", "--load-rate", "20", "--load-duration", "60", "--",
+         sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(tmp_path)],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    meta = tmp_path / "run" / "meta.json"
+    try:
+        for _ in range(200):
+            if meta.exists() and json.loads(meta.read_text()).get("child_pid"):
+                break
+            subprocess.run(["sleep", "0.05"])
+        child = json.loads(meta.read_text())["child_pid"]
+        subprocess.run(["sleep", "1"])
+        proc.kill()
+        proc.wait(30)
+        for _ in range(100):
+            if not _alive(child):
+                break
+            subprocess.run(["sleep", "0.05"])
+        assert not _alive(child)
+    finally:
+        proc.kill()

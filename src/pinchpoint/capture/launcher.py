@@ -70,6 +70,22 @@ def _wait(proc: subprocess.Popen[bytes], own_group: bool, meanwhile: Callable[[]
         signal.signal(signal.SIGTERM, old_term)
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def _end_with_us() -> Callable[[], None] | None:
+    """What the child runs before the program: SIGTERM to it when pinchpoint's launcher dies (killed,
+    even by SIGKILL), so a program pinchpoint started — a server under `--load` — is never left running.
+    Looked up here, before the fork (the child only calls it); None where there is no prctl (not Linux)."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
 def _terminal_foreground() -> bool:
     """pinchpoint is the foreground job of a terminal (Ctrl-C there reaches its whole process group)."""
     try:
@@ -190,7 +206,13 @@ def launch(
     own_group = not _terminal_foreground()
     try:
         proc = subprocess.Popen(
-            command, env=env, cwd=cwd, stdout=sink, stderr=sink, process_group=0 if own_group else None
+            command,
+            env=env,
+            cwd=cwd,
+            stdout=sink,
+            stderr=sink,
+            process_group=0 if own_group else None,
+            preexec_fn=_end_with_us(),
         )
     except OSError as exc:
         if sink is not None:
@@ -200,20 +222,11 @@ def launch(
     meta["child_pid"] = proc.pid
     write_json_atomic(run_dir / "meta.json", meta)
     sampler = spawn_sampler(run_dir, proc.pid, sample_interval_s or DEFAULT_INTERVAL_S)
-    stack_sampler = (
-        spawn_stack_sampler(
-            run_dir,
-            proc.pid,
-            stacks_rate_hz or (NATIVE_RATE_HZ if native else DEFAULT_RATE_HZ),
-            native=native,
-        )
-        if stacks
-        else None
-    )
+    rate = stacks_rate_hz or (NATIVE_RATE_HZ if native else DEFAULT_RATE_HZ)
+    stack_sampler = spawn_stack_sampler(run_dir, proc.pid, rate, native=native) if stacks else None
     native_sampler = native_sampling.spawn_native_sampler(run_dir, proc.pid) if native else None
     if alongside is not None:
         alongside(proc, own_group)
-
     try:
         rc = _wait(proc, own_group, meanwhile)
     finally:

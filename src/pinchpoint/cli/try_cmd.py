@@ -82,30 +82,9 @@ class TryCommand:
         out = _out_dir(args.out, command, args.force)
         baseline_dir = _recorded(baseline_ref) if baseline_ref is not None else out / "baseline"
         runner = _Runs(command, out, baseline_dir, load)
-        if load is not None:
-            print(f"pinchpoint try: baseline (serving {_served(load)}) ...", file=sys.stderr)
-            code, got, why = runner(baseline_dir, {}, {})
-            if got is None or code != 0:
-                print(
-                    f"pinchpoint try: the baseline run failed ({why or f'exit code {code}'})", file=sys.stderr
-                )
-                return code or FAILED_EXIT
-            report: ReportDoc = got
-        elif baseline_ref is not None:
-            from pinchpoint.pipeline.resolve import report_of_dir
-
-            report = report_of_dir(baseline_dir)
-        else:
-            print(f"pinchpoint try: baseline ({steps} steady steps) ...", file=sys.stderr)
-            code, got, why = runner(baseline_dir, *try_fix.trial_spec(None, steps))
-            if got is None or code != 0:
-                print(
-                    f"pinchpoint try: the baseline run failed ({why or f'exit code {code}'}); "
-                    f"nothing to compare (run directory {baseline_dir})",
-                    file=sys.stderr,
-                )
-                return code or FAILED_EXIT
-            report = got
+        report, failed = _baseline(runner, baseline_dir, baseline_ref, load, steps)
+        if report is None:
+            return failed
         chosen = try_fix.select(try_fix.plans(report), args.fix)
         if not chosen:
             ids = ", ".join(f.id for f in report.findings) or "none"
@@ -159,6 +138,33 @@ class TryCommand:
         print(f"pinchpoint try: runs in {out} (table: {out / 'try.json'})", file=sys.stderr)
         measured = [t for t in tried if t.speedup is not None]
         return 0 if measured or all(t.plan.cannot is not None for t in tried) else FAILED_EXIT
+
+
+def _baseline(
+    runner: _Runs, baseline_dir: Path, baseline_ref: str | None, load: LoadDriver | None, steps: int
+) -> tuple[ReportDoc | None, int]:
+    """The baseline's report: a recorded run's, or one run now (under the load, or for `steps` steady
+    steps); (None, exit code) when that run failed."""
+    from pinchpoint.pipeline import try_fix
+
+    if baseline_ref is not None:
+        from pinchpoint.pipeline.resolve import report_of_dir
+
+        return report_of_dir(baseline_dir), 0
+    if load is not None:
+        print(f"pinchpoint try: baseline (serving {_served(load)}) ...", file=sys.stderr)
+        code, got, why = runner(baseline_dir, {}, {})
+    else:
+        print(f"pinchpoint try: baseline ({steps} steady steps) ...", file=sys.stderr)
+        code, got, why = runner(baseline_dir, *try_fix.trial_spec(None, steps))
+    if got is None or code != 0:
+        print(
+            f"pinchpoint try: the baseline run failed ({why or f'exit code {code}'}); "
+            f"nothing to compare (run directory {baseline_dir})",
+            file=sys.stderr,
+        )
+        return None, code or FAILED_EXIT
+    return got, 0
 
 
 def _served(load: LoadDriver) -> str:
