@@ -292,3 +292,50 @@ def test_a_killed_pinchpoint_takes_its_server_with_it(tmp_path: Path) -> None:
         assert not _alive(child)
     finally:
         proc.kill()
+
+
+def test_a_streamed_answer_gives_time_to_first_token_and_per_chunk() -> None:
+    """Answers whose body came in 5 reads, the first 20 ms after arrival, the last 60 ms later: first
+    token 20 ms, a chunk every 15 ms. One-read (JSON) answers give neither."""
+    streamed = [
+        Request(due_ns=i * MS, first_ns=i * MS + 5 * MS, body_ns=i * MS + 20 * MS, end_ns=i * MS + 80 * MS,
+                status=200, chunks=5)
+        for i in range(10)
+    ]  # fmt: skip
+    s = summarize(streamed)
+    assert s.first_token is not None and s.first_token.p50_ms == pytest.approx(20)
+    assert s.per_chunk is not None and s.per_chunk.p50_ms == pytest.approx(15)
+    plain = [replace(r, chunks=1) for r in streamed]
+    assert summarize(plain).first_token is None and summarize(plain).per_chunk is None
+
+
+STREAMING_SERVER = """
+import sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Type", "text/event-stream"); self.end_headers()
+        self.wfile.flush()
+        for i in range(6):
+            time.sleep(0.01)
+            self.wfile.write(f"data: token {i}\\n\\n".encode()); self.wfile.flush()
+    def log_message(self, *a): pass
+HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def test_a_streaming_endpoint_is_timed_to_its_first_token(tmp_path: Path) -> None:
+    """A real server streaming six events 10 ms apart, under `run --load`: the serving section holds the
+    time to the first token (~10 ms) and between chunks (~10 ms)."""
+    port = _free_port()
+    (tmp_path / "stream.py").write_text(STREAMING_SERVER)
+    res = _run(
+        tmp_path,
+        ["--load", f"http://127.0.0.1:{port}/", "--load-rate", "10", "--load-duration", "1.5"],
+        [sys.executable, str(tmp_path / "stream.py"), str(port)],
+    )
+    assert res.returncode == 3, res.stderr[-2000:]  # (no model: no steps; the load is kept)
+    serving = json.loads((tmp_path / "run" / "report.json").read_text())["serving"]
+    assert serving["ok"] == 15, serving
+    assert 8 <= serving["first_token"]["p50_ms"] < 100 and 5 <= serving["per_chunk"]["p50_ms"] < 100, serving
+    assert serving["first_byte"]["p50_ms"] < serving["first_token"]["p50_ms"]  # (headers came first)

@@ -48,6 +48,11 @@ class LoadSummary:
     latency: Spread | None
     """From each answered request's arrival to its last byte."""
     first_byte: Spread | None
+    first_token: Spread | None = None
+    """A streaming endpoint's (most answers came in `STREAM_CHUNKS` reads or more): arrival to the
+    body's first byte (time to first token)."""
+    per_chunk: Spread | None = None
+    """...and each answer's mean gap between its body's reads after the first (time per output chunk)."""
 
 
 def _spread(values_ns: list[int]) -> Spread | None:
@@ -92,7 +97,23 @@ def summarize(requests: Sequence[Request]) -> LoadSummary:
         throughput_rps=_throughput(requests, ok, wall),
         latency=_spread([r.end_ns - r.due_ns for r in ok if r.end_ns is not None]),
         first_byte=_spread([r.first_ns - r.due_ns for r in ok if r.first_ns is not None]),
+        **_streamed(ok),
     )
+
+
+STREAM_CHUNKS = 3
+"""An answer whose body came in this many reads or more was streamed (a JSON answer comes in one)."""
+
+
+def _streamed(ok: Sequence[Request]) -> dict[str, Spread | None]:
+    """Time to first token and per chunk, where most answers were streamed; else nothing."""
+    streams = [r for r in ok if r.chunks >= STREAM_CHUNKS and r.body_ns is not None and r.end_ns is not None]
+    if not ok or len(streams) < len(ok) / 2:
+        return {}
+    return {
+        "first_token": _spread([(r.body_ns or 0) - r.due_ns for r in streams]),
+        "per_chunk": _spread([((r.end_ns or 0) - (r.body_ns or 0)) // (r.chunks - 1) for r in streams]),
+    }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

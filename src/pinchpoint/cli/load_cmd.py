@@ -60,6 +60,8 @@ def _summary_line(doc: LoadDoc) -> str:
     if doc.latency is not None:
         lat = doc.latency
         head += f"; latency p50 {lat.p50_ms:.1f} ms, p90 {lat.p90_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms"
+    if doc.first_token is not None and doc.per_chunk is not None:
+        head += f"; streamed: first token p50 {doc.first_token.p50_ms:.1f} ms, a chunk every {doc.per_chunk.p50_ms:.1f} ms"
     if doc.failed:
         head += f"; {doc.failed} failed (" + ", ".join(f"{e.reason}: {e.count}" for e in doc.errors[:3]) + ")"
     if doc.dropped:

@@ -36,7 +36,7 @@ def _request(o: dict[str, object]) -> Request | None:
     due = as_int(o.get("due_ns"))
     if due is None:
         return None
-    first, end = as_int(o.get("first_ns")), as_int(o.get("end_ns"))
+    first, end, body = as_int(o.get("first_ns")), as_int(o.get("end_ns")), as_int(o.get("body_ns"))
     return Request(
         due_ns=due,
         first_ns=first if first is not None and first >= due else None,
@@ -44,6 +44,8 @@ def _request(o: dict[str, object]) -> Request | None:
         status=as_int(o.get("status")),
         error=as_str(o.get("error")),
         dropped=o.get("dropped") is True,
+        body_ns=body if body is not None and body >= due else None,
+        chunks=max(0, as_int(o.get("chunks"), 0) or 0),
     )
 
 

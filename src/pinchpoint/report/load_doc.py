@@ -34,6 +34,10 @@ class LoadDoc(Document):
     throughput_rps: float
     latency: Percentiles | None = optional(doc="arrival to last byte, answered requests")
     first_byte: Percentiles | None = optional(doc="arrival to first byte, answered requests")
+    first_token: Percentiles | None = optional(doc="a streaming endpoint's: arrival to the body's first byte")
+    per_chunk: Percentiles | None = optional(
+        doc="a streaming endpoint's: mean gap between an answer's chunks"
+    )
     error: str | None = optional(doc="why no load was sent (`run --load`: the server never answered)")
 
 
@@ -60,6 +64,8 @@ def _measured(s: LoadSummary) -> dict[str, Any]:
         "throughput_rps": round(s.throughput_rps, 2),
         "latency": percentiles(s.latency),
         "first_byte": percentiles(s.first_byte),
+        "first_token": percentiles(s.first_token),
+        "per_chunk": percentiles(s.per_chunk),
     }
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pinchpoint.report.document import optional
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Percentiles:
@@ -52,6 +54,10 @@ class ServingInfo:
     throughput_rps: float
     latency: Percentiles | None
     first_byte: Percentiles | None
+    first_token: Percentiles | None = optional(doc="a streaming endpoint's: arrival to the body's first byte")
+    per_chunk: Percentiles | None = optional(
+        doc="a streaming endpoint's: mean gap between an answer's chunks"
+    )
     model_calls: ModelCallsInfo | None
     """None when no model call ran on the server's main thread during the load."""
     error: str | None

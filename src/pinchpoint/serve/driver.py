@@ -120,7 +120,7 @@ class LoadDriver:
             lines = [
                 json.dumps(
                     {"due_ns": r.due_ns, "first_ns": r.first_ns, "end_ns": r.end_ns, "status": r.status,
-                     "error": r.error, "dropped": r.dropped},
+                     "error": r.error, "dropped": r.dropped, "body_ns": r.body_ns, "chunks": r.chunks},
                     separators=(",", ":"),
                 )
                 for r in requests

@@ -113,8 +113,11 @@ async def _one(where: Target, due_ns: int, timeout_s: float) -> Request:
             words = status_line.split()
             if len(words) < 2 or not words[1].isdigit():
                 return Request(due_ns=due_ns, first_ns=first, error="not an HTTP response")
-            await reader.read(READ_LIMIT)  # (headers and body, until the server closes)
-            return Request(due_ns=due_ns, first_ns=first, end_ns=time.monotonic_ns(), status=int(words[1]))
+            body_ns, chunks = await _body(reader)
+            return Request(
+                due_ns=due_ns, first_ns=first, end_ns=time.monotonic_ns(), status=int(words[1]), body_ns=body_ns,
+                chunks=chunks,
+            )  # fmt: skip
     except TimeoutError:
         return Request(due_ns=due_ns, error=f"no answer within {timeout_s:g} s")
     except OSError as exc:
@@ -122,6 +125,28 @@ async def _one(where: Target, due_ns: int, timeout_s: float) -> Request:
     finally:
         if writer is not None:
             writer.close()
+
+
+MAX_HEADER_LINES = 200
+
+
+async def _body(reader: asyncio.StreamReader) -> tuple[int | None, int]:
+    """Past the headers, the body until the server closes (at most `READ_LIMIT`): when its first byte
+    came (a streamed answer's first token) and in how many reads it came (a stream's chunks, as the
+    network delivered them)."""
+    for _ in range(MAX_HEADER_LINES):
+        line = await reader.readline()
+        if line in (b"\r\n", b"\n", b""):
+            break
+    first: int | None = None
+    chunks = got = 0
+    while got < READ_LIMIT:
+        data = await reader.read(READ_LIMIT - got)
+        if not data:
+            break
+        first = first if first is not None else time.monotonic_ns()
+        chunks, got = chunks + 1, got + len(data)
+    return first, chunks
 
 
 async def _run(where: Target, plan: Plan, stop: Callable[[], bool] | None) -> list[Request]:

@@ -16,6 +16,10 @@ class Request:
     status: int | None = None
     error: str | None = None
     dropped: bool = False
+    body_ns: int | None = None
+    """When the body's first byte came (a streamed answer's first token)."""
+    chunks: int = 0
+    """The reads the body came in (a stream's chunks, as the network delivered them)."""
 
     @property
     def ok(self) -> bool:

@@ -111,7 +111,7 @@ class HostPython(Rule):
         served = rank.serving is not None  # (a server's own request handling: no loop code to change)
         yield Finding(
             id=self.id,
-            title=Fact("host.python.title", waiting=blocked, inference=inference),
+            title=Fact("host.python.title", waiting=blocked, inference=inference, served=served),
             share=share,
             estimated_speedup=1.0 if owner is not None or served else speedup_removing(share),
             basis=Basis.NONE if owner is not None or served else Basis.REMOVED,

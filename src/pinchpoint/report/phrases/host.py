@@ -23,7 +23,9 @@ def _loop(inference: bool) -> str:
     return "inference loop" if inference else "training loop"
 
 
-def _python_title(waiting: bool, inference: bool) -> str:
+def _python_title(waiting: bool, inference: bool, served: bool = False) -> str:
+    if served:
+        return "The server's own Python between model calls (request handling)"
     if waiting:
         return f"The {_loop(inference)} waits outside the framework (sleep, I/O, a lock, a blocking call)"
     return f"Python work in the {_loop(inference)}, outside framework ops"

@@ -27,6 +27,12 @@ def serving_lines(s: ServingInfo) -> list[str]:
             f"latency from arrival to answer: p50 {lat.p50_ms:.1f} ms, p90 {lat.p90_ms:.1f} ms, "
             f"p99 {lat.p99_ms:.1f} ms (max {lat.max_ms:.1f} ms)"
         )
+    if s.first_token is not None and s.per_chunk is not None:
+        lines.append(
+            f"streamed: first token (the body's first byte) p50 {s.first_token.p50_ms:.1f} ms, p90 "
+            f"{s.first_token.p90_ms:.1f} ms; then a chunk every {s.per_chunk.p50_ms:.1f} ms (p50 of each answer's "
+            f"mean), p90 {s.per_chunk.p90_ms:.1f} ms"
+        )
     c = s.model_calls
     if c is None:
         lines.append(
