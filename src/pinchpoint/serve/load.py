@@ -122,6 +122,8 @@ async def _one(where: Target, due_ns: int, timeout_s: float) -> Request:
         return Request(due_ns=due_ns, error=f"no answer within {timeout_s:g} s")
     except OSError as exc:
         return Request(due_ns=due_ns, error=exc.strerror or type(exc).__name__)
+    except (ValueError, asyncio.LimitOverrunError, asyncio.IncompleteReadError):  # (a line past 64 KiB)
+        return Request(due_ns=due_ns, error="a malformed HTTP response")
     finally:
         if writer is not None:
             writer.close()
