@@ -339,3 +339,32 @@ def test_a_streaming_endpoint_is_timed_to_its_first_token(tmp_path: Path) -> Non
     assert serving["ok"] == 15, serving
     assert 8 <= serving["first_token"]["p50_ms"] < 100 and 5 <= serving["per_chunk"]["p50_ms"] < 100, serving
     assert serving["first_byte"]["p50_ms"] < serving["first_token"]["p50_ms"]  # (headers came first)
+
+
+def test_the_batch_probe_keeps_what_it_measured_when_its_budget_runs_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model whose call takes 10 ms a row, a 0.15 s budget: batches 1 and 2 are measured, batch 4's
+    warm-up outruns the budget (no timed call: CI once lost every batch to that), and the file holds the
+    two, in order, on the probe's own clock."""
+    import time
+
+    import torch
+
+    from pinchpoint.capture import batch_probe
+
+    class Slow(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            time.sleep(0.01 * x.shape[0])
+            return x
+
+    quiet: list[bool] = []
+    monkeypatch.setattr(batch_probe, "BUDGET_S", 0.15)
+    probe = batch_probe.BatchProbe(lambda: tmp_path, quiet.append)
+    model = Slow()
+    with torch.inference_mode():
+        probe.note(model, (torch.zeros(1, 4),), {}, torch)
+    probe.run(torch)
+    doc = json.loads((tmp_path / batch_probe.FILE).read_text())
+    assert doc["rows"] == 1 and [b for b, _ in doc["batches"]] == [1, 2], doc
+    assert 9 <= doc["batches"][0][1] < 50 and doc["end_ns"] > doc["start_ns"] and quiet == [True, False]

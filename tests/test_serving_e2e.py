@@ -56,7 +56,8 @@ def test_a_server_answering_one_request_a_call_is_told_to_batch(tmp_path: Path) 
     assert serving["ok"] > 0 and serving["latency"]["p90_ms"] >= serving["latency"]["p50_ms"] > 0
     assert calls["calls"] >= serving["ok"] * 0.9 and calls["batch_mean"] == 1 and calls["batch_max"] == 1
     probe = json.loads((out / "ranks" / "rank0" / "batch_probe.json").read_text())
-    assert probe["rows"] == 1 and [b for b, _ in probe["batches"]][:3] == [1, 2, 4]
+    sizes = [b for b, _ in probe["batches"]]
+    assert probe["rows"] == 1 and len(sizes) >= 2 and sizes == [2**i for i in range(len(sizes))], sizes
     text = res.stderr
     assert "Serving under load" in text and "p90" in text and "request(s) a call" in text
     found = {f["id"]: f for f in report["findings"]}

@@ -67,8 +67,8 @@ class BatchProbe:
         start = time.monotonic_ns()
         self.quiet(True)
         try:
-            out = self._measure(torch, module, args, kwargs, rows, grad, inference)
-        except Exception:  # (a model that refuses a larger batch: what was measured stands)
+            self._measure(out, torch, module, args, kwargs, rows, grad, inference)
+        except Exception:  # (what was measured before stands)
             pass
         finally:
             self.quiet(False)
@@ -85,6 +85,7 @@ class BatchProbe:
 
     def _measure(
         self,
+        out: list[list[float]],
         torch: Any,
         module: Any,
         args: tuple[Any, ...],
@@ -92,8 +93,8 @@ class BatchProbe:
         rows: int,
         grad: bool,
         inference: bool,
-    ) -> list[list[float]]:
-        out: list[list[float]] = []
+    ) -> None:
+        """Appends [batch, median ms] to `out` as each batch is measured (a later failure keeps them)."""
         deadline = time.perf_counter() + BUDGET_S
         mode = torch.inference_mode() if inference else torch.set_grad_enabled(grad)
         b = rows
@@ -108,14 +109,15 @@ class BatchProbe:
                         t0 = time.perf_counter()
                         module(*a, **kw)
                         times.append(time.perf_counter() - t0)
-                except Exception:
+                except Exception:  # (a model that refuses a larger batch)
                     break
+                if not times:
+                    break  # (the budget ran out after the warm-up)
                 ms = statistics.median(times) * 1e3
                 out.append([b, round(ms, 4)])
                 if ms / 1e3 > SLOW_CALL_S:
                     break
                 b *= 2
-        return out
 
 
 def _batched(x: Any, rows: int, b: int, torch: Any) -> Any:

@@ -166,15 +166,16 @@ class RunCommand:
         if driver is not None and driver.error is not None:
             print(f"pinchpoint: --load: {driver.error}", file=sys.stderr)
             return result.exit_code or 1
+        code = result.exit_code
+        if driver is not None and driver.stopped and code in SERVER_STOPPED:
+            code = 0  # (stopped by pinchpoint after its load, as asked)
         missing = report.steps.missing
         if driver is not None and report.serving is not None and report.serving.model_calls is not None:
             missing = None  # (a thread pool's model calls are no steps: the serving section holds them)
-        if missing and result.exit_code == 0:
+        if missing and code == 0:
             print(f"pinchpoint: {missing}", file=sys.stderr)
             return NO_STEPS_EXIT
-        if driver is not None and driver.stopped and result.exit_code in SERVER_STOPPED:
-            return 0  # (stopped by pinchpoint after its load, as asked)
-        return result.exit_code
+        return code
 
 
 def add_load_arguments(parser: argparse.ArgumentParser) -> None:
