@@ -201,17 +201,17 @@ def model_calls(
         waiting.append(others_waiting)
         one_at_a_time += rows == 1 and others_waiting > 0
     batches = [rows for _, _, rows in calls if rows is not None]
-    busy_ns = sum(ns for _, ns, _ in calls)
+    busy_ns, union_ns = sum(ns for _, ns, _ in calls), _union_ns(calls)
     return ModelCalls(
         calls=len(calls),
         call_p50_ms=statistics.median(ns for _, ns, _ in calls) / 1e6,
-        busy_share=min(1.0, _union_ns(calls) / 1e9 / wall_s),
+        busy_share=min(1.0, union_ns / 1e9 / wall_s),
         batch_mean=statistics.fmean(batches) if batches else None,
         batch_max=max(batches) if batches else None,
         waiting_mean=statistics.fmean(waiting),
         queued_share=sum(w > 0 for w in waiting) / len(calls),
         one_at_a_time_share=one_at_a_time / len(calls) if len(batches) == len(calls) else None,
-        in_flight=busy_ns / max(1, _union_ns(calls)),
+        in_flight=busy_ns / max(1, union_ns),
         threads=len({c.thread for c in others}) + (1 if main else 0),
     )
 

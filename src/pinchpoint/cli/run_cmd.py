@@ -163,12 +163,10 @@ class RunCommand:
             print(f"pinchpoint: no report: {exc}; the run directory is kept at {run_dir}", file=sys.stderr)
             return result.exit_code or exc.exit_code
         print_report(report, run_dir, quiet=args.quiet, color=False if args.no_color else None)
+        code = driver.exit_code(result.exit_code) if driver is not None else result.exit_code
         if driver is not None and driver.error is not None:
             print(f"pinchpoint: --load: {driver.error}", file=sys.stderr)
-            return result.exit_code or 1
-        code = result.exit_code
-        if driver is not None and driver.stopped and code in SERVER_STOPPED:
-            code = 0  # (stopped by pinchpoint after its load, as asked)
+            return code
         missing = report.steps.missing
         if driver is not None and report.serving is not None and report.serving.model_calls is not None:
             missing = None  # (a thread pool's model calls are no steps: the serving section holds them)
@@ -254,10 +252,6 @@ def write_load(driver: LoadDriver, run_dir: Path) -> None:
     if run_dir.is_dir():
         doc = load_doc(driver.url, driver.plan, summarize(driver.requests), error=driver.error)
         write_json_atomic(run_dir / LOAD_FILE, doc.to_dict())
-
-
-SERVER_STOPPED = {0, 128 + 2, 128 + 15}
-"""A server stopped after its load, by SIGINT (as Ctrl-C) or SIGTERM, exits 0 or by the signal."""
 
 
 def _load_report_code() -> None:

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pinchpoint.cli.run_cmd import SERVER_STOPPED, add_load_arguments, load_driver, served_env, write_load
+from pinchpoint.cli.run_cmd import add_load_arguments, load_driver, served_env, write_load
 from pinchpoint.errors import PinchpointError, UsageError
 
 if TYPE_CHECKING:
@@ -227,10 +227,9 @@ class _Runs:
         result = launch(self.command, run_dir, extra_env=env, mode="try", cwd=workdir, alongside=alongside)
         if driver is not None:
             write_load(driver, run_dir)
+            result = replace(result, exit_code=driver.exit_code(result.exit_code))
             if driver.error is not None:
-                return result.exit_code or 1, None, f"--load: {driver.error}"
-            if driver.stopped and result.exit_code in SERVER_STOPPED:
-                result = replace(result, exit_code=0)
+                return result.exit_code, None, f"--load: {driver.error}"
         after = snapshot(self.cwd, skip=(self.out,))
         self.wrote[str(run_dir)] = written(self._last, after)
         self._last = after

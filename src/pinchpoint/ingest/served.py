@@ -12,8 +12,9 @@ from pinchpoint.trace.serving import BatchCosts, ModelCall, Request, ServedLoad
 LOAD_FILE = "load.json"
 REQUESTS_FILE = "requests.jsonl"
 BATCH_PROBE_FILE = "batch_probe.json"
-CALLS_FILE = "calls.jsonl"
 """A rank's: `capture/batch_probe.py` writes it."""
+CALLS_FILE = "calls.jsonl"
+"""A rank's: `capture/served_calls.py` writes it."""
 
 
 def served_load(run_dir: Path, warnings: list[str]) -> ServedLoad | None:

@@ -11,6 +11,7 @@ program's (`SystemSample.tool_user_s`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -26,6 +27,8 @@ from pinchpoint.serve.load import Plan, Target, run_load
 from pinchpoint.trace.serving import Request
 
 POLL_S = 0.05
+SERVER_STOPPED = frozenset({0, 128 + 2, 128 + 15})
+"""A server stopped after its load, by SIGINT (as Ctrl-C) or SIGTERM, exits 0 or by the signal."""
 GRACE_S = 10.0
 """After SIGINT, the server's time to shut down before SIGTERM (and as long again before SIGKILL)."""
 
@@ -54,6 +57,13 @@ class LoadDriver:
             run_dir=run_dir,
             start_timeout_s=self.start_timeout_s,
         )
+
+    def exit_code(self, program: int) -> int:
+        """The run's exit code given the program's: 0 where pinchpoint stopped it after its load and it
+        ended as asked; at least 1 where no load was sent; else the program's own."""
+        if self.error is not None:
+            return program or 1
+        return 0 if self.stopped and program in SERVER_STOPPED else program
 
     def start(self, proc: subprocess.Popen[bytes], own_group: bool) -> None:
         """Runs the load beside `proc` on a daemon thread; returns at once."""
@@ -117,12 +127,5 @@ class LoadDriver:
         """requests.jsonl now (the report reads it); load.json, the summary, is the caller's (`run`)."""
         self.requests = requests or []
         if requests is not None:
-            lines = [
-                json.dumps(
-                    {"due_ns": r.due_ns, "first_ns": r.first_ns, "end_ns": r.end_ns, "status": r.status,
-                     "error": r.error, "dropped": r.dropped, "body_ns": r.body_ns, "chunks": r.chunks},
-                    separators=(",", ":"),
-                )
-                for r in requests
-            ]  # fmt: skip
-            (self.run_dir / REQUESTS_FILE).write_text("".join(line + "\n" for line in lines))
+            lines = "".join(json.dumps(dataclasses.asdict(r), separators=(",", ":")) + "\n" for r in requests)
+            (self.run_dir / REQUESTS_FILE).write_text(lines)
