@@ -4,12 +4,20 @@ priced (`analysis/generation.py`)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
 from pinchpoint.analysis.generation import MIN_RUN, recompute
+from pinchpoint.capture.context_probe import FILE as CONTEXT_FILE
+from pinchpoint.capture.context_probe import RUN as CONTEXT_RUN
+from pinchpoint.capture.context_probe import ContextProbe
 from pinchpoint.capture.hooks import _tokens
-from pinchpoint.trace.step import Step, StepKind
+from pinchpoint.ingest.context import context_cost
+from pinchpoint.trace.generation import ContextCost
+from pinchpoint.trace.step import Interval, Phase, Step, StepKind
 
 MS = 1_000_000
 
@@ -83,3 +91,132 @@ def test_steps_slowed_by_pinchpoint_or_another_load_are_not_fitted() -> None:
     slow = [s if i % 5 else _with(s, end_ns=s.end_ns + 50 * MS, profiled=True) for i, s in enumerate(steps)]
     g = recompute(slow)
     assert g is not None and g.calls == 32 and g.per_token_ns == pytest.approx(20e3)
+
+
+def _probe(tokens: int, full_ms: float, one_ms: float) -> ContextCost:
+    return ContextCost(tokens=tokens, full_ms=full_ms, one_ms=one_ms, pairs=7)
+
+
+def test_a_probe_prices_each_later_call_at_its_one_token_call() -> None:
+    """The fitted line's intercept is no one-token call (another kernel path at T = 1): where the probe
+    replayed the loop's call, each later call is priced at the probe's one-token time, scaled by the run's
+    own cost of the probe's full call."""
+    steps = _calls(list(range(16, 56)))
+    # the probe ran at half the run's speed: its 30-token call 2.8 ms against the run's 1.4 ms (the
+    # median of the run's calls within NEAR tokens of 30)
+    g = recompute(steps, _probe(30, full_ms=2.8, one_ms=0.6))
+    assert g is not None and g.probe is not None
+    assert g.one_ns == pytest.approx(0.3 * MS)
+    saved = sum(s.dur_ns - 0.3 * MS for s in steps[1:])
+    assert g.saved_ns == pytest.approx(saved)
+    line = recompute(steps)
+    assert line is not None and line.probe is None and line.saved_ns < g.saved_ns
+
+
+def test_a_probe_prices_a_loop_whose_time_does_not_visibly_grow() -> None:
+    flat = _calls(list(range(16, 56)), per_token_ns=0.0)  # 0.8 ms at every length
+    assert recompute(flat) is None
+    g = recompute(flat, _probe(30, full_ms=0.8, one_ms=0.5))
+    assert g is not None and g.share == pytest.approx(39 * 0.3 / (40 * 0.8))
+
+
+def test_a_probe_is_scaled_by_the_model_calls_alone_not_the_sampling_beside_them() -> None:
+    """A generation step holds the call and the sampling after it; a cache takes time off the call only."""
+    steps = [
+        Step(
+            index=s.index, kind=s.kind, start_ns=s.start_ns, end_ns=s.end_ns + MS, tokens=s.tokens, tail=s.tail,
+            intervals=(Interval(phase=Phase.FORWARD, start_ns=s.start_ns, end_ns=s.end_ns),),
+        )
+        for s in _calls(list(range(16, 56)))
+    ]  # fmt: skip
+    g = recompute(steps, _probe(30, full_ms=1.4, one_ms=0.7))
+    assert g is not None and g.one_ns == pytest.approx(0.7 * MS)
+    assert g.saved_ns == pytest.approx(sum((s.intervals[0].dur_ns - 0.7 * MS) for s in steps[1:]))
+
+
+def test_a_probe_that_found_one_token_no_cheaper_is_not_used() -> None:
+    steps = _calls(list(range(16, 56)))
+    g = recompute(steps, _probe(20, full_ms=1.0, one_ms=1.1))
+    line = recompute(steps)
+    assert g is not None and line is not None and g.probe is None and g.saved_ns == line.saved_ns
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{",
+        "[]",
+        '{"tokens": 40}',
+        '{"tokens": 1, "full_ms": 2, "one_ms": 1}',
+        '{"tokens": 40, "full_ms": -2, "one_ms": 1}',
+        '{"tokens": 40, "full_ms": "2", "one_ms": 1}',
+        '{"tokens": true, "full_ms": 2, "one_ms": 1}',
+        '{"tokens": 40, "full_ms": 2, "one_ms": 0}',
+    ],
+)
+def test_a_damaged_context_probe_file_is_no_probe(tmp_path: Path, text: str) -> None:
+    (tmp_path / CONTEXT_FILE).write_text(text)
+    assert context_cost(tmp_path, []) is None
+
+
+def test_a_context_probe_file_is_read(tmp_path: Path) -> None:
+    (tmp_path / CONTEXT_FILE).write_text(
+        '{"tokens": 39, "full_ms": 1.3, "one_ms": 0.66, "pairs": 7, "start_ns": 10, "end_ns": 5}'
+    )
+    c = context_cost(tmp_path, [])
+    assert c == ContextCost(tokens=39, full_ms=1.3, one_ms=0.66, pairs=7, start_ns=10, end_ns=10)
+    assert context_cost(tmp_path / "absent", []) is None
+
+
+class _TinyLM(torch.nn.Module):
+    """Embeds ids and mixes them over the sequence: a real model whose call takes any length."""
+
+    def __init__(self, refuse_one: bool = False) -> None:
+        super().__init__()
+        self.emb, self.out, self.refuse_one = torch.nn.Embedding(64, 32), torch.nn.Linear(32, 64), refuse_one
+        self.lengths: list[int] = []
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        self.lengths.append(int(ids.shape[1]))
+        if self.refuse_one and ids.shape[1] == 1:
+            raise ValueError("needs a context")
+        if mask is not None:
+            assert mask.shape == ids.shape
+        return self.out(self.emb(ids).cumsum(1)[:, -1])
+
+
+def _generate(probe: ContextProbe, model: _TinyLM, start: int, n: int, *, mask: bool = False) -> None:
+    ids = torch.arange(start, start + 4).unsqueeze(0) % 64
+    with torch.no_grad():
+        for _ in range(n):
+            tokens, tail = _tokens(ids, torch)
+            assert tokens is not None and tail is not None
+            kwargs = {"mask": torch.ones_like(ids)} if mask else {}
+            probe.note(model, (ids,), kwargs, tokens, tail, torch)
+            nxt = model(ids, **kwargs).argmax(-1, keepdim=True)
+            ids = torch.cat((ids, nxt), 1)
+
+
+def test_the_context_probe_replays_the_loops_own_call_whole_and_cut_to_one_token(tmp_path: Path) -> None:
+    quiet: list[bool] = []
+    probe = ContextProbe(lambda: tmp_path, quiet.append)
+    model = _TinyLM()
+    _generate(probe, model, 0, CONTEXT_RUN - 1, mask=True)
+    assert probe.kept is None  # one call short of a generation
+    _generate(probe, model, 5, CONTEXT_RUN + 3, mask=True)  # another generation: counted from its start
+    assert probe.kept is not None and probe.kept[3] == 4 + CONTEXT_RUN - 1
+    model.lengths.clear()
+    probe.run(torch)
+    doc = json.loads((tmp_path / CONTEXT_FILE).read_text())
+    assert doc["tokens"] == 4 + CONTEXT_RUN - 1 and doc["pairs"] >= 1
+    assert doc["full_ms"] > 0 and doc["one_ms"] > 0 and doc["end_ns"] >= doc["start_ns"]
+    assert set(model.lengths) == {doc["tokens"], 1}  # the kept call whole, and its mask cut beside its ids
+    assert quiet == [True, False]  # pinchpoint's own recording off while it replays
+
+
+def test_a_model_that_refuses_one_token_leaves_no_probe(tmp_path: Path) -> None:
+    quiet: list[bool] = []
+    probe = ContextProbe(lambda: tmp_path, quiet.append)
+    _generate(probe, _TinyLM(refuse_one=True), 0, CONTEXT_RUN)
+    probe.run(torch)
+    assert not (tmp_path / CONTEXT_FILE).exists() and quiet == [True, False]

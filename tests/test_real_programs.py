@@ -30,7 +30,7 @@ from programs import (
     run_program,
     summary,
 )
-from truth import acceptable_tops, machine_truth, missing_row, without_a_row
+from truth import acceptable_tops, holds_now, machine_truth, missing_row, without_a_row
 
 pytestmark = pytest.mark.e2e
 
@@ -74,10 +74,13 @@ def _top_is_the_measured_cause(report: dict[str, Any], example: str) -> None:
         # ...or, in another loaded run of the sampler, neither was seen: only "compute-bound" (97%), and
         # no fix offered. A miss beside a busy process, never a wrong fix: the truth is the idle one's.
         return
-    assert findings and findings[0]["id"] in tops, (
-        tops,
-        [(f["id"], f["share"], f["estimated_speedup"]) for f in findings],
-    )
+    assert findings, summary(report)
+    if findings[0]["id"] not in tops:
+        # the stored rows disagree, or this kind has no row for the lead's fix: measured again now
+        wrong = holds_now(
+            example, cause, findings[0]["id"], cause in [f["id"] for f in findings], MEASURED_SHARE_MIN
+        )
+        assert not wrong, f"{wrong}; stored tops {sorted(tops)}; {summary(report)}"
 
 
 def _measured_thread_fix(finding: dict[str, Any]) -> bool:
@@ -163,9 +166,27 @@ def test_autoregressive_sampler_has_a_step_per_token(sampler: tuple[dict[str, fl
     assert len(steps) in (own["steps"] - 1, own["steps"])  # one step per generated token
 
 
-def test_autoregressive_sampler_is_told_to_batch(sampler: tuple[dict[str, float], Path]) -> None:
+def test_autoregressive_sampler_leads_with_its_largest_measured_fix(
+    sampler: tuple[dict[str, float], Path],
+) -> None:
+    """Two real causes: one sample at a time (batching, host.dispatch) and no KV cache (compute.recompute);
+    the one whose fix measured more here leads."""
     _, out = sampler
     _top_is_the_measured_cause(report_of(out), "char_gpt_sample")
+
+
+def test_autoregressive_sampler_kv_cache_is_priced_by_its_own_call(
+    sampler: tuple[dict[str, float], Path],
+) -> None:
+    """The context probe replayed the sampler's own call whole and cut to its last token at exit, and
+    compute.recompute is priced from it (not the fitted line); its time is pinchpoint's, not the program's."""
+    _, out = sampler
+    probe = read_run_dir(out).ranks[0].context_cost
+    assert probe is not None and 32 < probe.tokens <= 32 + 40, probe  # a call of the generation (prompt 32)
+    report = report_of(out)
+    (found,) = [f for f in report["findings"] if f["id"] == "compute.recompute"]
+    assert found["estimate_basis"] == "probe", summary(report)
+    assert any("last token alone" in e for e in found["evidence"]), found["evidence"]
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,11 @@ Read from the inference steps' `tokens` (the sequence length of each call's toke
 a generation is a run of calls whose length grows by exactly one; the time of a call is fitted as
 `base + per_token × tokens` over every such call (least squares), which measures the growth. With a
 cache, a generation's first call (the prompt) costs what it costs now and each later call what a
-one-token call costs on the fitted line: the difference is what recomputing the context costs.
+one-token call costs: measured where the context probe replayed the loop's own call with its last token
+alone (`capture/context_probe.py`; scaled to the run's speed by the run's own model calls of that length,
+the calls alone: a step also holds the sampling, which a cache keeps), else read off the fitted line. The difference is what recomputing the context costs. The line alone
+prices it low: a one-token call takes another kernel path (a small GPT's 1-token call 0.9 ms, its line's
+intercept 1.4 ms here).
 """
 
 from __future__ import annotations
@@ -14,10 +18,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pinchpoint.trace.step import Step, StepKind
+from pinchpoint.trace.generation import ContextCost
+from pinchpoint.trace.step import Phase, Step, StepKind
 
 MIN_RUN = 8
 """Calls in a row whose length grows by one before a run is a generation (not a coincidence)."""
+NEAR = 8
+"""The run's calls within this many tokens of the probe's length say how fast the run made that call."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +46,10 @@ class Recompute:
     """What a cache would take off them: each later call's context beyond its one new token."""
     steps_ns: float
     """All the steady inference steps, summed (what the share is of)."""
+    probe: ContextCost | None = None
+    """The loop's call replayed with its context and with one token (None: priced off the line)."""
+    one_ns: float | None = None
+    """A one-token model call in the run's terms (the probe's, scaled by the run's own calls of its length)."""
 
     @property
     def share(self) -> float:
@@ -74,8 +85,9 @@ def _clean(s: Step) -> bool:
     return not (s.profiled or s.trial or s.disturbed)
 
 
-def recompute(steps: Sequence[Step]) -> Recompute | None:
-    """None without generations, or where a call's time does not grow with its context."""
+def recompute(steps: Sequence[Step], probe: ContextCost | None = None) -> Recompute | None:
+    """None without generations, or where neither the fitted line nor the probe shows a call growing
+    dearer with its context."""
     inference = [s for s in steps if s.kind is StepKind.INFERENCE and not s.partial and s.dur_ns > 0]
     runs = [
         [s for s in r if _clean(s)] for r in _runs(inference)
@@ -92,9 +104,15 @@ def recompute(steps: Sequence[Step]) -> Recompute | None:
         return None
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var
     base = my - slope * mx
-    if slope <= 0:
+    one = _one_token_ns(calls, probe)
+    if one is not None:
+        saved = sum(max(0.0, _forward_ns(s) - one) for r in runs for s in r[1:])
+    elif slope > 0:
+        saved = sum(slope * max(0, (s.tokens or 1) - 1) for r in runs for s in r[1:])
+    else:
         return None
-    saved = sum(slope * max(0, (s.tokens or 1) - 1) for r in runs for s in r[1:])
+    if saved <= 0:
+        return None
     steady = [s for s in inference if _clean(s)]
     return Recompute(
         generations=len(runs),
@@ -106,4 +124,23 @@ def recompute(steps: Sequence[Step]) -> Recompute | None:
         calls_ns=sum(ys),
         saved_ns=min(saved, sum(ys)),
         steps_ns=float(sum(s.dur_ns for s in steady)) or sum(ys),
+        probe=probe if one is not None else None,
+        one_ns=one,
     )
+
+
+def _forward_ns(s: Step) -> int:
+    """The model call itself: a step of a generation loop also holds its sampling, which a cache keeps."""
+    fwd = sum(iv.dur_ns for iv in s.intervals if iv.phase is Phase.FORWARD)
+    return fwd if fwd > 0 else s.dur_ns
+
+
+def _one_token_ns(calls: Sequence[Step], probe: ContextCost | None) -> float | None:
+    """The probe's one-token call in the run's terms: its time × the run's own calls near the probe's
+    length (within `NEAR` tokens, median) / the probe's full call. None without a probe, or one that did
+    not find the single token cheaper."""
+    if probe is None or probe.one_ms >= probe.full_ms:
+        return None
+    near = sorted(_forward_ns(s) for s in calls if abs((s.tokens or 0) - probe.tokens) <= NEAR)
+    in_run = float(near[len(near) // 2]) if near else probe.full_ms * 1e6
+    return probe.one_ms * in_run / probe.full_ms

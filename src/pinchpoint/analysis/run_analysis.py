@@ -167,7 +167,7 @@ def analyze_rank(run: Run, rank: RankData) -> RankAnalysis:
         between=between_updates(rank, main_timeline),
         restarts=worker_restarts(rank),
         compiles=compile_stats(rank.compiles, steady),
-        generation=recompute(rank.steps),
+        generation=recompute(rank.steps, rank.context_cost),
         serving=serving(run.served, rank)
         if run.served is not None and rank.rank == run.ranks[0].rank
         else None,

@@ -122,9 +122,9 @@ def run_time(
         spans = _cut_out(
             spans, [(c.start_ns, c.start_ns + c.dur_ns) for c in rank.compiles.compilations], COMPILING
         )
-    probe = rank.batch_costs
-    if probe is not None and probe.end_ns > probe.start_ns:  # (`run --load`'s batch probe, at exit)
-        spans = _cut_out(spans, [(probe.start_ns, probe.end_ns)], PROBES)
+    for probe in (rank.batch_costs, rank.context_cost):  # (`run --load`'s batch probe; the context probe)
+        if probe is not None and probe.end_ns > probe.start_ns:  # (both at exit)
+            spans = _cut_out(spans, [(probe.start_ns, probe.end_ns)], PROBES)
     named: dict[str, list[int]] = {}
     for a, b, name, is_step in spans:
         got = named.setdefault(name, [0, 0])

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from pinchpoint.capture import graph_watch, loader_probe
 from pinchpoint.capture.batch_probe import BatchProbe
+from pinchpoint.capture.context_probe import ContextProbe
 from pinchpoint.capture.patches import PATCHES
 from pinchpoint.capture.procfs import thread_schedstat
 from pinchpoint.capture.roles import Role
@@ -191,6 +192,7 @@ def _wrap_module_call(agent: HookedAgent, torch: Any) -> None:
     served = os.environ.get(SERVED_ENV) == "1"  # `run --load`: the program is a server
     probe = BatchProbe(lambda: agent.rank_dir, lambda on: setattr(agent, "in_module", on)) if served else None
     others = ServedCalls(lambda: agent.rank_dir) if served else None
+    context = ContextProbe(lambda: agent.rank_dir, lambda on: setattr(agent, "in_module", on))
 
     def call_wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         if threading.get_ident() != agent.tid:
@@ -203,8 +205,10 @@ def _wrap_module_call(agent: HookedAgent, torch: Any) -> None:
             return orig_call(self, *args, **kwargs)
         agent.forward_begins()
         if args:
-            agent.step.tokens, agent.step.tail = _tokens(args[0], torch)
+            agent.step.tokens, agent.step.tail = tokens, tail = _tokens(args[0], torch)
             agent.step.rows = rows_of(args[0])
+            if tail is not None and tokens is not None and context.kept is None:
+                context.note(self, args, kwargs, tokens, tail, torch)  # (a generation loop's KV-cache price)
             if probe is not None and probe.kept is None and not torch.is_grad_enabled():
                 probe.note(self, args, kwargs, torch)  # (`run --load`: a served model's batch costs)
         t0 = _now()

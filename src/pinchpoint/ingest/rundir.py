@@ -18,6 +18,7 @@ from pinchpoint.errors import RunDirError
 from pinchpoint.ingest import opwindow as opwindow_reader
 from pinchpoint.ingest.compiles import FILE as COMPILE_FILE
 from pinchpoint.ingest.compiles import compile_record, mark_compiling
+from pinchpoint.ingest.context import context_cost
 from pinchpoint.ingest.fields import as_dict, as_float, as_int, as_list, as_str, jsonl, load_json
 from pinchpoint.ingest.gc_file import gc_record
 from pinchpoint.ingest.parallel import fsdp_config, pipeline_config, tensor_parallel_config
@@ -272,6 +273,7 @@ def _rank(d: Path, warnings: list[str]) -> RankData:
         compiles=compiles,
         batch_costs=batch_costs(d, warnings),
         other_calls=other_calls(d, warnings),
+        context_cost=context_cost(d, warnings),
     )
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from pinchpoint.trace.compiles import CompileRecord
+from pinchpoint.trace.generation import ContextCost
 from pinchpoint.trace.parallel import FsdpConfig, PipelineConfig, TensorParallelConfig
 from pinchpoint.trace.serving import BatchCosts, ModelCall, ServedLoad
 from pinchpoint.trace.stacks import Stacks
@@ -290,9 +291,11 @@ class RankData:
     gc: GcRecord | None = None
     compiles: CompileRecord | None = None
     batch_costs: BatchCosts | None = None
+    """A served model's call at batch 1, 2, 4, ... (`run --load`'s batch probe, at the server's exit)."""
     other_calls: tuple[ModelCall, ...] = ()
     """Under `run --load`: top-level model calls on threads other than the main one, in time order."""
-    """A served model's call at batch 1, 2, 4, ... (`run --load`'s batch probe, at the server's exit)."""
+    context_cost: ContextCost | None = None
+    """A generation loop's call with its context and with one token (the context probe, at exit)."""
 
     @property
     def main(self) -> ProcessInfo | None:

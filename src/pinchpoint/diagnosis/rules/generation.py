@@ -24,9 +24,10 @@ class Recompute(Rule):
     feeds only the new token (`use_cache=True` / `past_key_values` in transformers; nanoGPT-style
     models need the cache added to their attention).
     Reference: the transformer decoding literature; Hugging Face's "KV cache" guide.
-    Priced: each later call costs what a one-token call costs on the fitted line (base + one token);
-    attention over the cached keys still grows with the context (not priced: small beside the layers'
-    matmuls at these lengths).
+    Priced: each later call costs what a one-token call costs: the loop's own call replayed at exit with
+    its last token alone (the context probe; basis "probe"), else the fitted line's base + one token
+    (basis "model"). Attention over the cached keys still grows with the context (not priced: small
+    beside the layers' matmuls at these lengths).
     """
 
     id: ClassVar[Category] = Category.COMPUTE_RECOMPUTE
@@ -44,7 +45,7 @@ class Recompute(Rule):
             title=Fact("rule.title", name=self.title),
             share=g.share,
             estimated_speedup=gain,
-            basis=Basis.MODEL,
+            basis=Basis.PROBE if g.probe is not None else Basis.MODEL,
             confidence=Confidence.HIGH if g.calls >= CONFIDENT_CALLS and g.checked else Confidence.MEDIUM,
             evidence=(
                 Fact(
@@ -56,6 +57,19 @@ class Recompute(Rule):
                     per_token_ns=g.per_token_ns,
                     base_ns=g.base_ns,
                     checked=g.checked,
+                ),
+                *(
+                    ()
+                    if g.probe is None
+                    else (
+                        Fact(
+                            "compute.recompute.probed",
+                            tokens=g.probe.tokens,
+                            full_ms=g.probe.full_ms,
+                            one_ms=g.probe.one_ms,
+                            pairs=g.probe.pairs,
+                        ),
+                    )
                 ),
                 Fact("compute.recompute.priced", saved_ns=g.saved_ns, calls_ns=g.calls_ns, share=g.share),
             ),

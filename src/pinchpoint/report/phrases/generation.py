@@ -20,8 +20,17 @@ PHRASES: dict[str, Callable[..., str]] = {
             if checked
             else " (lengths only: the ids were not read where that would sync a device)"
         )
-        + f"; each token of context added {_us(per_token_ns)} to a call (fitted on those calls: "
-        f"{_us(base_ns)} + {_us(per_token_ns)} a token)"
+        + (
+            f"; each token of context added {_us(per_token_ns)} to a call (fitted on those calls: "
+            f"{_us(base_ns)} + {_us(per_token_ns)} a token)"
+            if per_token_ns > 0
+            else "; their time did not grow measurably with the context"
+        )
+    ),
+    "compute.recompute.probed": lambda tokens, full_ms, one_ms, pairs: (
+        f"The loop's own call, replayed at exit: {full_ms:.3g} ms with its {tokens} tokens, {one_ms:.3g} ms "
+        f"with its last token alone — what each call after the prompt costs with a cache "
+        f"(measured, {pairs} pair{'s' if pairs != 1 else ''})"
     ),
     "compute.recompute.priced": lambda saved_ns, calls_ns, share: (
         f"With a cache each call after the prompt feeds one token: {ms(saved_ns)} of their {ms(calls_ns)} "

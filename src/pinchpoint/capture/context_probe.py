@@ -1,0 +1,137 @@
+"""What a generation loop's model call would cost with a KV cache: the program's own call replayed at exit
+with its whole context and with its last token alone.
+
+A loop without a cache passes the whole sequence so far each call (the ids grow by one, the next-to-last
+id the previous call's last: `hooks._tokens`, CPU tensors only). Once `RUN` such calls came in a row, the
+latest one is kept (the module and that call's arguments: token ids, small). The module is held until
+exit: a sampler's model is usually a local of its `main()`, gone by the time `atexit` runs (so a CPU
+model the program dropped earlier is freed at exit instead). At exit the call is replayed, in the grad mode it
+ran in, alternately as it was and with every tensor argument whose second dimension was the call's length
+cut to its last position — a one-token call: what each call after the prompt runs with a cache, less the
+attention over the cached keys. A fitted line cannot say this: a one-token call takes another kernel path
+(a 1 × T context of a small GPT costs 0.9 ms at T = 1 and 1.4-1.8 ms from T = 2 to 71 here).
+
+A warm-up of each, then pairs until `REPS` or `BUDGET_S`; nothing when one warm-up call takes longer
+than `SLOW_CALL_S`. Written to ranks/rankR/context_probe.json: {"tokens": the call's length, "full_ms",
+"one_ms" (medians), "pairs", "start_ns", "end_ns"} (the probe's own time: pinchpoint's, not the program's).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pinchpoint.capture.writer import write_json_atomic
+
+FILE = "context_probe.json"
+RUN = 8
+"""Calls in a row, each the previous one's ids plus one, before one is kept (`analysis/generation.MIN_RUN`)."""
+REPS = 7
+BUDGET_S = 0.3
+SLOW_CALL_S = 0.1
+
+
+class ContextProbe:
+    def __init__(self, rank_dir: Callable[[], Path], quiet: Callable[[bool], None]) -> None:
+        self.rank_dir = rank_dir
+        self.quiet = quiet
+        """Turns pinchpoint's own recording of module calls off (True) and on while the probe calls."""
+        self.kept: tuple[Any, tuple[Any, ...], dict[str, Any], int, bool, bool] | None = None
+        self._last: tuple[int, int] | None = None
+        self._run = 0
+
+    def note(
+        self,
+        module: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        tokens: int,
+        tail: tuple[int, int],
+        torch: Any,
+    ) -> None:
+        """A top-level call with gradients off whose ids were read (`tail`: its first row's last two)."""
+        if self.kept is not None:
+            return
+        last = self._last
+        follows = last is not None and tokens == last[0] + 1 and tail[0] == last[1]
+        self._run = self._run + 1 if follows else 1
+        self._last = (tokens, tail[1])
+        if self._run < RUN:
+            return
+        inference = bool(torch.is_inference_mode_enabled())
+        self.kept = (module, args, dict(kwargs), tokens, bool(torch.is_grad_enabled()), inference)
+        atexit.register(self.run, torch)
+
+    def run(self, torch: Any) -> None:
+        """The replay at exit; never raises (a model that refuses a one-token call ends it)."""
+        if self.kept is None:
+            return
+        module, args, kwargs, tokens, grad, inference = self.kept
+        self.kept = None  # (the module is freed after the probe, not held by it any longer)
+        start = time.monotonic_ns()
+        full: list[float] = []
+        one: list[float] = []
+        self.quiet(True)
+        try:
+            mode = torch.inference_mode() if inference else torch.set_grad_enabled(grad)
+            with mode:
+                _pairs(full, one, module, args, kwargs, _cut(args, kwargs, tokens, torch))
+        except Exception:  # (the pairs timed before it stand)
+            pass
+        finally:
+            self.quiet(False)
+        if full and one:
+            with contextlib.suppress(OSError):
+                doc = {
+                    "tokens": tokens,
+                    "full_ms": round(statistics.median(full) * 1e3, 4),
+                    "one_ms": round(statistics.median(one) * 1e3, 4),
+                    "pairs": min(len(full), len(one)),
+                    "pid": os.getpid(),
+                    "start_ns": start,
+                    "end_ns": time.monotonic_ns(),
+                }
+                write_json_atomic(self.rank_dir() / FILE, doc)
+
+
+def _pairs(
+    full: list[float],
+    one: list[float],
+    module: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    cut: tuple[tuple[Any, ...], dict[str, Any]],
+) -> None:
+    """Appends the seconds of each timed call, the whole context's to `full` and the last token's to `one`,
+    alternating (a machine that slows meanwhile slows both)."""
+    deadline = time.perf_counter() + BUDGET_S
+    for a, kw in ((args, kwargs), cut):  # warm-ups (oneDNN's primitives for each shape)
+        t0 = time.perf_counter()
+        module(*a, **kw)
+        if time.perf_counter() - t0 > SLOW_CALL_S:
+            return
+    while len(one) < REPS and time.perf_counter() < deadline:
+        for a, kw, out in ((args, kwargs, full), (*cut, one)):
+            t0 = time.perf_counter()
+            module(*a, **kw)
+            out.append(time.perf_counter() - t0)
+
+
+def _cut(
+    args: tuple[Any, ...], kwargs: dict[str, Any], tokens: int, torch: Any
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call's arguments with each tensor of the call's length (second dimension) cut to its last
+    position: the ids, an attention mask beside them; anything else as it was."""
+
+    def last(x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and x.dim() >= 2 and int(x.shape[1]) == tokens:
+            return x[:, -1:]
+        return x
+
+    return tuple(last(x) for x in args), {k: last(v) for k, v in kwargs.items()}
