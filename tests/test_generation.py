@@ -86,6 +86,20 @@ def test_calls_of_other_sequences_that_grow_by_one_are_no_generation() -> None:
     assert unread is not None and not unread.checked
 
 
+def test_a_servers_streams_taking_turns_are_each_a_generation() -> None:
+    """Three requests in flight, one token of each a call in turn (an async server's streams), each with
+    ids of its own: three generations, although no two consecutive calls are of one."""
+    streams = [_calls(list(range(16 + k, 56 + k))) for k in range(3)]
+    for k, calls in enumerate(streams):  # each stream's ids its own: call i's last id 1000·k + i
+        streams[k] = [_with(s, tail=(1000 * k + s.index - 1, 1000 * k + s.index)) for s in calls]
+    turns = [s for three in zip(*streams, strict=True) for s in three]
+    g = recompute(turns)
+    assert g is not None and g.generations == 3 and g.calls == 120
+    alike = [s for three in zip(*[_calls(list(range(16, 56)))] * 3, strict=True) for s in three]
+    same = recompute(alike)  # three streams of one prompt (and the same tokens): alike, any pairing will do
+    assert same is not None and same.generations == 3 and same.calls == 120
+
+
 def test_steps_slowed_by_pinchpoint_or_another_load_are_not_fitted() -> None:
     steps = _calls(list(range(16, 56)))
     slow = [s if i % 5 else _with(s, end_ns=s.end_ns + 50 * MS, profiled=True) for i, s in enumerate(steps)]
@@ -212,6 +226,24 @@ def test_the_context_probe_replays_the_loops_own_call_whole_and_cut_to_one_token
     assert doc["full_ms"] > 0 and doc["one_ms"] > 0 and doc["end_ns"] >= doc["start_ns"]
     assert set(model.lengths) == {doc["tokens"], 1}  # the kept call whole, and its mask cut beside its ids
     assert quiet == [True, False]  # pinchpoint's own recording off while it replays
+
+
+def test_the_context_probe_follows_streams_that_take_turns(tmp_path: Path) -> None:
+    probe = ContextProbe(lambda: tmp_path, lambda on: None)
+    model = _TinyLM()
+    ids = [torch.tensor([[k, k + 1, k + 2]]) for k in (3, 30)]  # two requests in flight
+    with torch.no_grad():
+        for _ in range(CONTEXT_RUN - 1):
+            for k in range(2):
+                tokens, tail = _tokens(ids[k], torch)
+                assert tokens is not None and tail is not None
+                probe.note(model, (ids[k],), {}, tokens, tail, torch)
+                ids[k] = torch.cat((ids[k], torch.tensor([[40 + 10 * k + ids[k].shape[1]]])), 1)
+        assert probe.kept is None  # each run one call short
+        tokens, tail = _tokens(ids[1], torch)
+        assert tokens is not None and tail is not None
+        probe.note(model, (ids[1],), {}, tokens, tail, torch)
+    assert probe.kept is not None and probe.kept[1][0] is ids[1]
 
 
 def test_a_model_that_refuses_one_token_leaves_no_probe(tmp_path: Path) -> None:

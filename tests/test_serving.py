@@ -21,6 +21,7 @@ from conftest import make_step
 from pinchpoint.analysis.serving import model_calls, summarize
 from pinchpoint.ingest.served import served_load
 from pinchpoint.report.report_doc import report_schema
+from pinchpoint.serve.load import Events
 from pinchpoint.trace.serving import Request
 from pinchpoint.trace.step import StepKind
 
@@ -307,6 +308,24 @@ def test_a_streamed_answer_gives_time_to_first_token_and_per_chunk() -> None:
     assert s.per_chunk is not None and s.per_chunk.p50_ms == pytest.approx(15)
     plain = [replace(r, chunks=1) for r in streamed]
     assert summarize(plain).first_token is None and summarize(plain).per_chunk is None
+    assert s.per_token is None  # (no server-sent events counted)
+    events = summarize([replace(r, events=7) for r in streamed])  # 7 events in the same 60 ms
+    assert events.per_token is not None and events.per_token.p50_ms == pytest.approx(10)
+    assert events.per_chunk == s.per_chunk
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3, 5, 7, 13, 14, 64, 10_000])
+def test_server_sent_events_are_counted_however_the_body_is_cut(cut: int) -> None:
+    """Chunked framing between events, a closing `data: [DONE]` (not a token), reads cut anywhere."""
+    body = b"".join(b"%x\r\ndata: %d\n\n\r\n" % (len(b"data: %d\n\n" % i), i) for i in range(12))
+    body += b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
+    counted = Events()
+    for at in range(0, len(body), cut):
+        counted.feed(body[at : at + cut])
+    assert counted.events == 12
+    plain = Events()
+    plain.feed(b'{"data: not an event": 1}')  # (not at a line's start)
+    assert plain.events == 0
 
 
 STREAMING_SERVER = """
@@ -319,6 +338,7 @@ class H(BaseHTTPRequestHandler):
         for i in range(6):
             time.sleep(0.01)
             self.wfile.write(f"data: token {i}\\n\\n".encode()); self.wfile.flush()
+        self.wfile.write(b"data: [DONE]\\n\\n"); self.wfile.flush()
     def log_message(self, *a): pass
 HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 """
@@ -339,6 +359,9 @@ def test_a_streaming_endpoint_is_timed_to_its_first_token(tmp_path: Path) -> Non
     assert serving["ok"] == 15, serving
     assert 8 <= serving["first_token"]["p50_ms"] < 100 and 5 <= serving["per_chunk"]["p50_ms"] < 100, serving
     assert serving["first_byte"]["p50_ms"] < serving["first_token"]["p50_ms"]  # (headers came first)
+    assert serving["per_token"] is not None, serving  # six events a token each, [DONE] left out
+    counts = [json.loads(line)["events"] for line in (tmp_path / "run" / "requests.jsonl").read_text().splitlines()]
+    assert counts and set(counts) == {6}, counts
 
 
 def test_the_batch_probe_keeps_what_it_measured_when_its_budget_runs_out(

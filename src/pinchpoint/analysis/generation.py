@@ -65,7 +65,12 @@ def _follows(prev: Step, s: Step) -> bool:
 
 
 def _runs(steps: Sequence[Step]) -> list[list[Step]]:
-    """Runs of consecutive steps each taking the previous one's ids plus one."""
+    """Runs of steps each taking an earlier one's ids plus one. Where every call's ids were read, a call
+    continues whichever open run ends in its ids less the last (a server's streams take turns, so one
+    generation's calls need not be consecutive); else only consecutive calls of growing length count."""
+    calls = [s for s in steps if s.tokens is not None]
+    if calls and all(s.tail is not None for s in calls):
+        return _interleaved(calls)
     runs: list[list[Step]] = []
     current: list[Step] = []
     for s in steps:
@@ -78,6 +83,26 @@ def _runs(steps: Sequence[Step]) -> list[list[Step]]:
     if len(current) >= MIN_RUN:
         runs.append(current)
     return runs
+
+
+def _interleaved(calls: Sequence[Step]) -> list[list[Step]]:
+    """Runs keyed by their last call's (length, last id): a call of length n whose next-to-last id is i
+    continues a run keyed (n - 1, i). Streams of the same prompt share keys; any of them will do (their
+    calls are alike)."""
+    every: list[list[Step]] = []
+    ends: dict[tuple[int, int], list[list[Step]]] = {}
+    for s in calls:
+        n, tail = s.tokens, s.tail
+        if n is None or tail is None:
+            continue
+        waiting = ends.get((n - 1, tail[0]))
+        run = waiting.pop() if waiting else None
+        if run is None:
+            run = []
+            every.append(run)
+        run.append(s)
+        ends.setdefault((n, tail[1]), []).append(run)
+    return [r for r in every if len(r) >= MIN_RUN]
 
 
 def _clean(s: Step) -> bool:

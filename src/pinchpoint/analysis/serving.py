@@ -53,6 +53,9 @@ class LoadSummary:
     body's first byte (time to first token)."""
     per_chunk: Spread | None = None
     """...and each answer's mean gap between its body's reads after the first (time per output chunk)."""
+    per_token: Spread | None = None
+    """...and, where most streamed answers were server-sent events (`STREAM_CHUNKS` or more), each
+    answer's mean gap between its events after the first: time per output token, one token an event."""
 
 
 def _spread(values_ns: list[int]) -> Spread | None:
@@ -106,13 +109,18 @@ STREAM_CHUNKS = 3
 
 
 def _streamed(ok: Sequence[Request]) -> dict[str, Spread | None]:
-    """Time to first token and per chunk, where most answers were streamed; else nothing."""
+    """Time to first token and per chunk (per token where the chunks held server-sent events), where
+    most answers were streamed; else nothing."""
     streams = [r for r in ok if r.chunks >= STREAM_CHUNKS and r.body_ns is not None and r.end_ns is not None]
     if not ok or len(streams) < len(ok) / 2:
         return {}
+    events = [r for r in streams if r.events >= STREAM_CHUNKS]
     return {
         "first_token": _spread([(r.body_ns or 0) - r.due_ns for r in streams]),
         "per_chunk": _spread([((r.end_ns or 0) - (r.body_ns or 0)) // (r.chunks - 1) for r in streams]),
+        "per_token": _spread([((r.end_ns or 0) - (r.body_ns or 0)) // (r.events - 1) for r in events])
+        if len(events) >= len(streams) / 2
+        else None,
     }
 
 

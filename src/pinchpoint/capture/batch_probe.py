@@ -2,7 +2,8 @@
 input, once its load is over (`run --load` asks for it with `served_calls.SERVED_ENV`).
 
 The first top-level inference call whose first argument is a tensor is kept (the module and that call's
-arguments: a request's input, small). At exit — after the load, once the server stopped taking
+arguments: a request's input, small). The module is held until exit: a server's model is often a local of
+the function that built its app, reachable at `atexit` only through garbage not yet collected. At exit — after the load, once the server stopped taking
 requests — the call is replayed with every tensor argument that had the call's batch as its first
 dimension repeated to batch b, in the grad mode the call ran in, for b = 1, 2, 4, ... `MAX_BATCH`: a
 warm-up call, then the median of up to `REPS` timed calls. It stops early when one call takes longer
@@ -18,7 +19,6 @@ import contextlib
 import os
 import statistics
 import time
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,17 +52,14 @@ class BatchProbe:
             return
         grad = bool(torch.is_grad_enabled())
         inference = bool(torch.is_inference_mode_enabled())
-        self.kept = (weakref.ref(module), args, dict(kwargs), rows, grad, inference)
+        self.kept = (module, args, dict(kwargs), rows, grad, inference)  # (held: see the module's doc)
         atexit.register(self.run, torch)
 
     def run(self, torch: Any) -> None:
         """The replay at exit; never raises (a model that will not take a larger batch ends it)."""
         if self.kept is None:
             return
-        ref, args, kwargs, rows, grad, inference = self.kept
-        module = ref()
-        if module is None:
-            return
+        module, args, kwargs, rows, grad, inference = self.kept
         out: list[list[float]] = []
         start = time.monotonic_ns()
         self.quiet(True)

@@ -2,8 +2,8 @@
 with its whole context and with its last token alone.
 
 A loop without a cache passes the whole sequence so far each call (the ids grow by one, the next-to-last
-id the previous call's last: `hooks._tokens`, CPU tensors only). Once `RUN` such calls came in a row, the
-latest one is kept (the module and that call's arguments: token ids, small). The module is held until
+id an earlier call's last: `hooks._tokens`, CPU tensors only; a server's streams may take turns). Once a
+run of `RUN` such calls came, its latest one is kept (the module and that call's arguments: token ids, small). The module is held until
 exit: a sampler's model is usually a local of its `main()`, gone by the time `atexit` runs (so a CPU
 model the program dropped earlier is freed at exit instead). At exit the call is replayed, in the grad mode it
 ran in, alternately as it was and with every tensor argument whose second dimension was the call's length
@@ -32,6 +32,8 @@ from pinchpoint.capture.writer import write_json_atomic
 FILE = "context_probe.json"
 RUN = 8
 """Calls in a row, each the previous one's ids plus one, before one is kept (`analysis/generation.MIN_RUN`)."""
+OPEN_RUNS = 256
+"""Runs followed at once (a server's streams in flight), the oldest dropped beyond."""
 REPS = 7
 BUDGET_S = 0.3
 SLOW_CALL_S = 0.1
@@ -43,8 +45,8 @@ class ContextProbe:
         self.quiet = quiet
         """Turns pinchpoint's own recording of module calls off (True) and on while the probe calls."""
         self.kept: tuple[Any, tuple[Any, ...], dict[str, Any], int, bool, bool] | None = None
-        self._last: tuple[int, int] | None = None
-        self._run = 0
+        self._ends: dict[tuple[int, int], int] = {}
+        """(length, last id) of each open run's latest call -> the run's calls (streams take turns on a server)."""
 
     def note(
         self,
@@ -58,12 +60,13 @@ class ContextProbe:
         """A top-level call with gradients off whose ids were read (`tail`: its first row's last two)."""
         if self.kept is not None:
             return
-        last = self._last
-        follows = last is not None and tokens == last[0] + 1 and tail[0] == last[1]
-        self._run = self._run + 1 if follows else 1
-        self._last = (tokens, tail[1])
-        if self._run < RUN:
+        run = self._ends.pop((tokens - 1, tail[0]), 0) + 1
+        if run < RUN:
+            if len(self._ends) >= OPEN_RUNS:
+                del self._ends[next(iter(self._ends))]  # (the oldest)
+            self._ends[(tokens, tail[1])] = run
             return
+        self._ends.clear()
         inference = bool(torch.is_inference_mode_enabled())
         self.kept = (module, args, dict(kwargs), tokens, bool(torch.is_grad_enabled()), inference)
         atexit.register(self.run, torch)
@@ -73,7 +76,6 @@ class ContextProbe:
         if self.kept is None:
             return
         module, args, kwargs, tokens, grad, inference = self.kept
-        self.kept = None  # (the module is freed after the probe, not held by it any longer)
         start = time.monotonic_ns()
         full: list[float] = []
         one: list[float] = []

@@ -61,7 +61,12 @@ def _summary_line(doc: LoadDoc) -> str:
         lat = doc.latency
         head += f"; latency p50 {lat.p50_ms:.1f} ms, p90 {lat.p90_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms"
     if doc.first_token is not None and doc.per_chunk is not None:
-        head += f"; streamed: first token p50 {doc.first_token.p50_ms:.1f} ms, a chunk every {doc.per_chunk.p50_ms:.1f} ms"
+        every = (
+            f"a token every {doc.per_token.p50_ms:.1f} ms"
+            if doc.per_token is not None
+            else f"a chunk every {doc.per_chunk.p50_ms:.1f} ms"
+        )
+        head += f"; streamed: first token p50 {doc.first_token.p50_ms:.1f} ms, {every}"
     if doc.failed:
         head += f"; {doc.failed} failed (" + ", ".join(f"{e.reason}: {e.count}" for e in doc.errors[:3]) + ")"
     if doc.dropped:

@@ -47,6 +47,7 @@ def _request(o: dict[str, object]) -> Request | None:
         dropped=o.get("dropped") is True,
         body_ns=body if body is not None and body >= due else None,
         chunks=max(0, as_int(o.get("chunks"), 0) or 0),
+        events=max(0, as_int(o.get("events"), 0) or 0),
     )
 
 

@@ -38,6 +38,9 @@ class LoadDoc(Document):
     per_chunk: Percentiles | None = optional(
         doc="a streaming endpoint's: mean gap between an answer's chunks"
     )
+    per_token: Percentiles | None = optional(
+        doc="a server-sent-events endpoint's: mean gap between an answer's events (time per output token)"
+    )
     error: str | None = optional(doc="why no load was sent (`run --load`: the server never answered)")
 
 
@@ -66,6 +69,7 @@ def _measured(s: LoadSummary) -> dict[str, Any]:
         "first_byte": percentiles(s.first_byte),
         "first_token": percentiles(s.first_token),
         "per_chunk": percentiles(s.per_chunk),
+        "per_token": percentiles(s.per_token),
     }
 
 

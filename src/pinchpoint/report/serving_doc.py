@@ -58,6 +58,9 @@ class ServingInfo:
     per_chunk: Percentiles | None = optional(
         doc="a streaming endpoint's: mean gap between an answer's chunks"
     )
+    per_token: Percentiles | None = optional(
+        doc="a server-sent-events endpoint's: mean gap between an answer's events (time per output token)"
+    )
     model_calls: ModelCallsInfo | None
     """None when no model call ran on the server's main thread during the load."""
     error: str | None

@@ -113,10 +113,10 @@ async def _one(where: Target, due_ns: int, timeout_s: float) -> Request:
             words = status_line.split()
             if len(words) < 2 or not words[1].isdigit():
                 return Request(due_ns=due_ns, first_ns=first, error="not an HTTP response")
-            body_ns, chunks = await _body(reader)
+            body_ns, chunks, events = await _body(reader)
             return Request(
                 due_ns=due_ns, first_ns=first, end_ns=time.monotonic_ns(), status=int(words[1]), body_ns=body_ns,
-                chunks=chunks,
+                chunks=chunks, events=events,
             )  # fmt: skip
     except TimeoutError:
         return Request(due_ns=due_ns, error=f"no answer within {timeout_s:g} s")
@@ -132,23 +132,44 @@ async def _one(where: Target, due_ns: int, timeout_s: float) -> Request:
 MAX_HEADER_LINES = 200
 
 
-async def _body(reader: asyncio.StreamReader) -> tuple[int | None, int]:
+async def _body(reader: asyncio.StreamReader) -> tuple[int | None, int, int]:
     """Past the headers, the body until the server closes (at most `READ_LIMIT`): when its first byte
-    came (a streamed answer's first token) and in how many reads it came (a stream's chunks, as the
-    network delivered them)."""
+    came (a streamed answer's first token), in how many reads it came (a stream's chunks, as the network
+    delivered them) and how many server-sent events it held (`events`)."""
     for _ in range(MAX_HEADER_LINES):
         line = await reader.readline()
         if line in (b"\r\n", b"\n", b""):
             break
     first: int | None = None
     chunks = got = 0
+    counted = Events()
     while got < READ_LIMIT:
         data = await reader.read(READ_LIMIT - got)
         if not data:
             break
         first = first if first is not None else time.monotonic_ns()
         chunks, got = chunks + 1, got + len(data)
-    return first, chunks
+        counted.feed(data)
+    return first, chunks, counted.events
+
+
+class Events:
+    """Server-sent events in a body read in pieces: lines that begin `data:`, less the `data: [DONE]`
+    that OpenAI-style streams end with (a streamed answer's tokens, where each event is one). A line may
+    be cut between two reads: the last bytes of each read are kept for the next."""
+
+    MARK, DONE = b"\ndata:", (b"\ndata: [DONE]", b"\ndata:[DONE]")
+    KEEP = 13
+
+    def __init__(self) -> None:
+        self.events = 0
+        self._tail = b"\n"  # (the body's first line begins a line)
+
+    def feed(self, data: bytes) -> None:
+        joined = self._tail + data
+        for mark, sign in ((self.MARK, 1), *((d, -1) for d in self.DONE)):
+            self.events += sign * (joined.count(mark) - self._tail.count(mark))
+        self._tail = joined[-self.KEEP :]
 
 
 async def _run(where: Target, plan: Plan, stop: Callable[[], bool] | None) -> list[Request]:

@@ -20,6 +20,9 @@ class Request:
     """When the body's first byte came (a streamed answer's first token)."""
     chunks: int = 0
     """The reads the body came in (a stream's chunks, as the network delivered them)."""
+    events: int = 0
+    """Server-sent events in the body (`data:` lines, a closing `data: [DONE]` left out): a streamed
+    answer's tokens, where the server sends one an event."""
 
     @property
     def ok(self) -> bool:

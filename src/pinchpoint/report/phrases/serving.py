@@ -30,8 +30,14 @@ def serving_lines(s: ServingInfo) -> list[str]:
     if s.first_token is not None and s.per_chunk is not None:
         lines.append(
             f"streamed: first token (the body's first byte) p50 {s.first_token.p50_ms:.1f} ms, p90 "
-            f"{s.first_token.p90_ms:.1f} ms; then a chunk every {s.per_chunk.p50_ms:.1f} ms (p50 of each answer's "
-            f"mean), p90 {s.per_chunk.p90_ms:.1f} ms"
+            f"{s.first_token.p90_ms:.1f} ms; then "
+            + (
+                f"a token every {s.per_token.p50_ms:.1f} ms (one server-sent event each; p50 of each answer's "
+                f"mean), p90 {s.per_token.p90_ms:.1f} ms"
+                if s.per_token is not None
+                else f"a chunk every {s.per_chunk.p50_ms:.1f} ms (p50 of each answer's mean), p90 "
+                f"{s.per_chunk.p90_ms:.1f} ms"
+            )
         )
     c = s.model_calls
     if c is None:
