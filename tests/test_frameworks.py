@@ -23,6 +23,7 @@ from programs import (
     programs_own,
     report_of,
     run_program,
+    segments_cover_the_run,
     summary,
 )
 from truth import acceptable_tops, missing_row
@@ -174,6 +175,7 @@ def test_lightning_fit_steps_phases_and_fix(tmp_path: Path, callback: bool) -> N
     steps = read_run_dir(out).ranks[0].steps
     assert sum(1 for s in steps if s.kind is StepKind.TRAIN and not s.partial) == own["steps"]
     phases_match_the_programs_own_timing(out, own)
+    segments_cover_the_run(out)
     report = report_of(out)
     fw = report["environment"]["framework"]
     assert fw["name"] == "lightning" and fw["via"] == ("callback" if callback else "stack")
@@ -190,6 +192,7 @@ def test_transformers_trainer_steps_evaluation_and_fix(tmp_path: Path) -> None:
     assert sum(1 for s in steps if s.kind is StepKind.TRAIN and not s.partial) == own["steps"]
     assert sum(1 for s in steps if s.kind is StepKind.EVAL) == own["eval_batches"]
     phases_match_the_programs_own_timing(out, own)
+    segments_cover_the_run(out)
     report = report_of(out)
     assert report["environment"]["framework"]["name"] == "transformers"
     assert report["environment"]["framework"]["settings"]["dataloader_num_workers"] == 0

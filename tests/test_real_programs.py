@@ -28,6 +28,7 @@ from programs import (
     programs_own,
     report_of,
     run_program,
+    segments_cover_the_run,
     summary,
 )
 from truth import acceptable_tops, holds_now, machine_truth, missing_row, without_a_row
@@ -94,6 +95,7 @@ def test_lbfgs_closure_fit(tmp_path: Path) -> None:
     # every evaluation of the closure is a forward and a backward inside its optimizer step
     assert sum(sum(iv.phase.value == "backward" for iv in s.intervals) for s in steps) == own["closures"]
     phases_match_the_programs_own_timing(out, own)
+    segments_cover_the_run(out)
     _top_is_the_measured_cause(report_of(out), "lbfgs_sequence")
 
 
@@ -148,6 +150,7 @@ def test_memmap_char_gpt_with_evaluation(tmp_path: Path) -> None:
     report = report_of(out)
     assert report["steps"]["eval_count"] == own["eval_batches"]
     phases_match_the_programs_own_timing(out, own)
+    segments_cover_the_run(out)
     _top_is_the_measured_cause(report, "char_gpt_memmap")
 
 
@@ -240,3 +243,11 @@ def test_gpt2_trainer_with_the_configs_defaults(tmp_path: Path) -> None:
 
 SHARE_TOLERANCE = 0.10
 """As tests/test_examples_e2e.py: a reported share within 10 points of the share its fix removed."""
+
+
+@pytest.mark.parametrize("program", ["word_lstm", "sampler", "hf_generate"])
+def test_named_segments_cover_the_run(program: str, request: pytest.FixtureRequest) -> None:
+    """Issue 32's partition of the run, on the runs made above (test_examples_e2e.py leaves these
+    examples to their own tests)."""
+    _, out = request.getfixturevalue(program)
+    segments_cover_the_run(out)

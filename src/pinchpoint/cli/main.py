@@ -17,6 +17,7 @@ from pinchpoint.cli import (
     diff_cmd,
     export_cmd,
     load_cmd,
+    mcp_cmd,
     report_cmd,
     run_cmd,
     schema_cmd,
@@ -51,6 +52,7 @@ COMMANDS: tuple[Command, ...] = (
     capture_cmd.CaptureCommand(),
     load_cmd.LoadCommand(),
     schema_cmd.SchemaCommand(),
+    mcp_cmd.McpCommand(),
 )
 
 
