@@ -27,7 +27,7 @@ def _quiet(done: float, total: float, message: str) -> None:
 
 
 def test_every_tool_has_valid_input_and_output_schemas() -> None:
-    assert [t.name for t in TOOLS] == ["run", "try", "analyze", "diff", "runs", "show"]
+    assert [t.name for t in TOOLS] == ["run", "try", "analyze", "attach", "diff", "runs", "show"]
     for t in TOOLS:
         jsonschema.Draft202012Validator.check_schema(t.input_schema)
         jsonschema.Draft202012Validator.check_schema(t.output_schema)
@@ -58,6 +58,8 @@ def test_paths_outside_the_root_are_refused_before_anything_runs(tmp_path: Path)
         ("try", {"program": "train.py", "steps": 1}, "steps"),
         ("analyze", {"paths": []}, "paths"),
         ("runs", {"limit": "all"}, "limit"),
+        ("attach", {"pid": 0}, "pid"),
+        ("attach", {"pid": 2**22 + 7}, "no process"),
         ("nope", {}, "no tool named"),
     ],
 )
@@ -91,6 +93,7 @@ async def _session_calls(root: Path) -> dict[str, Any]:
         got["missing"] = await session.call_tool("run", {"program": "absent.py"})
         got["not_a_trace"] = await session.call_tool("analyze", {"paths": ["notes.txt"]})
         got["timeout"] = await session.call_tool("run", {"program": "forever.py", "timeout_s": 1})
+        got["no_pid"] = await session.call_tool("attach", {"pid": 2**22 + 7})
         args = {"program": "input_fetch.py", "args": ["--steps", "30"]}
         got["run"] = await session.call_tool("run", args, progress_callback=progressed)
         got["try"] = await session.call_tool("try", {**args, "fix": "input.fetch", "steps": 12})
@@ -108,7 +111,12 @@ def test_a_client_runs_a_planted_example_and_tries_its_fix_through_the_server(tm
     got = anyio.run(_session_calls, tmp_path)
     assert [t.name for t in got["tools"]] == [t.name for t in TOOLS] == [t.name for t in got["after"]]
     assert all(t.output_schema and t.input_schema for t in got["tools"])
-    for bad, said in (("missing", "no such file"), ("not_a_trace", ""), ("timeout", "timed out after 1 s")):
+    for bad, said in (
+        ("missing", "no such file"),
+        ("not_a_trace", "not a JSON trace"),
+        ("timeout", "timed out after 1 s"),
+        ("no_pid", "no process"),
+    ):
         result = got[bad]
         (line,) = [c.text for c in result.content]
         assert result.is_error and said in line and "\n" not in line and "Traceback" not in line, (bad, line)

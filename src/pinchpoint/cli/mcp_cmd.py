@@ -10,7 +10,7 @@ from pathlib import Path
 
 class McpCommand:
     NAME = "mcp"
-    HELP = "serve pinchpoint's commands (run, try, analyze, diff, runs, show) over MCP on stdio"
+    HELP = "serve pinchpoint's commands (run, try, analyze, attach, diff, runs, show) over MCP on stdio"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(

@@ -18,6 +18,10 @@ ANALYZE_DOC = (
     "Diagnose files another profiler wrote: PyTorch profiler traces, Nsight Systems SQLite, XProf, perf "
     "script, folded stacks, VTune CSV."
 )
+ATTACH_DOC = (
+    "Join a running Python program (pid) for duration_s, record what limits its speed, and leave it running "
+    "as it was: its report."
+)
 DIFF_DOC = "Compare two runs (run directories or history ids): is b faster, and did the bottleneck move?"
 RUNS_DOC = "List the runs pinchpoint recorded on this machine, newest first."
 SHOW_DOC = "The report of a recorded run (history id) or a run directory."
@@ -61,6 +65,12 @@ def analyze_input() -> dict[str, Any]:
         "description": "files or directories",
     }
     return _object({"paths": paths, "timeout_s": _TIMEOUT}, ("paths",))
+
+
+def attach_input() -> dict[str, Any]:
+    pid = {"type": "integer", "minimum": 1, "description": "the process to join"}
+    duration = {"type": "number", "minimum": 1, "maximum": 3600, "default": 10, "description": "seconds"}
+    return _object({"pid": pid, "duration_s": duration, "timeout_s": _TIMEOUT}, ("pid",))
 
 
 def diff_input() -> dict[str, Any]:

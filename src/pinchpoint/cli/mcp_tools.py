@@ -242,6 +242,26 @@ def analyze_tool(ws: Workspace, args: Mapping[str, Any], progress: Progress) -> 
     return Outcome(text=summary(doc), document=doc)
 
 
+def attach_tool(ws: Workspace, args: Mapping[str, Any], progress: Progress) -> Outcome:
+    pid, duration = args.get("pid"), args.get("duration_s", 10)
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid < 1:
+        raise ToolFailure("pid: a process id")
+    if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not 1 <= duration <= 3600:
+        raise ToolFailure("duration_s: seconds from 1 to 3600")
+    if not Path(f"/proc/{pid}").exists():
+        raise ToolFailure(f"pid: no process {pid} on this machine")
+    out = ws.new_run_dir("attach")
+    words = ["attach", str(pid), "-q", "--duration", f"{duration:g}", "-o", str(out)]
+    code, doc, tail = pinchpoint(ws, words, max(_timeout(args), duration + 60), progress, "attach")
+    if doc is not None:
+        ws.runs.append(out)
+    if code == -1:
+        raise ToolFailure(f"attach did not end within its timeout (what it recorded is in {out})")
+    if doc is None:
+        raise ToolFailure(f"pinchpoint attach failed (exit {code}): {_last_line(tail)}")
+    return Outcome(text=summary(doc, out), document=doc, error=code != 0)
+
+
 def diff_tool(ws: Workspace, args: Mapping[str, Any], progress: Progress) -> Outcome:
     a, b = (_run_ref(ws, args.get(k), k) for k in ("a", "b"))
     _, doc, tail = pinchpoint(ws, ["diff", a, b], _timeout(args), progress, "diff")
@@ -289,6 +309,8 @@ TOOLS: tuple[Tool, ...] = (
     Tool("try", "Measure a fix", schemas.TRY_DOC, schemas.try_input(), schemas.document("try"), try_tool),
     Tool("analyze", "Diagnose profiler files", schemas.ANALYZE_DOC, schemas.analyze_input(),
          schemas.either("report", "stacks"), analyze_tool),
+    Tool("attach", "Profile a running program", schemas.ATTACH_DOC, schemas.attach_input(),
+         schemas.document("report"), attach_tool),
     Tool("diff", "Compare two runs", schemas.DIFF_DOC, schemas.diff_input(), schemas.document("diff"), diff_tool),
     Tool("runs", "List recorded runs", schemas.RUNS_DOC, schemas.runs_input(), schemas.runs_output(), runs_tool),
     Tool("show", "A recorded run's report", schemas.SHOW_DOC, schemas.show_input(), schemas.document("report"),
