@@ -291,4 +291,9 @@ def test_a_run_too_short_for_the_allocator_trial_says_its_estimate_is_a_model(tm
             pytest.skip(churn_absent(out))  # CI once: no memory.pressure (the trial's cut is asserted above)
         assert churn is not None, churn_of(out)
         assert churn["estimate_basis"] != "trial"
-        assert any("allocator trial" in e and "cut short" in e for e in churn["evidence"]), churn["evidence"]
+        # cut short by the program's end, or stopped earlier because the fixed steps ran past the budget
+        # (CI once: "the fix did not pay while it ran"); either way the estimate is said to be a model
+        assert any(
+            "allocator trial" in e and ("cut short" in e or "stopped after" in e) and "from a model" in e
+            for e in churn["evidence"]
+        ), churn["evidence"]

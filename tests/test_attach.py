@@ -65,7 +65,8 @@ def _stop(proc: subprocess.Popen[str]) -> str:
     [
         ("input_fetch", ["--steps", "5000"], 10, "input.fetch"),
         ("host_python", ["--steps", "5000"], 12, "host.python"),
-        ("cpu_oversubscription", ["--steps", "5000"], 20, "cpu.oversubscription"),
+        # (cpu_oversubscription, 34 s of CI's 25 minutes, left out: attach's mechanism does not depend on
+        # the cause, and that cause is held to its truth by the examples' own e2e run and the thread trial)
     ],
 )
 def test_attach_names_the_cause_and_leaves_the_program_running_as_it_was(

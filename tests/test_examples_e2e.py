@@ -55,6 +55,7 @@ OWN_TESTS = {
     "char_gpt_memmap",
     "char_gpt_sample",
     "hf_generate",
+    "hf_clm",
 }
 """Run by tests/test_frameworks.py and tests/test_real_programs.py, which also check their steps and
 phases against the programs' own clocks (and the frameworks' knobs)."""

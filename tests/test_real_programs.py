@@ -224,6 +224,7 @@ def test_gpt2_trainer_with_the_configs_defaults(tmp_path: Path) -> None:
     share their fix measured, beside the causes whose fixes measured more (examples/TRUTH.md)."""
     own, out, _ = run_program(EXAMPLES / "hf_clm.py", tmp_path, "--steps", "60", own_clock=True)
     assert len(_train_steps(out)) == own["steps"]
+    segments_cover_the_run(out)
     report = report_of(out)
     assert report["steps"]["eval_count"] == own["eval_batches"]
     phases_match_the_programs_own_timing(out, own)

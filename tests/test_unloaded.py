@@ -129,7 +129,8 @@ def test_a_python_bound_loop_beside_a_compile_loop_keeps_its_top_finding(tmp_pat
         out = tmp_path / "run"
         env = {k: v for k, v in os.environ.items() if not k.startswith("PINCHPOINT")}
         res = subprocess.run(
-            [sys.executable, "-m", "pinchpoint", "run", "-q", "-o", str(out), str(EXAMPLES / "host_python.py")],
+            [sys.executable, "-m", "pinchpoint", "run", "-q", "-o", str(out), str(EXAMPLES / "host_python.py"),
+             "--steps", "80"],  # (of its 200: the op window, the trials and ~50 steady steps; CI's 25 minutes)
             cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env,
         )  # fmt: skip
     finally:
