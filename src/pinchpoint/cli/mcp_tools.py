@@ -189,14 +189,23 @@ def run_tool(ws: Workspace, args: Mapping[str, Any], progress: Progress) -> Outc
     script, extra, timeout = _script(ws, args), _words(args, "args"), _timeout(args)
     out = ws.new_run_dir("run")
     words = ["run", "-q", "-o", str(out), "--", sys.executable, str(script), *extra]
-    code, doc, tail = pinchpoint(ws, words, timeout, progress, "run")
+    return _recorded(
+        ws, words, out, timeout, progress, f"timed out after {timeout:g} s: the program was stopped"
+    )
+
+
+def _recorded(
+    ws: Workspace, words: list[str], out: Path, timeout: float, progress: Progress, stopped: str
+) -> Outcome:
+    """A command that records a run into `out` (run, attach): its report, kept as the newest run."""
+    code, doc, tail = pinchpoint(ws, words, timeout, progress, words[0])
     if doc is not None:
         ws.runs.append(out)
     if code == -1:
-        raise ToolFailure(f"timed out after {timeout:g} s: the program was stopped (what it ran is in {out})")
+        raise ToolFailure(f"{stopped} (what it recorded is in {out})")
     if doc is None:
-        raise ToolFailure(f"pinchpoint run failed (exit {code}): {_last_line(tail)}")
-    note = "" if code == 0 else f"\nthe program exited with {code}: {_last_line(tail)}"
+        raise ToolFailure(f"pinchpoint {words[0]} failed (exit {code}): {_last_line(tail)}")
+    note = "" if code == 0 else f"\nexit {code}: {_last_line(tail)}"
     return Outcome(text=summary(doc, out) + note, document=doc, error=code != 0)
 
 
@@ -252,14 +261,8 @@ def attach_tool(ws: Workspace, args: Mapping[str, Any], progress: Progress) -> O
         raise ToolFailure(f"pid: no process {pid} on this machine")
     out = ws.new_run_dir("attach")
     words = ["attach", str(pid), "-q", "--duration", f"{duration:g}", "-o", str(out)]
-    code, doc, tail = pinchpoint(ws, words, max(_timeout(args), duration + 60), progress, "attach")
-    if doc is not None:
-        ws.runs.append(out)
-    if code == -1:
-        raise ToolFailure(f"attach did not end within its timeout (what it recorded is in {out})")
-    if doc is None:
-        raise ToolFailure(f"pinchpoint attach failed (exit {code}): {_last_line(tail)}")
-    return Outcome(text=summary(doc, out), document=doc, error=code != 0)
+    timeout = max(_timeout(args), duration + 60)
+    return _recorded(ws, words, out, timeout, progress, "attach did not end within its timeout")
 
 
 def diff_tool(ws: Workspace, args: Mapping[str, Any], progress: Progress) -> Outcome:
