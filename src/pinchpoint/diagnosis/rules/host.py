@@ -234,7 +234,9 @@ class HostDispatch(Rule):
             )
         speedup = speedup_removing(share * DISPATCH_RECOVERABLE)
         if serving:
-            speedup = _served_batched(steps, ops, share, evidence)
+            g = rank.generation  # (a generation loop batches at most the sequences it generates)
+            batch = SERVING_BATCH if g is None else max(2, min(SERVING_BATCH, g.generations))
+            speedup = _served_batched(steps, ops, share, evidence, batch)
         remedy = (
             "optimizer" if optimizer_bound else "serving" if serving else "compiled" if compiled else "ops"
         )
@@ -257,11 +259,14 @@ class HostDispatch(Rule):
         )
 
 
-def _served_batched(steps: StepStats, ops: OpStats, share: float, evidence: list[Fact]) -> float:
-    """A batch-1 inference loop's gain from serving `SERVING_BATCH` requests per call (the facts that
-    say so are added to `evidence`)."""
+def _served_batched(
+    steps: StepStats, ops: OpStats, share: float, evidence: list[Fact], batch: int = SERVING_BATCH
+) -> float:
+    """A batch-1 inference loop's gain from serving `batch` requests per call (`SERVING_BATCH`, or the
+    sequences a generation loop generated one after another, if fewer: nanoGPT's sampler drawing 4
+    samples batches 4, not 32). The facts that say so are added to `evidence`."""
     vector = min(1.0 - share, ops.vector_matmul_ns_per_step / steps.mean_ns)
-    speedup = batched_requests(share, vector, SERVING_BATCH)
+    speedup = batched_requests(share, vector, batch)
     if vector >= VECTOR_MENTION:
         evidence.append(
             Fact("host.dispatch.vector", vector_ns=ops.vector_matmul_ns_per_step, rows=VECTOR_ROWS)
@@ -269,7 +274,7 @@ def _served_batched(steps: StepStats, ops: OpStats, share: float, evidence: list
     evidence.append(
         Fact(
             "host.dispatch.serving",
-            batch=SERVING_BATCH,
+            batch=batch,
             request_ns=steps.mean_ns / speedup,
             step_ns=steps.mean_ns,
             speedup=speedup,
