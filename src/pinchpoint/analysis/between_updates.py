@@ -63,7 +63,7 @@ def between_updates(rank: RankData, samples: list[TimedSample] | None = None) ->
         return None
     passes = sum(1 for i, b in enumerate(between) if b and (i == 0 or not between[i - 1]))
     ns = sum(s.dur_ns for s in calls)
-    wait = sum(_phase_ns(s, Phase.DATA_WAIT) for s in calls)
+    wait = sum(s.phase_ns(Phase.DATA_WAIT) for s in calls)
     fed = sum(1 for s in calls if any(iv.phase is Phase.DATA_WAIT for iv in s.intervals))
     batched, seen = _batched_frac(calls, samples or [])
     return BetweenUpdates(
@@ -71,7 +71,7 @@ def between_updates(rank: RankData, samples: list[TimedSample] | None = None) ->
         calls=len(calls),
         passes=passes,
         ns=ns,
-        forward_ns=sum(_phase_ns(s, Phase.FORWARD) for s in calls),
+        forward_ns=sum(s.phase_ns(Phase.FORWARD) for s in calls),
         data_wait_ns=wait,
         median_call_ns=int(statistics.median(s.dur_ns for s in calls)),
         batched_frac=batched,
@@ -83,10 +83,6 @@ def between_updates(rank: RankData, samples: list[TimedSample] | None = None) ->
 def outside_training(step: Step, trains: bool) -> bool:
     """An evaluation or rollout call: an eval step, or an inference step of a program that trains."""
     return step.kind is StepKind.EVAL or (trains and step.kind is StepKind.INFERENCE)
-
-
-def _phase_ns(step: Step, phase: Phase) -> int:
-    return sum(max(0, iv.end_ns - iv.start_ns) for iv in step.intervals if iv.phase is phase)
 
 
 def _after_passes(steps: list[Step]) -> int:

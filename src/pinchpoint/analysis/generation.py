@@ -156,7 +156,7 @@ def recompute(steps: Sequence[Step], probe: ContextCost | None = None) -> Recomp
 
 def _forward_ns(s: Step) -> int:
     """The model call itself: a step of a generation loop also holds its sampling, which a cache keeps."""
-    fwd = sum(iv.dur_ns for iv in s.intervals if iv.phase is Phase.FORWARD)
+    fwd = s.phase_ns(Phase.FORWARD)
     return fwd if fwd > 0 else s.dur_ns
 
 

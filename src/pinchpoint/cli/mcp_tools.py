@@ -242,10 +242,10 @@ def analyze_tool(ws: Workspace, args: Mapping[str, Any], progress: Progress) -> 
     paths = _words(args, "paths")
     if not paths:
         raise ToolFailure("paths: at least one profiler file or directory")
-    files = [str(ws.path(p, "paths")) for p in paths]
-    code, doc, tail = pinchpoint(ws, ["analyze", "-q", *files], _timeout(args), progress, "analyze")
+    files, timeout = [str(ws.path(p, "paths")) for p in paths], _timeout(args)
+    code, doc, tail = pinchpoint(ws, ["analyze", "-q", *files], timeout, progress, "analyze")
     if code == -1:
-        raise ToolFailure(f"timed out after {_timeout(args):g} s reading {', '.join(paths)}")
+        raise ToolFailure(f"timed out after {timeout:g} s reading {', '.join(paths)}")
     if doc is None or code != 0:
         raise ToolFailure(_last_line(tail))
     return Outcome(text=summary(doc), document=doc)

@@ -143,3 +143,7 @@ class Step:
     @property
     def dur_ns(self) -> int:
         return self.end_ns - self.start_ns
+
+    def phase_ns(self, phase: Phase) -> int:
+        """The step's time in `phase`, its intervals summed."""
+        return sum(max(0, iv.end_ns - iv.start_ns) for iv in self.intervals if iv.phase is phase)
