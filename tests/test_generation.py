@@ -218,7 +218,7 @@ def test_the_context_probe_replays_the_loops_own_call_whole_and_cut_to_one_token
     _generate(probe, model, 0, CONTEXT_RUN - 1, mask=True)
     assert probe.kept is None  # one call short of a generation
     _generate(probe, model, 5, CONTEXT_RUN + 3, mask=True)  # another generation: counted from its start
-    assert probe.kept is not None and probe.kept[3] == 4 + CONTEXT_RUN - 1
+    assert probe.kept is not None and probe.tokens == 4 + CONTEXT_RUN - 1
     model.lengths.clear()
     probe.run(torch)
     doc = json.loads((tmp_path / CONTEXT_FILE).read_text())
@@ -243,7 +243,7 @@ def test_the_context_probe_follows_streams_that_take_turns(tmp_path: Path) -> No
         tokens, tail = _tokens(ids[1], torch)
         assert tokens is not None and tail is not None
         probe.note(model, (ids[1],), {}, tokens, tail, torch)
-    assert probe.kept is not None and probe.kept[1][0] is ids[1]
+    assert probe.kept is not None and probe.kept.args[0] is ids[1]
 
 
 def test_a_model_that_refuses_one_token_leaves_no_probe(tmp_path: Path) -> None:

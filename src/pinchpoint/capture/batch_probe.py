@@ -14,16 +14,13 @@ Written to ranks/rankR/batch_probe.json: {"rows": the kept call's batch, "batche
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import os
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pinchpoint.capture.writer import write_json_atomic
+from pinchpoint.capture.replay import ExitReplay, KeptCall
 
 FILE = "batch_probe.json"
 MAX_BATCH = 64
@@ -32,12 +29,13 @@ BUDGET_S = 2.0
 SLOW_CALL_S = 0.5
 
 
-class BatchProbe:
+class BatchProbe(ExitReplay):
+    FILE = FILE
+
     def __init__(self, rank_dir: Callable[[], Path], quiet: Callable[[bool], None]) -> None:
-        self.rank_dir = rank_dir
-        self.quiet = quiet
-        """Turns pinchpoint's own recording of module calls off (True) and on while the probe calls."""
-        self.kept: tuple[Any, tuple[Any, ...], dict[str, Any], int, bool, bool] | None = None
+        super().__init__(rank_dir, quiet)
+        self.rows = 0
+        """The kept call's batch."""
 
     def note(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], torch: Any) -> None:
         """A top-level call outside training: the first with a batched tensor is kept (later ones cost one
@@ -50,71 +48,36 @@ class BatchProbe:
             return
         if rows < 1:
             return
-        grad = bool(torch.is_grad_enabled())
-        inference = bool(torch.is_inference_mode_enabled())
-        self.kept = (module, args, dict(kwargs), rows, grad, inference)  # (held: see the module's doc)
-        atexit.register(self.run, torch)
+        self.rows = rows
+        self.keep(KeptCall.of(module, args, kwargs, torch), torch)  # (held: see the module's doc)
 
-    def run(self, torch: Any) -> None:
-        """The replay at exit; never raises (a model that will not take a larger batch ends it)."""
-        if self.kept is None:
-            return
-        module, args, kwargs, rows, grad, inference = self.kept
-        out: list[list[float]] = []
-        start = time.monotonic_ns()
-        self.quiet(True)
-        try:
-            self._measure(out, torch, module, args, kwargs, rows, grad, inference)
-        except Exception:  # (what was measured before stands)
-            pass
-        finally:
-            self.quiet(False)
-        if out:
-            with contextlib.suppress(OSError):
-                doc = {
-                    "rows": rows,
-                    "batches": out,
-                    "pid": os.getpid(),
-                    "start_ns": start,
-                    "end_ns": time.monotonic_ns(),
-                }
-                write_json_atomic(self.rank_dir() / FILE, doc)
-
-    def _measure(
-        self,
-        out: list[list[float]],
-        torch: Any,
-        module: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        rows: int,
-        grad: bool,
-        inference: bool,
-    ) -> None:
-        """Appends [batch, median ms] to `out` as each batch is measured (a later failure keeps them)."""
+    def measure(self, call: KeptCall, torch: Any, found: dict[str, Any]) -> None:
+        """[batch, median ms] into found["batches"] as each batch is measured (a later failure keeps them)."""
+        found["batches"] = out = []
         deadline = time.perf_counter() + BUDGET_S
-        mode = torch.inference_mode() if inference else torch.set_grad_enabled(grad)
-        b = rows
-        with mode:
-            while b <= MAX_BATCH and time.perf_counter() < deadline:
-                a = tuple(_batched(x, rows, b, torch) for x in args)
-                kw = {k: _batched(v, rows, b, torch) for k, v in kwargs.items()}
-                try:
-                    module(*a, **kw)  # warm-up (its allocations, oneDNN's primitives for the shape)
-                    times: list[float] = []
-                    while len(times) < REPS and time.perf_counter() < deadline:
-                        t0 = time.perf_counter()
-                        module(*a, **kw)
-                        times.append(time.perf_counter() - t0)
-                except Exception:  # (a model that refuses a larger batch)
-                    break
-                if not times:
-                    break  # (the budget ran out after the warm-up)
-                ms = statistics.median(times) * 1e3
-                out.append([b, round(ms, 4)])
-                if ms / 1e3 > SLOW_CALL_S:
-                    break
-                b *= 2
+        b = rows = self.rows
+        while b <= MAX_BATCH and time.perf_counter() < deadline:
+            a = tuple(_batched(x, rows, b, torch) for x in call.args)
+            kw = {k: _batched(v, rows, b, torch) for k, v in call.kwargs.items()}
+            try:
+                call.module(*a, **kw)  # warm-up (its allocations, oneDNN's primitives for the shape)
+                times: list[float] = []
+                while len(times) < REPS and time.perf_counter() < deadline:
+                    t0 = time.perf_counter()
+                    call.module(*a, **kw)
+                    times.append(time.perf_counter() - t0)
+            except Exception:  # (a model that refuses a larger batch)
+                break
+            if not times:
+                break  # (the budget ran out after the warm-up)
+            ms = statistics.median(times) * 1e3
+            out.append([b, round(ms, 4)])
+            if ms / 1e3 > SLOW_CALL_S:
+                break
+            b *= 2
+
+    def document(self, found: dict[str, Any]) -> dict[str, Any] | None:
+        return {"rows": self.rows, "batches": found["batches"]} if found.get("batches") else None
 
 
 def _batched(x: Any, rows: int, b: int, torch: Any) -> Any:

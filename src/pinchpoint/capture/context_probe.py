@@ -3,8 +3,8 @@ with its whole context and with its last token alone.
 
 A loop without a cache passes the whole sequence so far each call (the ids grow by one, the next-to-last
 id an earlier call's last: `hooks._tokens`, CPU tensors only; a server's streams may take turns). Once a
-run of `RUN` such calls came, its latest one is kept (the module and that call's arguments: token ids, small). The module is held until
-exit: a sampler's model is usually a local of its `main()`, gone by the time `atexit` runs (so a CPU
+run of `RUN` such calls came, its latest one is kept (`replay.KeptCall`: the module and that call's arguments, token ids, small). The
+module is held until exit: a sampler's model is usually a local of its `main()`, gone by the time `atexit` runs (so a CPU
 model the program dropped earlier is freed at exit instead). At exit the call is replayed, in the grad mode it
 ran in, alternately as it was and with every tensor argument whose second dimension was the call's length
 cut to its last position — a one-token call: what each call after the prompt runs with a cache, less the
@@ -18,16 +18,13 @@ than `SLOW_CALL_S`. Written to ranks/rankR/context_probe.json: {"tokens": the ca
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import os
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pinchpoint.capture.writer import write_json_atomic
+from pinchpoint.capture.replay import ExitReplay, KeptCall
 
 FILE = "context_probe.json"
 RUN = 8
@@ -39,12 +36,13 @@ BUDGET_S = 0.3
 SLOW_CALL_S = 0.1
 
 
-class ContextProbe:
+class ContextProbe(ExitReplay):
+    FILE = FILE
+
     def __init__(self, rank_dir: Callable[[], Path], quiet: Callable[[bool], None]) -> None:
-        self.rank_dir = rank_dir
-        self.quiet = quiet
-        """Turns pinchpoint's own recording of module calls off (True) and on while the probe calls."""
-        self.kept: tuple[Any, tuple[Any, ...], dict[str, Any], int, bool, bool] | None = None
+        super().__init__(rank_dir, quiet)
+        self.tokens = 0
+        """The kept call's length."""
         self._ends: dict[tuple[int, int], int] = {}
         """(length, last id) of each open run's latest call -> the run's calls (streams take turns on a server)."""
 
@@ -60,66 +58,49 @@ class ContextProbe:
         """A top-level call with gradients off whose ids were read (`tail`: its first row's last two)."""
         if self.kept is not None:
             return
-        run = self._ends.pop((tokens - 1, tail[0]), 0) + 1
+        ends = self._ends
+        run = ends.pop((tokens - 1, tail[0]), 0) + 1
         if run < RUN:
-            if len(self._ends) >= OPEN_RUNS:
-                del self._ends[next(iter(self._ends))]  # (the oldest)
-            self._ends[(tokens, tail[1])] = run
+            if len(ends) >= OPEN_RUNS:
+                del ends[next(iter(ends))]  # (the oldest)
+            ends[(tokens, tail[1])] = run
             return
-        self._ends.clear()
-        inference = bool(torch.is_inference_mode_enabled())
-        self.kept = (module, args, dict(kwargs), tokens, bool(torch.is_grad_enabled()), inference)
-        atexit.register(self.run, torch)
+        ends.clear()
+        self.tokens = tokens
+        self.keep(KeptCall.of(module, args, kwargs, torch), torch)
 
-    def run(self, torch: Any) -> None:
-        """The replay at exit; never raises (a model that refuses a one-token call ends it)."""
-        if self.kept is None:
-            return
-        module, args, kwargs, tokens, grad, inference = self.kept
-        start = time.monotonic_ns()
+    def measure(self, call: KeptCall, torch: Any, found: dict[str, Any]) -> None:
         full: list[float] = []
         one: list[float] = []
-        self.quiet(True)
-        try:
-            mode = torch.inference_mode() if inference else torch.set_grad_enabled(grad)
-            with mode:
-                _pairs(full, one, module, args, kwargs, _cut(args, kwargs, tokens, torch))
-        except Exception:  # (the pairs timed before it stand)
-            pass
-        finally:
-            self.quiet(False)
-        if full and one:
-            with contextlib.suppress(OSError):
-                doc = {
-                    "tokens": tokens,
-                    "full_ms": round(statistics.median(full) * 1e3, 4),
-                    "one_ms": round(statistics.median(one) * 1e3, 4),
-                    "pairs": min(len(full), len(one)),
-                    "pid": os.getpid(),
-                    "start_ns": start,
-                    "end_ns": time.monotonic_ns(),
-                }
-                write_json_atomic(self.rank_dir() / FILE, doc)
+        found.update(full=full, one=one)
+        _pairs(full, one, call, _cut(call.args, call.kwargs, self.tokens, torch))
+
+    def document(self, found: dict[str, Any]) -> dict[str, Any] | None:
+        full, one = found.get("full"), found.get("one")
+        if not full or not one:
+            return None
+        return {
+            "tokens": self.tokens,
+            "full_ms": round(statistics.median(full) * 1e3, 4),
+            "one_ms": round(statistics.median(one) * 1e3, 4),
+            "pairs": min(len(full), len(one)),
+        }
 
 
 def _pairs(
-    full: list[float],
-    one: list[float],
-    module: Any,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    cut: tuple[tuple[Any, ...], dict[str, Any]],
+    full: list[float], one: list[float], call: KeptCall, cut: tuple[tuple[Any, ...], dict[str, Any]]
 ) -> None:
     """Appends the seconds of each timed call, the whole context's to `full` and the last token's to `one`,
     alternating (a machine that slows meanwhile slows both)."""
+    module = call.module
     deadline = time.perf_counter() + BUDGET_S
-    for a, kw in ((args, kwargs), cut):  # warm-ups (oneDNN's primitives for each shape)
+    for a, kw in ((call.args, call.kwargs), cut):  # warm-ups (oneDNN's primitives for each shape)
         t0 = time.perf_counter()
         module(*a, **kw)
         if time.perf_counter() - t0 > SLOW_CALL_S:
             return
     while len(one) < REPS and time.perf_counter() < deadline:
-        for a, kw, out in ((args, kwargs, full), (*cut, one)):
+        for a, kw, out in ((call.args, call.kwargs, full), (*cut, one)):
             t0 = time.perf_counter()
             module(*a, **kw)
             out.append(time.perf_counter() - t0)
