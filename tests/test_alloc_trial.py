@@ -4,6 +4,7 @@ and the memory.pressure finding is priced from them (`capture/alloc_trial.py`)."
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -70,7 +71,38 @@ def test_the_trial_raises_the_thresholds_for_its_steps_then_sets_the_programs_ba
     assert record["reference_steps"] == [7 + i for i, what in enumerate(schedule) if what == "ref"]
     assert record["faults_before"] == 5000 and record["restored"]["from"] == "probed"
     assert record["restored"]["mmap_threshold"] == seen["before"]
-    assert record["restored"]["trim_threshold"] == 2 * seen["before"]
+    # it pinned only its mmap threshold: glibc left trim at its 128 KiB, which is what is set back (twice
+    # the mmap threshold kept 8 MiB at the heap's top, and the reference steps faulted half as often)
+    assert record["restored"]["trim_threshold"] == 128 << 10, record
+    assert record["restored"]["trim_from"].startswith("glibc's default"), record
+
+
+ADJUSTING = textwrap.dedent(
+    """
+    import json, sys
+    from pinchpoint.capture.alloc_trial import Glibc, restore_values
+
+    glibc = Glibc.load()
+    p = glibc.libc.malloc(1 << 20)  # a freed mapped block: glibc raises its thresholds to its size
+    glibc.libc.free(p)
+    print(json.dumps(restore_values(glibc)))
+    """
+)
+
+
+def test_a_program_whose_thresholds_glibc_still_adjusts_gets_trim_at_twice_mmap() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", ADJUSTING],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_TUNABLES"))},
+    )
+    restored = json.loads(done.stdout)
+    assert (1 << 20) <= restored["mmap_threshold"] <= (1 << 20) + (64 << 10), restored
+    assert restored["trim_threshold"] == 2 * restored["mmap_threshold"], restored
+    assert restored["trim_from"] == "glibc's rule", restored
 
 
 def test_no_trial_without_churn_on_several_ranks_or_under_another_allocator(
@@ -256,7 +288,11 @@ def test_a_finding_whose_trial_was_cut_says_its_estimate_is_a_model() -> None:
 
     def churn(cut: TrialCut) -> Finding:
         rank = replace(make_rank_analysis({"forward": 40, "backward": 50}, 10, faults=pf), trial_cut=cut)
-        (f,) = [f for f in diagnose(make_run_analysis(make_env(cores=2), [rank])).findings if f.id == "memory.pressure"]
+        (f,) = [
+            f
+            for f in diagnose(make_run_analysis(make_env(cores=2), [rank])).findings
+            if f.id == "memory.pressure"
+        ]
         return f
 
     f = churn(TrialCut(trial="alloc", steps_done=6, steps_needed=13))
