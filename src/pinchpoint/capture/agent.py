@@ -55,6 +55,9 @@ INFERENCE_AFTER_CALLS = 3
 """Top-level calls of one module with grad enabled and no backward in between: then it is inference."""
 
 _now = time.monotonic_ns
+RSS_EVERY_NS = 10_000_000
+"""A step's resident memory is read again only this long after the last reading (a step's `rss_bytes`
+is at most this stale: memory.leak reads a floor rising over many steps)."""
 
 FSDP_NOTED_AT = 2
 """The step index after which FSDP2's settings are read from the modules (`dist_hooks.note_fsdp`)."""
@@ -80,6 +83,8 @@ class Agent:
         self.intervals: list[list[Any]] = []
         """The step in progress's phase intervals: [phase, start_ns, end_ns]."""
         self._statm = ProcFile("/proc/self/statm")
+        self._rss_read: tuple[int, int | None] = (-RSS_EVERY_NS, None)
+        """(when, resident bytes) of the last reading: short steps share one."""
         self.in_module = False
         self.opt_start_ns = 0
         """When the optimizer's own update (re)started: its step's start, or the end of its closure."""
@@ -148,6 +153,7 @@ class Agent:
         self.tid = threading.get_ident()
         forget_thread_files()
         self._statm.reset()
+        self._rss_read = (-RSS_EVERY_NS, None)
         self.annot = None
         for w in self._writers():
             w.forget()
@@ -270,10 +276,14 @@ class Agent:
         self.steps.add(record)
         self.trials.observe(record)
         self.step.tainted = False
-        self.steps.flush()
+        if partial or record["profiled"] or record["trial"] or self.applier is not None:
+            self.steps.flush()  # (what a reader may wait for: written at once)
+            self.fetches.flush()
+        else:  # short steps share a write (`writer.FLUSH_NS`)
+            self.steps.flush_due(end)
+            self.fetches.flush_due(end)  # batches fetched in this process (num_workers=0)
         if self.annot is not None:
             self.annot.end_step()
-        self.fetches.flush()  # batches fetched in this process (num_workers=0)
         if self.role is Role.MAIN:
             self.device.mark(self.torch, self.rank_dir, self.step.index)
         self.intervals = []
@@ -291,7 +301,9 @@ class Agent:
     def _step_record(self, kind: str, end: int, partial: bool, now: Counters) -> dict[str, Any]:
         """The step in progress as its steps.jsonl line (docs/run-directory.md), ending at `end`."""
         profiled = self.window.active or self.step.tainted
-        rss = statm_rss(self._statm.read())
+        if end - self._rss_read[0] >= RSS_EVERY_NS or partial:
+            self._rss_read = (end, statm_rss(self._statm.read()))
+        rss = self._rss_read[1]
         return self.step.record(kind, end, partial, now, profiled, self.intervals, rss)
 
     def _find_loop(self, frame: FrameType) -> None:

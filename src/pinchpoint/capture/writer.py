@@ -2,6 +2,8 @@
 
 Lines are buffered in memory and written with one `os.write` per flush, so a SIGKILL loses at most the
 lines since the last flush and never leaves a half-written line from an interrupted Python buffer.
+Step boundaries flush at most every `FLUSH_NS` (and at once for the steps that matter alone: see
+`Agent.end_step`).
 """
 
 from __future__ import annotations
@@ -30,16 +32,30 @@ def _line_encoder() -> Callable[[Any], bytes]:
 encode_line = _line_encoder()
 
 
+FLUSH_NS = 20_000_000
+"""`flush_due` writes at most this often: a step boundary's `os.write` cost ~7 µs of a 0.3 ms step (×3
+right after a parallel region, the OpenMP workers spinning on the sibling core), and a SIGKILL then
+loses at most this much of the run."""
+
+
 class JsonlWriter:
-    """Appends JSON objects as lines; `flush()` writes what is buffered."""
+    """Appends JSON objects as lines; `flush()` writes what is buffered, `flush_due(now)` only when the
+    last write is `FLUSH_NS` old."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lines: list[bytes] = []
         self._fd: int | None = None
+        self._written_ns = 0
 
     def add(self, obj: Any) -> None:
         self._lines.append(encode_line(obj))
+
+    def flush_due(self, now_ns: int) -> None:
+        """`flush()` if the last write was `FLUSH_NS` before `now_ns` (a monotonic clock's ns)."""
+        if self._lines and now_ns - self._written_ns >= FLUSH_NS:
+            self._written_ns = now_ns
+            self.flush()
 
     def flush(self) -> None:
         if not self._lines:
