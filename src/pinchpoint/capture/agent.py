@@ -8,8 +8,9 @@ waits for `torch` to be imported, then wraps a handful of framework entry points
   optimizer step (global hooks)     -> optimizer       `torch.save`             -> checkpoint_io
 
 Steps end at optimizer steps (training), at top-level model calls under no_grad (inference) or at an
-explicit `step()`. One line per step is written to `steps.jsonl` and flushed, so a killed program
-keeps every finished step. Costs per step: a few clock reads and one `os.write`.
+explicit `step()`. One line per step is written to `steps.jsonl`, flushed at least every 20 ms, so a killed program
+keeps the steps finished before that. Costs per step: a few clock reads, and for short steps a share of
+one reading of the counters and of one `os.write` (`shared_counters.py`).
 """
 
 from __future__ import annotations
@@ -45,19 +46,14 @@ from pinchpoint.capture.loop_shapes import LoopMode
 from pinchpoint.capture.loop_site import loop_site
 from pinchpoint.capture.on_demand import OnDemand
 from pinchpoint.capture.patches import PATCHES
-from pinchpoint.capture.procfs import ProcFile, forget_thread_files, statm_rss
+from pinchpoint.capture.procfs import forget_thread_files
 from pinchpoint.capture.roles import QUIET, Role
+from pinchpoint.capture.shared_counters import SharedCounters
 from pinchpoint.capture.step_state import Counters, DeviceMarks, StepState, read_counters
 from pinchpoint.capture.trials import Trials, trials_enabled
 from pinchpoint.capture.writer import JsonlWriter, write_json_atomic
 
-INFERENCE_AFTER_CALLS = 3
-"""Top-level calls of one module with grad enabled and no backward in between: then it is inference."""
-
 _now = time.monotonic_ns
-RSS_EVERY_NS = 10_000_000
-"""A step's resident memory is read again only this long after the last reading (a step's `rss_bytes`
-is at most this stale: memory.leak reads a floor rising over many steps)."""
 
 FSDP_NOTED_AT = 2
 """The step index after which FSDP2's settings are read from the modules (`dist_hooks.note_fsdp`)."""
@@ -82,9 +78,8 @@ class Agent:
         self.step = StepState(read_counters(self.tid))
         self.intervals: list[list[Any]] = []
         """The step in progress's phase intervals: [phase, start_ns, end_ns]."""
-        self._statm = ProcFile("/proc/self/statm")
-        self._rss_read: tuple[int, int | None] = (-RSS_EVERY_NS, None)
-        """(when, resident bytes) of the last reading: short steps share one."""
+        self.shared = SharedCounters()
+        """A run of short steps' lines, held until one reading of the counters is shared among them."""
         self.in_module = False
         self.opt_start_ns = 0
         """When the optimizer's own update (re)started: its step's start, or the end of its closure."""
@@ -152,8 +147,7 @@ class Agent:
         self.role = Role.PROBE if loader_probe.ACTIVE else Role.WORKER
         self.tid = threading.get_ident()
         forget_thread_files()
-        self._statm.reset()
-        self._rss_read = (-RSS_EVERY_NS, None)
+        self.shared = SharedCounters()
         self.annot = None
         for w in self._writers():
             w.forget()
@@ -190,22 +184,11 @@ class Agent:
             self.write_process_info()
 
     def write_process_info(self) -> None:
-        from pinchpoint.capture import environment
+        from pinchpoint.capture.environment import process_record
 
-        torch = self.torch
-        info: dict[str, Any] = {
-            "pid": os.getpid(),
-            "ppid": os.getppid(),
-            "rank": self.rank,
-            "role": self.role,
-            "started_ns": _now(),
-            "torch": environment.torch_info(torch) if torch is not None else None,
-            "threads": environment.thread_info(torch) if torch is not None else None,
-            "autocast": {"cpu": self.autocast_dtype},
-        }
-        for key, value in (("loop", self.loop), ("framework", self.framework)):
-            if value is not None:
-                info[key] = value
+        info = process_record(
+            self.torch, self.rank, self.role, self.autocast_dtype, loop=self.loop, framework=self.framework
+        )
         write_json_atomic(self.rank_dir / f"process-{os.getpid()}.json", info)
 
     def _writers(self) -> tuple[JsonlWriter, ...]:
@@ -234,12 +217,18 @@ class Agent:
             # The unfinished last step is still evidence (a crash mid-step): keep it, marked partial.
             with contextlib.suppress(Exception):
                 self.partial_step()
+        with contextlib.suppress(Exception):
+            self._release_held()  # (no partial step ended the run of short steps)
         if self.annot is not None:
             with contextlib.suppress(Exception):
                 self.annot.end_step()
         if self.role is Role.MAIN:
             rank_dir = self.rank_dir
-            for write in (self.write_process_info, lambda: GC.write(rank_dir), lambda: write_compiles(rank_dir)):
+            for write in (
+                self.write_process_info,
+                lambda: GC.write(rank_dir),
+                lambda: write_compiles(rank_dir),
+            ):
                 with contextlib.suppress(Exception):
                     write()
         for w in self._writers():
@@ -269,12 +258,18 @@ class Agent:
         if self.role in QUIET:
             return  # (a hook that was running when the agent detached)
         end = _now() if end_ns is None else end_ns
-        now = counters if counters is not None else self.counters()
+        share = counters is None and self._may_share(end, partial)
+        if share:  # (a short step: its counters come with its run's, `shared_counters`)
+            now = self.shared.placeholder(self.step.counters)
+        else:
+            now = counters if counters is not None else self.counters()
         record = self._step_record(kind, end, partial, now)
         if self.applier is not None:  # (`pinchpoint try`: steps draining what a loader prefetched)
             record["settling"] = self.applier.settling(record)
-        self.steps.add(record)
-        self.trials.observe(record)
+        if share:
+            self.shared.hold(record, self.step.counters)
+        else:
+            self._write(self.shared.release(record))
         self.step.tainted = False
         if partial or record["profiled"] or record["trial"] or self.applier is not None:
             self.steps.flush()  # (what a reader may wait for: written at once)
@@ -301,10 +296,30 @@ class Agent:
     def _step_record(self, kind: str, end: int, partial: bool, now: Counters) -> dict[str, Any]:
         """The step in progress as its steps.jsonl line (docs/run-directory.md), ending at `end`."""
         profiled = self.window.active or self.step.tainted
-        if end - self._rss_read[0] >= RSS_EVERY_NS or partial:
-            self._rss_read = (end, statm_rss(self._statm.read()))
-        rss = self._rss_read[1]
+        rss = self.shared.rss(end, fresh=partial)
         return self.step.record(kind, end, partial, now, profiled, self.intervals, rss)
+
+    def _may_share(self, end: int, partial: bool) -> bool:
+        """Whether the step ending at `end` may share its run's counters: a short one of the program's own
+        (no window, trial or snapshot at its start, none still to come, not `try`)."""
+        step, window = self.step, self.window
+        exact = (
+            partial or step.trial or step.tainted or self.role is not Role.MAIN or self.applier is not None
+        )
+        if exact or step.start_ns is None or window.active or not (window.spec is None or window.done):
+            return False
+        trials = self.trials_on and window.spec is not None and not self.trials.settled()
+        return not trials and self.shared.may_hold(step.start_ns, end)
+
+    def _write(self, lines: list[dict[str, Any]]) -> None:
+        for line in lines:
+            self.steps.add(line)
+            self.trials.observe(line)
+
+    def _release_held(self) -> None:
+        """End a run of short steps here, before pinchpoint's own work at this boundary."""
+        if self.shared.held:
+            self._write(self.shared.release_now(self.counters(), _now()))
 
     def _find_loop(self, frame: FrameType) -> None:
         """Once, after step 0 is written: its cost (a stack walk, one parse) lands in a warm-up step."""
@@ -324,7 +339,7 @@ class Agent:
         if self.trials.budget.over():  # (pinchpoint's time inside the loop is spent: the window ends here)
             self.window.shorten(step.index)
         window = self.window.on_step_end(self.torch, step.index, self.autocast_dtype == "bfloat16")
-        if self.leaks.observe(self.torch, record, self.rank_dir) or window:
+        if self.leaks.observe(self.torch, record, self.rank_dir, settle=self._release_held) or window:
             # The op window opened or closed (probes), or live tensors were counted: no step's time.
             step.tainted = True
             taken_end, end = end, _now()
@@ -400,33 +415,7 @@ class Agent:
             return
         self.interval("forward", start_ns, end_ns)
         self.end()
-        if self.shape.mode is LoopMode.INFERENCE:
-            self.end_step("inference", end_ns)
-        elif self.shape.mode in (LoopMode.TRAIN, LoopMode.MANUAL):
-            if self.torch.is_grad_enabled():
-                if module.training:
-                    self.detector.note_trained(module)
-            elif (
-                not module.training
-                and id(module) in self.shape.trained_modules
-                and not any(iv[0] == "backward" for iv in self.intervals)
-            ):
-                self.detector.eval_step(end_ns)  # evaluation inside training: a step of its own kind
-        elif self.shape.mode is LoopMode.UNKNOWN:
-            self._first_calls(module, end_ns)
-
-    def _first_calls(self, module: Any, end_ns: int) -> None:
-        """Before the loop's kind is known: a call under no_grad, or `INFERENCE_AFTER_CALLS` of one
-        module with no backward, is inference."""
-        if module.training:
-            self.detector.note_trained(module)
-        if self.torch.is_grad_enabled():
-            key = id(module)
-            n = self.shape.calls_without_backward[key] = self.shape.calls_without_backward.get(key, 0) + 1
-            if n < INFERENCE_AFTER_CALLS:
-                return
-        self.shape.mode = LoopMode.INFERENCE
-        self.end_step("inference", end_ns)
+        self.detector.call_ended(module, end_ns, self.torch)
 
     def optimizer_begins(self) -> None:
         self.begin("optimizer")

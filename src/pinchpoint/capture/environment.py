@@ -16,6 +16,7 @@ import os
 import platform
 import re
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -417,3 +418,20 @@ def thread_info(torch_module: Any) -> dict[str, Any]:
         "inter_op": _safe(lambda: int(torch.get_num_interop_threads())),
         "env": {name: os.environ.get(name) for name in THREAD_ENV_VARS},
     }
+
+
+def process_record(torch: Any, rank: int, role: str, autocast: str | None, **found: Any) -> dict[str, Any]:
+    """A capturing process's process-{pid}.json: who it is, its torch and threads, what the agent found
+    (`found`: the loop, the framework; None values left out)."""
+    info: dict[str, Any] = {
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "rank": rank,
+        "role": role,
+        "started_ns": time.monotonic_ns(),
+        "torch": torch_info(torch) if torch is not None else None,
+        "threads": thread_info(torch) if torch is not None else None,
+        "autocast": {"cpu": autocast},
+    }
+    info.update({k: v for k, v in found.items() if v is not None})
+    return info

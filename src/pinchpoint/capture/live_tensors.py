@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +48,11 @@ class LeakWatch:
         self.first = 0
         self.before: dict[str, Any] | None = None
 
-    def observe(self, torch: Any, record: dict[str, Any], rank_dir: Path) -> bool:
+    def observe(
+        self, torch: Any, record: dict[str, Any], rank_dir: Path, settle: Callable[[], None] = lambda: None
+    ) -> bool:
         """At a step's end (`record`: its steps.jsonl line). True when a snapshot took time between this
-        step and the next."""
+        step and the next (`settle` is called first: the agent reads its counters before it)."""
         if self.state == "done" or torch is None or record["partial"]:
             return False
         step = record["step"]
@@ -57,6 +60,7 @@ class LeakWatch:
             if step - self.first < SPAN:
                 return False
             self.state = "done"
+            settle()
             with contextlib.suppress(Exception):
                 after = live_tensors(torch)
                 write_json_atomic(
@@ -82,6 +86,7 @@ class LeakWatch:
         self.recent = [*self.recent[1 - FLOOR_STEPS :], amount]
         if len(self.recent) < FLOOR_STEPS or min(self.recent) - self.floor < self.rise:
             return False
+        settle()
         try:
             self.before = live_tensors(torch)
         except Exception:

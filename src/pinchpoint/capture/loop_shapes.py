@@ -83,6 +83,10 @@ class LoopState:
     """What the marked steps are (`Agent.explicit_step`): the last partial step is one too."""
 
 
+INFERENCE_AFTER_CALLS = 3
+"""Top-level calls of one module with grad enabled and no backward in between: then it is inference."""
+
+
 class StepSink(Protocol):
     """What step detection needs from the agent (`agent.Agent`): the step in progress and a way to
     end it."""
@@ -163,6 +167,38 @@ class StepDetector:
         if key not in self.state.trained_modules:
             self.state.trained_modules.add(key)
             self.state.trained_refs.append(weakref.ref(module))
+
+    def call_ended(self, module: Any, end_ns: int, torch: Any) -> None:
+        """A top-level call of `module` returned: it may end an inference step, or an evaluation step
+        inside training; in a loop of unknown kind it may show which kind the loop is."""
+        state = self.state
+        if state.mode is LoopMode.INFERENCE:
+            self.sink.end_step("inference", end_ns)
+        elif state.mode in (LoopMode.TRAIN, LoopMode.MANUAL):
+            if torch.is_grad_enabled():
+                if module.training:
+                    self.note_trained(module)
+            elif (
+                not module.training
+                and id(module) in state.trained_modules
+                and not any(iv[0] == "backward" for iv in self.sink.intervals)
+            ):
+                self.eval_step(end_ns)  # evaluation inside training: a step of its own kind
+        elif state.mode is LoopMode.UNKNOWN:
+            self._first_calls(module, end_ns, torch)
+
+    def _first_calls(self, module: Any, end_ns: int, torch: Any) -> None:
+        """Before the loop's kind is known: a call under no_grad, or `INFERENCE_AFTER_CALLS` of one
+        module with no backward, is inference."""
+        if module.training:
+            self.note_trained(module)
+        if torch.is_grad_enabled():
+            key = id(module)
+            n = self.state.calls_without_backward[key] = self.state.calls_without_backward.get(key, 0) + 1
+            if n < INFERENCE_AFTER_CALLS:
+                return
+        self.state.mode = LoopMode.INFERENCE
+        self.sink.end_step("inference", end_ns)
 
     def start_update_watch(self, torch: Any) -> None:
         """After a backward with no optimizer ever stepped: note the ops that touch trained parameters

@@ -46,7 +46,16 @@ def read_counters(main_tid: int) -> Counters:
         main_sys = int(resource.getrusage(_RUSAGE_THREAD).ru_stime * 1e9)
     gc = (GC.ns, GC.collections, GC.full, GC.explicit_ns)
     graphs = (GRAPHS.calls, GRAPHS.ns)
-    return Counters(_thread_cpu(), thread_schedstat(), ru.ru_minflt, int(ru.ru_stime * 1e9), main_sys, gc, graphs)
+    return Counters(
+        _thread_cpu(), thread_schedstat(), ru.ru_minflt, int(ru.ru_stime * 1e9), main_sys, gc, graphs
+    )
+
+
+def cheap_counters(start: Counters) -> Counters:
+    """`start`'s readings with what is cheap read now: the thread's CPU time (the vDSO's clock, no
+    file), the collector's and compiled graphs' counts (`shared_counters`)."""
+    gc = (GC.ns, GC.collections, GC.full, GC.explicit_ns)
+    return start._replace(cpu_ns=_thread_cpu(), gc=gc, graphs=(GRAPHS.calls, GRAPHS.ns))
 
 
 @dataclass(slots=True)

@@ -123,6 +123,10 @@ class Trials:
             torch, next_step, ready=ready and self._may("workers", self.workers, ready)
         )
 
+    def settled(self) -> bool:
+        """Every trial ran or was declined: no step boundary will start one."""
+        return self.threads.state == "done" and self.alloc.state == "done" and self.workers.state == "done"
+
     def _may(self, trial: str, runner: Any, ready: bool) -> bool:
         """A trial that started runs on; one that has not may start only with room for it. Without
         room it is skipped for good (an attach's time only runs out), so a shorter one may still fit."""
