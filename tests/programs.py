@@ -303,6 +303,33 @@ own work, e.g. the loader probe's DataLoader: 5.7% of compute_memory's run in on
 with any frame of pinchpoint's own work is now its own: decision 91.)"""
 
 
+def shared_runs_are_whole(out: Path) -> None:
+    """Steps that shared one reading of the counters (`capture/shared_counters.py`) come as whole runs:
+    N consecutive lines with `"shared": N`, none of them profiled, a trial or partial, all but the last
+    within `SHARE_NS` together, and the counters shared out non-negative."""
+    from pinchpoint.capture.shared_counters import FIELDS, MAX_STEPS, SHARE_NS
+
+    for steps_file in out.glob("ranks/rank*/steps.jsonl"):
+        lines = [json.loads(x) for x in steps_file.read_text().splitlines() if x.strip()]
+        i = 0
+        while i < len(lines):
+            n = lines[i].get("shared")
+            if n is None:
+                i += 1
+                continue
+            run = lines[i : i + n]
+            assert 1 <= n <= MAX_STEPS + 1 and [r.get("shared") for r in run] == [n] * n, (steps_file, i)
+            assert [r["step"] for r in run] == list(range(run[0]["step"], run[0]["step"] + n)), (
+                steps_file,
+                i,
+            )
+            assert not any(r["profiled"] or r["trial"] or r["partial"] for r in run), (steps_file, i)
+            held = run[:-1] or run  # (the last step ended the run, unless pinchpoint's own work did)
+            assert held[-1]["end_ns"] - run[0]["start_ns"] < SHARE_NS, (steps_file, i)
+            assert all((r[f] or 0) >= 0 for r in run for f in FIELDS), (steps_file, i)
+            i += n
+
+
 def segments_cover_the_run(out: Path) -> None:
     """Start-up, the steps of each kind, pinchpoint's own work and shutdown partition the run: what they
     cannot name (`between steps`, reported as unattributed) stays under 5% of the wall clock."""

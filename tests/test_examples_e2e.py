@@ -32,6 +32,7 @@ from programs import (
     loaded_steps,
     programs_own,
     segments_cover_the_run,
+    shared_runs_are_whole,
 )
 from programs import planted as planted_in
 from programs import summary as _summary
@@ -211,8 +212,10 @@ def test_diagnosis_matches_the_planted_truth(example: Path, profiled: Any) -> No
 def test_named_segments_cover_the_run(example: Path, profiled: Any) -> None:
     """Issue 32's partition of the run (`programs.segments_cover_the_run`). The examples of `OWN_TESTS`
     are held to it on the runs their own tests make (a second run of each cost ~50 s of CI's 25
-    minutes)."""
-    segments_cover_the_run(profiled(example))
+    minutes). The steps that shared their counters do so in whole runs (`programs.shared_runs_are_whole`)."""
+    out = profiled(example)
+    segments_cover_the_run(out)
+    shared_runs_are_whole(out)
 
 
 def test_truth_file_covers_every_example() -> None:
@@ -294,7 +297,8 @@ def test_recompiles_are_named_with_the_dimension_that_varies_and_nothing_recompi
     found = next(f for f in report["findings"] if f["id"] == "compile.recompiles")
     assert found["fix_kind"] == "dynamic_shapes" and any(
         # the program's own argument: dynamo compiles `forward(self, tokens)`, not pinchpoint's wrapper
-        "tokens at dimension 1" in e and "32, 48, 64, 80, 96, 112" in e for e in found["evidence"]
+        "tokens at dimension 1" in e and "32, 48, 64, 80, 96, 112" in e
+        for e in found["evidence"]
     ), _summary(report)
 
 
@@ -309,7 +313,9 @@ def test_graph_breaks_are_named_by_their_line_and_counted_as_the_steps_ran_them(
     compiles = json.loads((run / "ranks" / "rank0" / "compile.json").read_text())["compiles"]
     assert compiles and not [c for c in compiles if c["frame"] == "call_wrapper"], compiles
     steps = [json.loads(x) for x in (run / "ranks" / "rank0" / "steps.jsonl").read_text().splitlines()]
-    assert {s.get("graph_calls") for s in steps[12:] if not s["partial"]} == {34}, [s.get("graph_calls") for s in steps]
+    assert {s.get("graph_calls") for s in steps[12:] if not s["partial"]} == {34}, [
+        s.get("graph_calls") for s in steps
+    ]
     report = json.loads((run / "report.json").read_text())
     found = next(f for f in report["findings"] if f["id"] == "compile.graph_breaks")
     line = next(e for e in found["evidence"] if e.startswith("dynamo broke the compiled code at"))
@@ -326,11 +332,15 @@ def test_a_run_that_compiles_from_scratch_every_time_is_told_to_keep_its_cache(p
     run = profiled(EXAMPLES / "compile_cold_cache.py")
     doc = json.loads((run / "ranks" / "rank0" / "compile.json").read_text())
     assert doc["caches"]["fx_graph"] is True and "inductor-cache-" in doc["caches"]["dir"], doc["caches"]
-    assert any(c["cache"]["fx_miss"] for c in doc["compiles"]) and not any(c["cache"]["fx_hit"] for c in doc["compiles"])
+    assert any(c["cache"]["fx_miss"] for c in doc["compiles"]) and not any(
+        c["cache"]["fx_hit"] for c in doc["compiles"]
+    )
     report = json.loads((run / "report.json").read_text())
     found = report["findings"][0]
     assert found["id"] == "compile.time" and found["fix_kind"] == "compile_cache", _summary(report)
-    assert doc["caches"]["dir"] in found["fix"] and "TORCHINDUCTOR_CACHE_DIR" in found["fix"], _summary(report)
+    assert doc["caches"]["dir"] in found["fix"] and "TORCHINDUCTOR_CACHE_DIR" in found["fix"], _summary(
+        report
+    )
 
 
 @pytest.mark.e2e
