@@ -85,7 +85,7 @@ EXAMPLES = {
                                          ("bf16 autocast (compute.math)", ["--bf16"])]),
     "lstm_manual_sgd": ("host.python", [("--fix", ["--fix"]), GLIBC_KEEPS]),
     "char_gpt_memmap": ("compute.memory", [("--fix", ["--fix"]), GLIBC_KEEPS]),
-    "serve_generate": ("compute.recompute", [("--fix", ["--fix"])]),
+    "serve_generate": ("compute.recompute", [("--fix", ["--fix"]), ("batched streams (host.dispatch)", ["--batch"])]),
     "char_gpt_sample": ("host.dispatch", [("--fix", ["--fix"]), GLIBC_KEEPS,
                                           ("kv cache (compute.recompute)", ["--cache"])]),
     "hf_generate": ("host.dispatch", [("--fix", ["--fix"])]),

@@ -17,9 +17,12 @@ from pathlib import Path
 import pytest
 
 from programs import EXAMPLES, beside_load
-from truth import machine_truth, measured_causes, missing_row
+from truth import acceptable_tops, machine_truth, measured_causes, missing_row
 
 pytestmark = pytest.mark.e2e
+
+REAL_SHARE = 0.15
+"""A fix that removed less of the request's time than this is not a real cause (as the examples' test)."""
 
 EXAMPLE = EXAMPLES / "serve_one_at_a_time.py"
 TOLERANCE = 0.25
@@ -127,11 +130,12 @@ def test_a_generation_servers_streams_are_timed_by_token_and_its_recompute_found
     if beside_load(report) or missing_row(GENERATOR.stem) is not None:
         return  # (the truth was measured idle, on one kind)
     lead = report["findings"][0]["id"]
-    # The lead is the planted cause, or one whose fix this kind never measured on the example:
-    # host.dispatch's "serve 32 a call" (batching the streams) led in some runs here, and no variant of
-    # the example batches its streams yet. Never a cause whose measured fix paid less.
+    # The lead's fix measured as much as the best one on this kind, within the margin, or this kind never
+    # measured it: the KV cache (compute.recompute) and batching the streams (`--batch`, host.dispatch's
+    # "serve 32 a call") measured x1.54 and x1.78 here, a tie. Never a cause whose measured fix paid less.
     measured = measured_causes(GENERATOR.stem, "compute.recompute")
-    assert lead == "compute.recompute" or lead not in measured, (lead, measured)
+    tops = acceptable_tops(GENERATOR.stem, "compute.recompute", REAL_SHARE)
+    assert lead in tops or lead not in measured, (lead, measured)
 
 
 THREADS_SERVER = '''
