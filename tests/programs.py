@@ -305,8 +305,9 @@ with any frame of pinchpoint's own work is now its own: decision 91.)"""
 
 def shared_runs_are_whole(out: Path) -> None:
     """Steps that shared one reading of the counters (`capture/shared_counters.py`) come as whole runs:
-    N consecutive lines with `"shared": N`, none of them profiled, a trial or partial, all but the last
-    within `SHARE_NS` together, and the counters shared out non-negative."""
+    N consecutive lines with `"shared": N`, none of them profiled or a trial, only the last partial (the
+    step in progress at exit ends the run), all but the last within `SHARE_NS` together, and the
+    counters shared out non-negative."""
     from pinchpoint.capture.shared_counters import FIELDS, MAX_STEPS, SHARE_NS
 
     for steps_file in out.glob("ranks/rank*/steps.jsonl"):
@@ -323,8 +324,9 @@ def shared_runs_are_whole(out: Path) -> None:
                 steps_file,
                 i,
             )
-            assert not any(r["profiled"] or r["trial"] or r["partial"] for r in run), (steps_file, i)
             held = run[:-1] or run  # (the last step ended the run, unless pinchpoint's own work did)
+            assert not any(r["profiled"] or r["trial"] or r["partial"] for r in held), (steps_file, i)
+            assert not (run[-1]["profiled"] or run[-1]["trial"]), (steps_file, i)  # (it may be partial)
             assert held[-1]["end_ns"] - run[0]["start_ns"] < SHARE_NS, (steps_file, i)
             assert all((r[f] or 0) >= 0 for r in run for f in FIELDS), (steps_file, i)
             i += n
