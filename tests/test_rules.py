@@ -566,6 +566,16 @@ HOST_DISPATCH = {  # (cases with no dispatch probe are not bounded by what issui
         },
         check=_all(_eq("share", 0.60), _eq("estimated_speedup", 1 / (1 - 0.60 * DISPATCH_RECOVERABLE))),
     ),
+    "the-main-threads-waits-for-a-cpu-are-no-overhead": Case(
+        # beside a busy process the main thread waited for a CPU a quarter of each step: the phases'
+        # time outside large ops holds its part of those waits (input_tiny_batches beside a spinner)
+        rank_of({}, ops=_dispatch_ops(60.0), cpu=make_cpu(machine_busy_cores=1.9), runq_ms=25.0),
+        True,
+        check=_eq("share", 0.45),
+    ),
+    "waits-on-an-idle-machine-are-left-alone": Case(
+        rank_of({}, ops=_dispatch_ops(60.0), runq_ms=25.0), True, check=_eq("share", 0.60)
+    ),
     "just-above-share-min": Case(rank_of({}, ops=_dispatch_ops((DISPATCH_SHARE_MIN + EPS) * 100)), True),
     "just-below-share-min": Case(rank_of({}, ops=_dispatch_ops((DISPATCH_SHARE_MIN - EPS) * 100)), False),
     # (no dispatch probe: nothing bounds the overhead by what issuing an op costs)
@@ -1794,7 +1804,11 @@ PROBED = BatchCosts(rows=1, ms=((1, 6.0), (2, 7.0), (4, 8.5), (8, 12.0), (16, 20
 
 
 def _served(
-    *, rate: float = 150.0, throughput: float = 95.0, one_at_a_time: float = 0.95, costs: BatchCosts | None = PROBED
+    *,
+    rate: float = 150.0,
+    throughput: float = 95.0,
+    one_at_a_time: float = 0.95,
+    costs: BatchCosts | None = PROBED,
 ) -> dict[str, Any]:
     """A server loaded at `rate` answering `throughput` a second, its calls of 9 ms (the probe's 6 ms at
     batch 1, so ×1.5 beside the load)."""
