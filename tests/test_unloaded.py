@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_cpu, make_env, make_rank_analysis, make_steps
+from conftest import make_cpu, make_env, make_loader, make_rank_analysis, make_steps
 from pinchpoint.analysis.cpu_waits import CpuWaits, cpu_waits
 from pinchpoint.diagnosis.finding import Basis, Category, Confidence, Fact, Finding
 from pinchpoint.diagnosis.unloaded import without_the_load
@@ -106,6 +106,22 @@ def test_intra_op_time_shrinks_with_the_step_and_no_waits_change_nothing() -> No
         1.25, abs=0.01
     )  # (a share of a smaller step)
     assert without_the_load((memory,), (rank,), make_env(cores=2)) == (memory,)
+
+
+def test_a_loader_in_the_training_process_keeps_its_time_without_the_load() -> None:
+    """input.preprocess where the training process fetches its own batches (num_workers=0): that work
+    had the main thread's core and keeps its length; with workers it shrinks with the step."""
+    rank = make_rank_analysis({"forward": 60, "backward": 60}, 30, n_steps=20)
+    loaded = replace(
+        rank, waits=CpuWaits(step_ns=150 * MS, main_ns=20 * MS, all_ns=60 * MS, foreign_cores=0.8)
+    )
+    preprocess = _finding(Category.INPUT_PREPROCESS, 1.25, 0.2)
+    (own,) = without_the_load((preprocess,), (replace(loaded, loader=make_loader()),), make_env(cores=2))
+    (workers,) = without_the_load(
+        (preprocess,), (replace(loaded, loader=make_loader(num_workers=2, pid=200)),), make_env(cores=2)
+    )
+    assert own.unloaded is not None and workers.unloaded is not None
+    assert own.unloaded[0] > 1.3 and workers.unloaded[0] == pytest.approx(1.25, abs=0.01)
 
 
 @pytest.mark.e2e
