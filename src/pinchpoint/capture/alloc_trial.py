@@ -196,11 +196,12 @@ def restore_values(glibc: Glibc) -> dict[str, Any]:
     set back for a program that had pinned only its mmap threshold at 4 MiB kept 8 MiB at the heap's
     top, and its reference steps faulted half as often as its own."""
     env_mmap, env_trim = env_thresholds()
-    probed, adjusting = glibc.thresholds_from_thread()
-    mmap = min(env_mmap, TRIAL_MMAP) if env_mmap is not None else probed
+    # (thresholds from the environment are pinned ones: nothing to probe)
+    probed, adjusting = glibc.thresholds_from_thread() if env_mmap is None else (env_mmap, False)
+    mmap = min(probed, TRIAL_MMAP)
     if env_trim is not None:
         trim, trim_from = env_trim, "environment"
-    elif adjusting and env_mmap is None:
+    elif adjusting:
         trim, trim_from = (2 * mmap if mmap > GLIBC_DEFAULT else GLIBC_DEFAULT), "glibc's rule"
     else:
         trim, trim_from = GLIBC_DEFAULT, "glibc's default (the program pinned its thresholds)"

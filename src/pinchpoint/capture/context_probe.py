@@ -3,9 +3,10 @@ with its whole context and with its last token alone.
 
 A loop without a cache passes the whole sequence so far each call (the ids grow by one, the next-to-last
 id an earlier call's last: `hooks._tokens`, CPU tensors only; a server's streams may take turns). Once a
-run of `RUN` such calls came, its latest one is kept (`replay.KeptCall`: the module and that call's arguments, token ids, small). The
-module is held until exit: a sampler's model is usually a local of its `main()`, gone by the time `atexit` runs (so a CPU
-model the program dropped earlier is freed at exit instead). At exit the call is replayed, in the grad mode it
+run of `RUN` such calls came, its latest one is kept (`replay.KeptCall`: the module and that call's
+arguments, token ids, small). The module is held until exit: a sampler's model is usually a local of its
+`main()`, gone by the time `atexit` runs (so a CPU model the program dropped earlier is freed at exit
+instead). At exit the call is replayed, in the grad mode it
 ran in, alternately as it was and with every tensor argument whose second dimension was the call's length
 cut to its last position — a one-token call: what each call after the prompt runs with a cache, less the
 attention over the cached keys. A fitted line cannot say this: a one-token call takes another kernel path

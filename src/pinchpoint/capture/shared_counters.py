@@ -20,7 +20,7 @@ import os
 from typing import Any
 
 from pinchpoint.capture.procfs import ProcFile, statm_rss
-from pinchpoint.capture.step_state import Counters, cheap_counters
+from pinchpoint.capture.step_state import Counters, cheap_counters, kernel_changes
 
 ENV = "PINCHPOINT_SHARE_COUNTERS"
 """`0` turns sharing off (every boundary reads the counters: benchmarks/overhead.py's comparison)."""
@@ -29,10 +29,10 @@ MAX_STEPS = 64
 RSS_EVERY_NS = 10_000_000
 """A step's resident memory is read again only this long after the last reading (`rss_bytes` is at most
 this stale: memory.leak reads a floor rising over many steps)."""
-BY_CPU = ("minor_faults", "sys_ns", "main_sys_ns")
 BY_WALL = ("runq_ns",)
-FIELDS = (*BY_CPU, *BY_WALL)
-"""The lines' fields that come from the counters a shared reading gives."""
+"""Shared by wall time; the other fields of `FIELDS` by CPU time."""
+FIELDS = ("runq_ns", "minor_faults", "sys_ns", "main_sys_ns")
+"""The lines' fields that come from the counters a shared reading gives (`step_state.kernel_changes`)."""
 
 
 class SharedCounters:
@@ -68,7 +68,7 @@ class SharedCounters:
 
     def release(self, last: dict[str, Any]) -> list[dict[str, Any]]:
         """The held lines and `last`, whose counter fields hold the change over the whole run (its step
-        began at a placeholder), each given its part by wall time; just `last` when nothing was held."""
+        began at a placeholder), each given its part (`_share`); just `last` when nothing was held."""
         if not self.held:
             return [last]
         run = [*self.held, last]
@@ -85,22 +85,9 @@ class SharedCounters:
         self.held, self.since = [], None
         span = max(1, end_ns - run[0]["start_ns"])
         within = min(1.0, (run[-1]["end_ns"] - run[0]["start_ns"]) / span)
-        totals = _changes(since, now)
+        totals = kernel_changes(since, now)
         _share(run, {f: (None if v is None else int(v * within)) for f, v in totals.items()})
         return run
-
-
-def _changes(c0: Counters, c1: Counters) -> dict[str, int | None]:
-    runq = c1.sched[1] - c0.sched[1] if c1.sched is not None and c0.sched is not None else None
-    main = (
-        c1.main_sys_ns - c0.main_sys_ns if c1.main_sys_ns is not None and c0.main_sys_ns is not None else None
-    )
-    return {
-        "runq_ns": runq,
-        "minor_faults": c1.faults - c0.faults,
-        "sys_ns": c1.sys_ns - c0.sys_ns,
-        "main_sys_ns": main,
-    }
 
 
 def _share(run: list[dict[str, Any]], totals: dict[str, int | None]) -> None:

@@ -44,18 +44,35 @@ def read_counters(main_tid: int) -> Counters:
     main_sys = None
     if _RUSAGE_THREAD is not None and threading.get_ident() == main_tid:
         main_sys = int(resource.getrusage(_RUSAGE_THREAD).ru_stime * 1e9)
-    gc = (GC.ns, GC.collections, GC.full, GC.explicit_ns)
-    graphs = (GRAPHS.calls, GRAPHS.ns)
     return Counters(
-        _thread_cpu(), thread_schedstat(), ru.ru_minflt, int(ru.ru_stime * 1e9), main_sys, gc, graphs
+        _thread_cpu(), thread_schedstat(), ru.ru_minflt, int(ru.ru_stime * 1e9), main_sys, *_python_counts()
     )
 
 
 def cheap_counters(start: Counters) -> Counters:
     """`start`'s readings with what is cheap read now: the thread's CPU time (the vDSO's clock, no
     file), the collector's and compiled graphs' counts (`shared_counters`)."""
-    gc = (GC.ns, GC.collections, GC.full, GC.explicit_ns)
-    return start._replace(cpu_ns=_thread_cpu(), gc=gc, graphs=(GRAPHS.calls, GRAPHS.ns))
+    gc, graphs = _python_counts()
+    return start._replace(cpu_ns=_thread_cpu(), gc=gc, graphs=graphs)
+
+
+def _python_counts() -> tuple[tuple[int, int, int, int], tuple[int, int]]:
+    return (GC.ns, GC.collections, GC.full, GC.explicit_ns), (GRAPHS.calls, GRAPHS.ns)
+
+
+def kernel_changes(c0: Counters, c1: Counters) -> dict[str, int | None]:
+    """What the kernel counted between two readings: the main thread's run-queue wait, the process's
+    minor faults and system time, the main thread's system time (None where either reading lacks it)."""
+    runq = c1.sched[1] - c0.sched[1] if c1.sched is not None and c0.sched is not None else None
+    main_sys = (
+        c1.main_sys_ns - c0.main_sys_ns if c1.main_sys_ns is not None and c0.main_sys_ns is not None else None
+    )
+    return {
+        "runq_ns": runq,
+        "minor_faults": c1.faults - c0.faults,
+        "sys_ns": c1.sys_ns - c0.sys_ns,
+        "main_sys_ns": main_sys,
+    }
 
 
 @dataclass(slots=True)
@@ -97,12 +114,7 @@ class StepState:
         """This step as its steps.jsonl line (docs/run-directory.md), ending at `end` with `now`."""
         c0 = self.counters
         loader, self.loader = self.loader, None  # (the next step says which fed it)
-        runq = now.sched[1] - c0.sched[1] if (now.sched is not None and c0.sched is not None) else None
-        main_sys = (
-            now.main_sys_ns - c0.main_sys_ns
-            if now.main_sys_ns is not None and c0.main_sys_ns is not None
-            else None
-        )
+        kernel = kernel_changes(c0, now)
         record = {
             "step": self.index,
             "kind": kind,
@@ -113,11 +125,11 @@ class StepState:
             "partial": partial,
             "intervals": intervals,
             "cpu_ns": now.cpu_ns - c0.cpu_ns,
-            "runq_ns": runq,
+            "runq_ns": kernel["runq_ns"],
             "rss_bytes": rss,
-            "minor_faults": now.faults - c0.faults,
-            "sys_ns": now.sys_ns - c0.sys_ns,
-            "main_sys_ns": main_sys,
+            "minor_faults": kernel["minor_faults"],
+            "sys_ns": kernel["sys_ns"],
+            "main_sys_ns": kernel["main_sys_ns"],
             "agent_ns": self.agent_ns,
             "loader": loader,
             "gc_ns": now.gc[0] - c0.gc[0],
